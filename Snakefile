@@ -1,0 +1,25 @@
+# Training-step parity between PyTorch and candle: the DAG reads top to bottom.
+#   fixtures → build → train (one job per experiment × run × dtype × device)
+#   → compare (per-step and float64-split tables) → figures → summary → check
+
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/fixtures.smk"
+include: "rules/build.smk"
+include: "rules/train.smk"
+include: "rules/compare.smk"
+include: "rules/figures.smk"
+
+
+rule all:
+    input:
+        all_outputs(),
+    default_target: True

@@ -1,0 +1,66 @@
+# Comparisons: a reference run against a candidate run, per experiment and device.
+
+
+rule perstep:
+    """Per-step loss and max|dparam| of a pair, with the step-0 identity check."""
+    input:
+        reference=lambda wc: comparison(wc).reference.trace,
+        candidate=lambda wc: comparison(wc).candidate.trace,
+        fixture="results/fixtures/{experiment}.safetensors",
+    output:
+        csv="results/tables/{experiment}/perstep-{tag}.csv",
+        md="results/tables/{experiment}/perstep-{tag}.md",
+        result="results/compare/{experiment}/perstep-{tag}.json",
+    params:
+        comparison=comparison_params,
+    log:
+        "results/logs/perstep/{experiment}/{tag}.log",
+    benchmark:
+        "results/benchmarks/perstep/{experiment}/{tag}.tsv"
+    script:
+        "../scripts/compare_perstep.py"
+
+
+rule split:
+    """The float64 split: rounding (each f32 run against its own f64 run) versus
+    formula (f64 against f64)."""
+    input:
+        unpack(split_traces),
+    output:
+        csv="results/tables/{experiment}/split-{tag}.csv",
+        md="results/tables/{experiment}/split-{tag}.md",
+        result="results/compare/{experiment}/split-{tag}.json",
+    params:
+        comparison=comparison_params,
+    log:
+        "results/logs/split/{experiment}/{tag}.log",
+    benchmark:
+        "results/benchmarks/split/{experiment}/{tag}.tsv"
+    script:
+        "../scripts/compare_split.py"
+
+
+rule summary:
+    """One row per comparison: worst values, tolerance, verdict and expected verdict."""
+    input:
+        all_results(),
+    output:
+        csv="results/tables/summary.csv",
+        md="results/tables/summary.md",
+    log:
+        "results/logs/summary.log",
+    benchmark:
+        "results/benchmarks/summary.tsv"
+    script:
+        "../scripts/summary.py"
+
+
+rule check:
+    """Exits non-zero when any verdict differs from its expectation (for CI gates)."""
+    input:
+        "results/tables/summary.csv",
+    log:
+        "results/logs/check.log",
+    localrule: True
+    script:
+        "../scripts/check.py"

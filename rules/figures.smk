@@ -1,0 +1,15 @@
+rule figure:
+    """A table drawn against the step, log-scale y, one line per column."""
+    input:
+        csv="results/tables/{experiment}/{kind}-{tag}.csv",
+    output:
+        png="results/figures/{experiment}/{kind}-{tag}.png",
+    params:
+        tolerance=lambda wc: comparison(wc).tolerance,
+        title=lambda wc: f"{wc.experiment} {wc.kind} {wc.tag}",
+    log:
+        "results/logs/figure/{experiment}/{kind}-{tag}.log",
+    benchmark:
+        "results/benchmarks/figure/{experiment}/{kind}-{tag}.tsv"
+    script:
+        "../scripts/figure.py"

@@ -1,0 +1,44 @@
+# One job per (experiment, run, dtype, device). A run's name starts with its framework.
+
+
+rule train_torch:
+    """A PyTorch run, written as a Parquet trace."""
+    input:
+        fixture="results/fixtures/{experiment}.safetensors",
+    output:
+        trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
+    wildcard_constraints:
+        run="torch(_[a-z0-9]+)*",
+    params:
+        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    log:
+        "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
+    benchmark:
+        "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+    script:
+        "../scripts/train_torch.py"
+
+
+rule train_candle:
+    """A candle run (the candle-parity binary), written as a Parquet trace."""
+    input:
+        fixture="results/fixtures/{experiment}.safetensors",
+        binary=candle_binary("{device}"),
+    output:
+        trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
+    wildcard_constraints:
+        run="candle(_[a-z0-9]+)*",
+    params:
+        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    log:
+        "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
+    benchmark:
+        "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+    script:
+        "../scripts/train_candle.py"

@@ -1,0 +1,15 @@
+//! candle side of the parity workflow: one training run or one op probe per invocation.
+//!
+//! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
+//! `candle-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
+//! Parquet trace. Modules mirror candle's own examples: [`model`] builds the forward pass
+//! from `Var`s, [`optim`] wraps the optimizers, [`train`] is the loop
+//! (`loss.backward()` → `opt.step(&grads)`).
+
+pub mod device;
+pub mod model;
+pub mod optim;
+pub mod train;
+
+/// The candle-core version this binary was built against, read from Cargo.lock at build time.
+pub const CANDLE_VERSION: &str = env!("CANDLE_CORE_VERSION");

@@ -1,0 +1,75 @@
+//! `candle-parity`: one training run per invocation; the workflow decides which.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use parity_common::spec::RunSpec;
+
+#[derive(Parser)]
+#[command(version, about = "candle side of the training-step parity workflow")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train as the run spec says and write frames (see parity_common::frames).
+    Train {
+        /// Run spec JSON written by the workflow.
+        #[arg(long)]
+        spec: PathBuf,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Print candle-nn's optimizer defaults as JSON, read from the library itself.
+    Defaults,
+    /// Print the candle-core version this binary was built with.
+    Version,
+}
+
+fn sink(path: &PathBuf) -> Result<Box<dyn Write>> {
+    Ok(if path.as_os_str() == "-" {
+        Box::new(BufWriter::new(io::stdout().lock()))
+    } else {
+        Box::new(BufWriter::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ))
+    })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Train { spec, out } => {
+            let spec = RunSpec::from_path(&spec)?;
+            candle_parity::train::run(&spec, sink(&out)?)
+        }
+        Command::Defaults => {
+            let d = candle_nn::ParamsAdamW::default();
+            let json = serde_json::json!({
+                "candle_version": candle_parity::CANDLE_VERSION,
+                "AdamW": {
+                    "source": "candle_nn::ParamsAdamW::default()",
+                    "lr": d.lr, "beta1": d.beta1, "beta2": d.beta2,
+                    "eps": d.eps, "weight_decay": d.weight_decay,
+                },
+                "SGD": {
+                    "source": "candle_nn::SGD::new(vars, learning_rate)",
+                    "lr": null,
+                    "note": "the learning rate is a required argument; there is no momentum, dampening, nesterov or weight_decay",
+                },
+            });
+            println!("{}", serde_json::to_string_pretty(&json)?);
+            Ok(())
+        }
+        Command::Version => {
+            println!("{}", candle_parity::CANDLE_VERSION);
+            Ok(())
+        }
+    }
+}

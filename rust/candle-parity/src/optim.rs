@@ -1,0 +1,225 @@
+//! Optimizers: candle-nn's `SGD` and `AdamW`, and a hand-written AdamW that follows
+//! candle-nn 0.11.0's `AdamW::step` operation by operation.
+//!
+//! The hand-written one exists for two reasons: it exposes the moments (`exp_avg`,
+//! `exp_avg_sq`) for recording, which candle-nn keeps private, and it can compute the
+//! bias-correction factors in float32 (the study's ablation, the way burn computes them).
+//! With float64 factors it must equal `candle_nn::AdamW` bit for bit; the workflow checks
+//! that as its own comparison.
+
+use std::hint::black_box;
+
+use anyhow::{bail, Result};
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+use candle_nn::{AdamW, Optimizer as _, ParamsAdamW, SGD};
+use parity_common::spec::{AdamWImpl, FactorType, Optimizer};
+
+/// Bias-correction factors `(1/(1−β₁ᵗ), 1/(1−β₂ᵗ))` for step `t` (from 1).
+///
+/// With [`FactorType::F64`] this is candle-nn 0.11.0 `AdamW::step`'s `scale_m`/`scale_v`
+/// (and PyTorch's, which computes `1 - beta1 ** step` in Python floats). With
+/// [`FactorType::F32`] the betas are rounded to float32 and everything is computed in
+/// float32, the result widened; `black_box` keeps the compiler from folding it in float64.
+pub fn bias_correction(beta1: f64, beta2: f64, t: i32, ty: FactorType) -> (f64, f64) {
+    match ty {
+        FactorType::F64 => (1f64 / (1f64 - beta1.powi(t)), 1f64 / (1f64 - beta2.powi(t))),
+        FactorType::F32 => {
+            let b1 = black_box(beta1 as f32);
+            let b2 = black_box(beta2 as f32);
+            (
+                (1f32 / (1f32 - b1.powi(t))) as f64,
+                (1f32 / (1f32 - b2.powi(t))) as f64,
+            )
+        }
+    }
+}
+
+/// The hand-written AdamW (see the module docs).
+pub struct ManualAdamW {
+    vars: Vec<Var>,
+    exp_avg: Vec<Tensor>,
+    exp_avg_sq: Vec<Tensor>,
+    step_t: usize,
+    params: ParamsAdamW,
+    factors: FactorType,
+}
+
+impl ManualAdamW {
+    /// Zero moments for every var, in the vars' dtype and device.
+    ///
+    /// # Errors
+    /// When allocation fails.
+    pub fn new(vars: Vec<Var>, params: ParamsAdamW, factors: FactorType) -> Result<Self> {
+        let exp_avg = vars
+            .iter()
+            .map(|v| v.zeros_like())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let exp_avg_sq = exp_avg.clone();
+        Ok(Self {
+            vars,
+            exp_avg,
+            exp_avg_sq,
+            step_t: 0,
+            params,
+            factors,
+        })
+    }
+
+    /// One step. Same expression tree as candle-nn 0.11.0 `AdamW::step`:
+    /// m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²; θ ← θ(1 − lr·λ) − lr·(m·s_m)/(√(v·s_v) + ε).
+    ///
+    /// # Errors
+    /// On tensor failures.
+    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+        self.step_t += 1;
+        let lr = self.params.lr;
+        let lr_lambda = lr * self.params.weight_decay;
+        let beta1 = self.params.beta1;
+        let beta2 = self.params.beta2;
+        let (scale_m, scale_v) =
+            bias_correction(beta1, beta2, self.step_t as i32, self.factors);
+        for (i, theta) in self.vars.iter().enumerate() {
+            let Some(g) = grads.get(theta) else { continue };
+            let next_m = ((&self.exp_avg[i] * beta1)? + (g * (1.0 - beta1))?)?;
+            let next_v = ((&self.exp_avg_sq[i] * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
+            let m_hat = (&next_m * scale_m)?;
+            let v_hat = (&next_v * scale_v)?;
+            let next_theta = (theta.as_tensor() * (1f64 - lr_lambda))?;
+            let adjusted_grad = (m_hat / (v_hat.sqrt()? + self.params.eps)?)?;
+            let next_theta = (next_theta - (adjusted_grad * lr)?)?;
+            self.exp_avg[i] = next_m;
+            self.exp_avg_sq[i] = next_v;
+            theta.set(&next_theta)?;
+        }
+        Ok(())
+    }
+}
+
+/// The optimizer of one run.
+pub enum Stepper {
+    /// `candle_nn::SGD` (no momentum).
+    Sgd(SGD),
+    /// `candle_nn::AdamW`.
+    AdamW(AdamW),
+    /// [`ManualAdamW`].
+    Manual(ManualAdamW),
+}
+
+impl Stepper {
+    /// Builds the optimizer named by `spec` over `vars`.
+    ///
+    /// # Errors
+    /// When `want_moments` is set for an optimizer that does not expose them (SGD, or
+    /// candle-nn's AdamW, whose moments are private).
+    pub fn new(spec: &Optimizer, vars: Vec<Var>, want_moments: bool) -> Result<Self> {
+        Ok(match spec {
+            Optimizer::Sgd { lr } => {
+                if want_moments {
+                    bail!("SGD keeps no moments to record");
+                }
+                Stepper::Sgd(SGD::new(vars, *lr)?)
+            }
+            Optimizer::Adamw {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+                implementation,
+                bias_correction,
+            } => {
+                let params = ParamsAdamW {
+                    lr: *lr,
+                    beta1: betas[0],
+                    beta2: betas[1],
+                    eps: *eps,
+                    weight_decay: *weight_decay,
+                };
+                match implementation {
+                    AdamWImpl::Candle => {
+                        if want_moments {
+                            bail!("candle-nn 0.11.0's AdamW keeps its moments private; use implementation \"manual\" to record exp_avg/exp_avg_sq");
+                        }
+                        Stepper::AdamW(AdamW::new(vars, params)?)
+                    }
+                    AdamWImpl::Manual => {
+                        Stepper::Manual(ManualAdamW::new(vars, params, *bias_correction)?)
+                    }
+                }
+            }
+        })
+    }
+
+    /// `opt.step(&grads)`.
+    ///
+    /// # Errors
+    /// On tensor failures.
+    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+        match self {
+            Stepper::Sgd(o) => o.step(grads)?,
+            Stepper::AdamW(o) => o.step(grads)?,
+            Stepper::Manual(o) => o.step(grads)?,
+        }
+        Ok(())
+    }
+
+    /// `(exp_avg, exp_avg_sq)` of parameter `i` (state_dict order), where exposed.
+    pub fn moments(&self, i: usize) -> Option<(&Tensor, &Tensor)> {
+        match self {
+            Stepper::Manual(o) => Some((&o.exp_avg[i], &o.exp_avg_sq[i])),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    #[test]
+    fn f64_factors_match_candle_nn_formula() {
+        let (m, v) = bias_correction(0.9, 0.999, 1, FactorType::F64);
+        assert_eq!(m, 1.0 / (1.0 - 0.9f64));
+        assert_eq!(v, 1.0 / (1.0 - 0.999f64));
+    }
+
+    #[test]
+    fn f32_factors_differ_from_f64_at_step_one() {
+        let (_, v64) = bias_correction(0.9, 0.999, 1, FactorType::F64);
+        let (_, v32) = bias_correction(0.9, 0.999, 1, FactorType::F32);
+        // 1 - 0.999 in float32 is 0.0009999871..., a relative error of about 1.3e-5.
+        let rel = (v32 - v64).abs() / v64;
+        assert!(rel > 1e-6 && rel < 1e-4, "relative error {rel}");
+    }
+
+    /// The identity the ablation rests on: with float64 factors the manual AdamW equals
+    /// candle-nn's AdamW bit for bit.
+    #[test]
+    fn manual_adamw_with_f64_factors_equals_candle_adamw_bitwise() -> Result<()> {
+        let dev = Device::Cpu;
+        let init = Tensor::new(&[0.5f32, -1.25, 2.0, 1e-3], &dev)?;
+        let a = Var::from_tensor(&init)?;
+        let b = Var::from_tensor(&init)?;
+        let params = ParamsAdamW {
+            lr: 0.01,
+            weight_decay: 0.01,
+            ..ParamsAdamW::default()
+        };
+        let mut oa = AdamW::new(vec![a.clone()], params.clone())?;
+        let mut ob = ManualAdamW::new(vec![b.clone()], params, FactorType::F64)?;
+        let c = Tensor::new(&[0.3f32, -0.7, 1.1, 2.5], &dev)?;
+        for _ in 0..50 {
+            let ga = (a.as_tensor().sqr()? * &c)?.sum_all()?.backward()?;
+            oa.step(&ga)?;
+            let gb = (b.as_tensor().sqr()? * &c)?.sum_all()?.backward()?;
+            ob.step(&gb)?;
+            let va = a.as_tensor().to_vec1::<f32>()?;
+            let vb = b.as_tensor().to_vec1::<f32>()?;
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&va), bits(&vb));
+        }
+        assert_eq!(a.dtype(), DType::F32);
+        Ok(())
+    }
+}

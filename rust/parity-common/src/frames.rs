@@ -1,0 +1,172 @@
+//! The frame stream: how a Rust runner hands tensors to the workflow.
+//!
+//! A stream is a sequence of frames. Each frame is an unsigned 64-bit little-endian byte
+//! count `n` followed by `n` bytes holding one complete safetensors buffer
+//! (<https://github.com/huggingface/safetensors#format>). The buffer's `__metadata__`
+//! carries a `kind` key:
+//!
+//! * `header`: the first frame. Metadata describes the run (framework, versions, device);
+//!   it holds no tensors.
+//! * `step`: one recorded training step. Metadata `step` is the step number (0 is the
+//!   initial state). Tensors are named by PyTorch state_dict key (`fc1.weight`), flattened
+//!   to one dimension in PyTorch layout, in the run's dtype; `loss` is a one-element F64
+//!   tensor (absent at step 0); gradients and optimizer moments use the prefixes
+//!   `grad:`, `exp_avg:` and `exp_avg_sq:`.
+//! * `result`: the outcome of a probe (see the candle crate's `probe` module).
+//! * `end`: the last frame; metadata `status` is `complete` or `diverged`.
+//!
+//! The reader is `scripts/parity/frames.py`.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use safetensors::View;
+
+/// Writes frames to any byte sink (a file or standard output).
+pub struct FrameWriter<W: Write> {
+    sink: W,
+}
+
+impl<W: Write> FrameWriter<W> {
+    /// Wraps `sink`; nothing is written until [`FrameWriter::write`].
+    pub fn new(sink: W) -> Self {
+        Self { sink }
+    }
+
+    /// Serialises `tensors` with `metadata` (which must contain `kind`) as one frame and
+    /// flushes it, so a reader sees every finished step even if the run fails later.
+    ///
+    /// # Errors
+    /// Fails if safetensors refuses the tensors (e.g. two with one name) or the sink fails.
+    pub fn write<S, V, I>(&mut self, metadata: HashMap<String, String>, tensors: I) -> Result<()>
+    where
+        S: AsRef<str> + Ord + std::fmt::Display,
+        V: View,
+        I: IntoIterator<Item = (S, V)>,
+    {
+        debug_assert!(metadata.contains_key("kind"), "frame without kind");
+        let buf = safetensors::serialize(tensors, Some(metadata))
+            .context("serialising a frame as safetensors")?;
+        self.sink
+            .write_all(&(buf.len() as u64).to_le_bytes())
+            .context("writing frame length")?;
+        self.sink.write_all(&buf).context("writing frame body")?;
+        self.sink.flush().context("flushing frame")?;
+        Ok(())
+    }
+
+    /// Writes a frame that carries only metadata.
+    ///
+    /// # Errors
+    /// As [`FrameWriter::write`].
+    pub fn write_meta(&mut self, metadata: HashMap<String, String>) -> Result<()> {
+        self.write(metadata, Vec::<(String, RawTensor)>::new())
+    }
+}
+
+/// A plain little-endian tensor for runners whose own tensor type does not implement
+/// [`safetensors::View`] (for example burn's), or for small host-side values.
+#[derive(Debug, Clone)]
+pub struct RawTensor {
+    /// Element type.
+    pub dtype: safetensors::Dtype,
+    /// Shape; the product of its entries times the element size is `data.len()`.
+    pub shape: Vec<usize>,
+    /// Little-endian bytes, contiguous, row-major.
+    pub data: Vec<u8>,
+}
+
+impl RawTensor {
+    /// A one-dimensional F64 tensor holding `values`.
+    pub fn from_f64(values: &[f64]) -> Self {
+        Self {
+            dtype: safetensors::Dtype::F64,
+            shape: vec![values.len()],
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    /// A one-dimensional F32 tensor holding `values`.
+    pub fn from_f32(values: &[f32]) -> Self {
+        Self {
+            dtype: safetensors::Dtype::F32,
+            shape: vec![values.len()],
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+}
+
+impl View for RawTensor {
+    fn dtype(&self) -> safetensors::Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Builds a metadata map from string pairs.
+pub fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads back the frames written to a buffer: (metadata, tensor names).
+    fn read_frames(mut bytes: &[u8]) -> Vec<(HashMap<String, String>, Vec<String>)> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            let body = &bytes[8..8 + n];
+            let (_, md) = safetensors::SafeTensors::read_metadata(body).unwrap();
+            let st = safetensors::SafeTensors::deserialize(body).unwrap();
+            let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+            names.sort();
+            out.push((md.metadata().clone().unwrap_or_default(), names));
+            bytes = &bytes[8 + n..];
+        }
+        out
+    }
+
+    #[test]
+    fn frames_round_trip_with_metadata_and_tensors() {
+        let mut buf = Vec::new();
+        {
+            let mut w = FrameWriter::new(&mut buf);
+            w.write_meta(meta([("kind", "header".into())])).unwrap();
+            w.write(
+                meta([("kind", "step".into()), ("step", "1".into())]),
+                vec![
+                    ("loss".to_string(), RawTensor::from_f64(&[0.5])),
+                    ("fc1.weight".to_string(), RawTensor::from_f32(&[1.0, 2.0])),
+                ],
+            )
+            .unwrap();
+        }
+        let frames = read_frames(&buf);
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].0["kind"], "header");
+        assert!(frames[0].1.is_empty());
+        assert_eq!(frames[1].0["step"], "1");
+        assert_eq!(frames[1].1, vec!["fc1.weight", "loss"]);
+    }
+
+    #[test]
+    fn raw_tensor_bytes_are_little_endian() {
+        let t = RawTensor::from_f64(&[1.0]);
+        assert_eq!(t.data, 1.0f64.to_le_bytes().to_vec());
+        assert_eq!(t.data_len(), 8);
+    }
+}

@@ -1,0 +1,11 @@
+//! Framework-independent parts of the parity runners.
+//!
+//! * [`spec`]: the run specification that the workflow (Python, `scripts/parity/experiments.py`)
+//!   writes as JSON and every Rust runner reads. Unknown fields are refused, so a drift between
+//!   the two sides fails loudly instead of silently ignoring a setting.
+//! * [`frames`]: the stream of length-prefixed safetensors buffers a runner writes and
+//!   `scripts/parity/frames.py` reads; the Parquet trace itself is written on the Python side,
+//!   where the trace schema is defined once.
+
+pub mod frames;
+pub mod spec;

@@ -1,0 +1,330 @@
+//! The run specification: one training run, as resolved by the workflow from `config.yaml`.
+//!
+//! The workflow writes it as JSON (`scripts/parity/experiments.py`, `runner_spec`); every
+//! field is explicit there, so nothing here has a default. Unknown fields are an error.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// Floating-point type of a run. `F64` runs start from the fixture's float32 values widened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloatType {
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary64.
+    F64,
+}
+
+impl FloatType {
+    /// The short name used in paths and metadata (`f32`, `f64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FloatType::F32 => "f32",
+            FloatType::F64 => "f64",
+        }
+    }
+}
+
+/// The workflow's device axis. `Metal` is Apple's GPU (PyTorch calls it `mps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// The host CPU.
+    Cpu,
+    /// The first NVIDIA GPU (ordinal 0).
+    Cuda,
+    /// The first Apple GPU (ordinal 0).
+    Metal,
+}
+
+impl DeviceKind {
+    /// The short name used in paths and metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+            DeviceKind::Metal => "metal",
+        }
+    }
+}
+
+/// Element-wise activation between layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// max(x, 0); its derivative at 0 is taken as 0 by PyTorch and candle.
+    Relu,
+}
+
+/// How the candle runner computes a 1-D convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConvImpl {
+    /// `conv2d` on `[b, c, 1, l]` with a `[o, c, 1, k]` kernel (the study's workaround).
+    Conv2d,
+    /// `conv1d` directly (candle 0.11.0's kernel gradient is wrong when batch > 1 and
+    /// output channels > 1).
+    Conv1d,
+}
+
+/// The model family and its shapes. Parameter names follow PyTorch's state_dict.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "family", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Model {
+    /// `fc1 … fcN`: Linear layers `sizes[i] → sizes[i+1]` with the activation between them
+    /// (none after the last). Input `[batch, sizes[0]]`, output `[batch, sizes[N]]`.
+    Mlp {
+        /// Layer widths, input first; at least two entries.
+        sizes: Vec<usize>,
+        /// Hidden activation.
+        activation: Activation,
+    },
+    /// `conv` (Conv1d `in_channels → channels`, kernel `kernel`, stride 1, no padding) →
+    /// activation → flatten → `fc` (Linear `channels·(length−kernel+1) → classes`).
+    /// Input `[batch, in_channels, length]`.
+    Cnn1d {
+        /// Input channels.
+        in_channels: usize,
+        /// Output channels of the convolution.
+        channels: usize,
+        /// Kernel width.
+        kernel: usize,
+        /// Input length.
+        length: usize,
+        /// Output features of `fc`.
+        classes: usize,
+        /// Activation after the convolution.
+        activation: Activation,
+        /// How candle computes the convolution.
+        conv_impl: ConvImpl,
+    },
+}
+
+/// Scalar training loss, averaged over the batch like PyTorch's default `reduction="mean"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Loss {
+    /// mean((output − target)²) over every element.
+    Mse,
+    /// mean over samples of −log softmax(output)[label]; labels are int64 class indices.
+    CrossEntropy,
+}
+
+/// Where the AdamW update comes from on the candle side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdamWImpl {
+    /// `candle_nn::AdamW` itself.
+    Candle,
+    /// The hand-written copy of candle-nn 0.11.0's `AdamW::step` in this crate, which also
+    /// exposes `exp_avg`/`exp_avg_sq` and can compute bias correction in float32.
+    Manual,
+}
+
+/// Type in which the bias-correction factors `1/(1−β₁ᵗ)` and `1/(1−β₂ᵗ)` are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FactorType {
+    /// float64, as candle-nn and PyTorch do.
+    F64,
+    /// float32, as burn does (the study's ablation).
+    F32,
+}
+
+/// The optimizer and every hyperparameter, explicitly.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Optimizer {
+    /// Plain gradient descent θ ← θ − lr·g (candle-nn's SGD has no momentum).
+    Sgd {
+        /// Learning rate.
+        lr: f64,
+    },
+    /// Decoupled weight decay Adam (Loshchilov & Hutter 2019), as in candle-nn 0.11.0
+    /// `AdamW::step` and PyTorch `torch.optim.AdamW`.
+    Adamw {
+        /// Learning rate.
+        lr: f64,
+        /// (β₁, β₂).
+        betas: [f64; 2],
+        /// ε added to √v̂.
+        eps: f64,
+        /// Decoupled decay λ: θ ← θ·(1 − lr·λ) before the Adam update.
+        weight_decay: f64,
+        /// Which implementation steps.
+        implementation: AdamWImpl,
+        /// Type of the bias-correction factors (only `f64` with the candle implementation).
+        bias_correction: FactorType,
+    },
+}
+
+/// What each recorded step carries besides the parameters.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// Record every `every`-th step (and always step 0 and the last step); at least 1.
+    pub every: u32,
+    /// Parameters to record, by state_dict key; `None` records all.
+    pub tensors: Option<Vec<String>>,
+    /// Also record gradients (`grad:<name>`).
+    pub grads: bool,
+    /// Also record optimizer moments (`exp_avg:<name>`, `exp_avg_sq:<name>`).
+    pub moments: bool,
+}
+
+/// One parameter: state_dict key and shape in PyTorch layout.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamSpec {
+    /// state_dict key, e.g. `fc1.weight`.
+    pub name: String,
+    /// Shape, e.g. `[16, 8]` for a Linear 8→16 weight.
+    pub shape: Vec<usize>,
+}
+
+/// One training run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// Experiment key in the config.
+    pub experiment: String,
+    /// Run name within the experiment (`candle`, `candle_f32factors`, …).
+    pub run: String,
+    /// safetensors file with the parameters (state_dict keys) and the data: `x`
+    /// `[batches, batch, …input]` float32 and `y` `[batches, batch, outputs]` float32 (MSE)
+    /// or `[batches, batch]` int64 (cross-entropy).
+    pub fixture: PathBuf,
+    /// Run dtype.
+    pub dtype: FloatType,
+    /// Device.
+    pub device: DeviceKind,
+    /// Number of optimizer steps; at least 1.
+    pub steps: u32,
+    /// Model.
+    pub model: Model,
+    /// Loss.
+    pub loss: Loss,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Recording options.
+    pub record: Record,
+    /// Parameters in state_dict order.
+    pub params: Vec<ParamSpec>,
+}
+
+impl RunSpec {
+    /// Parses and checks a spec.
+    ///
+    /// # Errors
+    /// Malformed JSON, an unknown field, or values that cannot run (no steps, a record
+    /// interval of 0, float32 factors with candle's own AdamW, a `Record::tensors` name
+    /// that is not a parameter).
+    pub fn from_json(text: &str) -> Result<Self> {
+        let spec: RunSpec = serde_json::from_str(text).context("parsing the run spec JSON")?;
+        spec.check()?;
+        Ok(spec)
+    }
+
+    /// Reads a spec from a file; see [`RunSpec::from_json`].
+    ///
+    /// # Errors
+    /// As [`RunSpec::from_json`], or when the file cannot be read.
+    pub fn from_path(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading run spec {}", path.display()))?;
+        Self::from_json(&text).with_context(|| format!("in run spec {}", path.display()))
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.steps == 0 {
+            bail!("steps must be at least 1");
+        }
+        if self.record.every == 0 {
+            bail!("record.every must be at least 1");
+        }
+        if let Optimizer::Adamw {
+            implementation: AdamWImpl::Candle,
+            bias_correction: FactorType::F32,
+            ..
+        } = self.optimizer
+        {
+            bail!("candle-nn's AdamW computes bias correction in float64 only; use implementation \"manual\" for float32 factors");
+        }
+        if let Some(names) = &self.record.tensors {
+            for n in names {
+                if !self.params.iter().any(|p| &p.name == n) {
+                    bail!("record.tensors names {n:?}, which is not a parameter of this model");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether step `step` is recorded: step 0, the last step, and every `record.every`-th.
+    pub fn records_step(&self, step: u32) -> bool {
+        step == 0 || step == self.steps || step % self.record.every == 0
+    }
+
+    /// Whether parameter `name` is recorded.
+    pub fn records_tensor(&self, name: &str) -> bool {
+        match &self.record.tensors {
+            None => true,
+            Some(names) => names.iter().any(|n| n == name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({
+            "experiment": "a3_adamw", "run": "candle", "fixture": "f.safetensors",
+            "dtype": "f32", "device": "cpu", "steps": 3,
+            "model": {"family": "mlp", "sizes": [8, 16, 4], "activation": "relu"},
+            "loss": "mse",
+            "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
+                           "weight_decay": 0.01, "implementation": "candle", "bias_correction": "f64"},
+            "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
+            "params": [{"name": "fc1.weight", "shape": [16, 8]}]
+        })
+    }
+
+    #[test]
+    fn parses_a_full_spec() {
+        let spec = RunSpec::from_json(&base().to_string()).unwrap();
+        assert_eq!(spec.dtype, FloatType::F32);
+        assert!(matches!(spec.model, Model::Mlp { ref sizes, .. } if sizes == &[8, 16, 4]));
+        assert!(spec.records_step(0) && spec.records_step(3));
+    }
+
+    #[test]
+    fn unknown_field_is_refused() {
+        let mut v = base();
+        v["optimizer"]["momentum"] = serde_json::json!(0.9);
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("momentum"), "{err:#}");
+    }
+
+    #[test]
+    fn f32_factors_need_the_manual_adamw() {
+        let mut v = base();
+        v["optimizer"]["bias_correction"] = serde_json::json!("f32");
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("manual"), "{err:#}");
+    }
+
+    #[test]
+    fn record_every_thins_the_steps_but_keeps_first_and_last() {
+        let mut v = base();
+        v["steps"] = serde_json::json!(10);
+        v["record"]["every"] = serde_json::json!(4);
+        let spec = RunSpec::from_json(&v.to_string()).unwrap();
+        let kept: Vec<u32> = (0..=10).filter(|&s| spec.records_step(s)).collect();
+        assert_eq!(kept, vec![0, 4, 8, 10]);
+    }
+}

@@ -1,0 +1,125 @@
+"""The candle side: runs the ``candle-parity`` binary and writes its frames as a trace.
+
+The binary gets a JSON run spec (``Plan.runner_spec``) and streams frames on standard
+output; its standard error (progress, errors) goes to the job's log. No shell is involved:
+arguments are passed as a list.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .experiments import Plan, RunKey, model_params
+from .frames import FrameError, read_frames
+from .provenance import trace_metadata
+from .schema import TraceLayout, TraceWriter, extra_column
+
+
+class RunnerError(RuntimeError):
+    """The binary failed; the message carries its exit status and the tail of its stderr."""
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        return "".join(Path(path).read_text(errors="replace").splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
+def train(
+    plan: Plan,
+    key: RunKey,
+    fixture: str,
+    binary: str,
+    out: str,
+    threads: int,
+    log: logging.Logger,
+    log_path: str | None,
+) -> None:
+    """Run ``key`` with the candle binary and write its trace to ``out``.
+
+    ``threads`` sets ``RAYON_NUM_THREADS`` (candle's CPU thread pool). Raises
+    :class:`RunnerError` when the binary exits non-zero or its stream is malformed; the trace
+    is then not written.
+    """
+    s = plan.run_settings(key.experiment, key.run)
+    spec = plan.runner_spec(key, fixture)
+    names = spec["record"]["tensors"] or [n for n, _ in model_params(s["model"])]
+    extras = []
+    if spec["record"]["grads"]:
+        extras += [extra_column("grad", n) for n in names]
+    if spec["record"]["moments"]:
+        extras += [extra_column(k, n) for n in names for k in ("exp_avg", "exp_avg_sq")]
+    shapes = dict(model_params(s["model"]))
+    layout = TraceLayout.of(key.dtype, [(n, shapes[n]) for n in names], extras)
+
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f, indent=1)
+        spec_path = f.name
+    log.info("run spec %s", json.dumps(spec, sort_keys=True))
+    stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(
+            [binary, "train", "--spec", spec_path, "--out", "-"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
+        try:
+            _consume(plan, key, fixture, proc, layout, out, log)
+        except RunnerError as e:
+            proc.kill()
+            proc.wait()
+            tail = _tail(log_path) if log_path else ""
+            raise RunnerError(f"{e}; last lines of its log:\n{tail}") from None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    finally:
+        os.unlink(spec_path)
+        if stderr:
+            stderr.close()
+
+
+def _consume(plan, key, fixture, proc, layout, out, log) -> None:
+    frames = read_frames(proc.stdout)
+    writer = None
+    try:
+        header = next(frames, None)
+        if header is None or header.kind != "header":
+            proc.wait()
+            raise RunnerError(f"candle-parity exited with status {proc.returncode} before its header")
+        m = header.meta
+        runner = {k: m[k] for k in ("compiler", "device_detail", "features", "optimizer_impl")}
+        runner["threads"] = int(m["threads"])
+        meta = trace_metadata(plan, key, fixture, m["framework_version"], runner)
+        writer = TraceWriter(out, layout, meta)
+        ended = False
+        for frame in frames:
+            if frame.kind == "step":
+                t = frame.tensors
+                loss = float(t.pop("loss")[0]) if "loss" in t else None
+                writer.write_step(int(frame.meta["step"]), loss, t)
+            elif frame.kind == "end":
+                ended = True
+        status = proc.wait()
+        if status != 0 or not ended:
+            raise RunnerError(
+                f"candle-parity exited with status {status}"
+                + ("" if ended else " without finishing its stream")
+            )
+        writer.close()
+        log.info("wrote %s (%s)", out, writer.meta["status"])
+    except BaseException as e:
+        if writer is not None:
+            writer.abort(type(e), e, None)
+        if isinstance(e, FrameError):
+            raise RunnerError(f"malformed frame stream from candle-parity: {e}") from e
+        raise

@@ -1,0 +1,445 @@
+"""The experiment definitions: ``config.yaml`` resolved into runs and comparisons.
+
+This is the one place that knows what an experiment means. ``rules/common.smk`` builds a
+:class:`Plan` once (after JSON-schema validation) and every rule's inputs come from it; the
+runners get their settings from :meth:`Plan.run_settings` and :meth:`Plan.runner_spec`.
+
+Terms:
+
+* *experiment*: a model, a loss, fixture data, an optimizer and a step count (config key
+  ``experiments.<name>``);
+* *run*: one side of an experiment, named after its framework (``torch``, ``candle``,
+  ``candle_f32factors``); it may override the optimizer or a framework option;
+* *run key*: (experiment, run, dtype, device), one job and one trace;
+* *comparison*: a reference run against a candidate run on one device; ``main`` is the
+  study's pair and writes the SPEC paths.
+
+Pure Python: importing this module must stay cheap (it runs while the DAG is built).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FRAMEWORKS = ("torch", "candle")
+DEVICES = ("cpu", "cuda", "metal")
+DTYPES = ("f32", "f64")
+RUN_NAME = re.compile(r"^(torch|candle)(_[a-z0-9]+)*$")
+MAIN = "main"
+
+#: The validity matrix, written once: (framework, device, dtype) cells that cannot run,
+#: with the reason. Every other cell of FRAMEWORKS × DEVICES × DTYPES is supported.
+UNSUPPORTED: dict[tuple[str, str, str], str] = {
+    ("torch", "metal", "f64"): "PyTorch's MPS backend has no float64",
+    ("candle", "metal", "f64"): "candle's Metal backend has no float64",
+}
+
+#: PyTorch's name for each device of the workflow's device axis.
+TORCH_DEVICE = {"cpu": "cpu", "cuda": "cuda", "metal": "mps"}
+
+
+class ConfigError(ValueError):
+    """A config that passed the JSON schema but cannot run; the message starts with the
+    offending key path (``experiments.a3_adam.comparisons.main.candidate: …``)."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"config: {path}: {problem}")
+        self.path = path
+
+
+def framework_of(run: str) -> str:
+    """The framework a run name starts with: ``candle_f32factors`` → ``candle``."""
+    if not RUN_NAME.match(run):
+        raise ValueError(f"run name {run!r} does not start with a framework ({FRAMEWORKS})")
+    return run.split("_", 1)[0]
+
+
+def unsupported_reason(framework: str, device: str, dtype: str) -> str | None:
+    """Why (framework, device, dtype) cannot run, or None when it can."""
+    return UNSUPPORTED.get((framework, device, dtype))
+
+
+def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """Parameters of a model family as (state_dict key, PyTorch shape), in state_dict order.
+
+    ``mlp``: ``fc{i}.weight`` ``[sizes[i], sizes[i-1]]`` and ``fc{i}.bias`` ``[sizes[i]]``.
+    ``cnn1d``: ``conv.weight`` ``[channels, in_channels, kernel]``, ``conv.bias``,
+    ``fc.weight`` ``[classes, channels·(length − kernel + 1)]``, ``fc.bias``.
+    The Rust side declares the same list (``candle-parity``'s ``model::expected_params``) and
+    refuses a spec whose list differs.
+    """
+    family = model["family"]
+    if family == "mlp":
+        sizes = model["sizes"]
+        out = []
+        for i in range(1, len(sizes)):
+            out.append((f"fc{i}.weight", (sizes[i], sizes[i - 1])))
+            out.append((f"fc{i}.bias", (sizes[i],)))
+        return out
+    if family == "cnn1d":
+        c, k = model["channels"], model["kernel"]
+        out_len = model["length"] - k + 1
+        return [
+            ("conv.weight", (c, model["in_channels"], k)),
+            ("conv.bias", (c,)),
+            ("fc.weight", (model["classes"], c * out_len)),
+            ("fc.bias", (model["classes"],)),
+        ]
+    raise ValueError(f"unknown model family {family!r}")
+
+
+def model_io(model: Mapping[str, Any]) -> tuple[tuple[int, ...], int]:
+    """(input shape of one sample, number of outputs) of a model."""
+    if model["family"] == "mlp":
+        return (model["sizes"][0],), model["sizes"][-1]
+    return (model["in_channels"], model["length"]), model["classes"]
+
+
+def count_params(model: Mapping[str, Any]) -> int:
+    """Total number of scalar parameters."""
+    return sum(math.prod(s) for _, s in model_params(model))
+
+
+def _merge(base: Mapping, override: Mapping) -> dict:
+    out = copy.deepcopy(dict(base))
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def canonical_hash(obj: Any) -> str:
+    """SHA-256 of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, order=True)
+class RunKey:
+    """One job and its trace: (experiment, run, dtype, device)."""
+
+    experiment: str
+    run: str
+    dtype: str
+    device: str
+
+    @property
+    def framework(self) -> str:
+        """``torch`` or ``candle``."""
+        return framework_of(self.run)
+
+    @property
+    def trace(self) -> str:
+        """Path of the trace, relative to the working directory."""
+        return f"results/traces/{self.experiment}/{self.run}-{self.dtype}-{self.device}.parquet"
+
+    @property
+    def label(self) -> str:
+        """Short human label: ``candle f32 cpu``."""
+        return f"{self.run} {self.dtype} {self.device}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A reference run against a candidate run, for one experiment on one device."""
+
+    experiment: str
+    name: str
+    device: str
+    reference: RunKey
+    candidate: RunKey
+    expect: str
+    tolerance: float
+    #: (reference f64, candidate f64) for the split table, or None without float64 runs.
+    f64_pair: tuple[RunKey, RunKey] | None
+
+    @property
+    def tag(self) -> str:
+        """File-name tag: the device for ``main``, ``{device}-{name}`` otherwise."""
+        return self.device if self.name == MAIN else f"{self.device}-{self.name}"
+
+    def table(self, kind: str, ext: str = "csv") -> str:
+        """``results/tables/{experiment}/{kind}-{tag}.{ext}`` (kind: perstep, split)."""
+        return f"results/tables/{self.experiment}/{kind}-{self.tag}.{ext}"
+
+    def figure(self, kind: str) -> str:
+        """``results/figures/{experiment}/{kind}-{tag}.png``."""
+        return f"results/figures/{self.experiment}/{kind}-{self.tag}.png"
+
+    def result(self, kind: str) -> str:
+        """Machine-readable result of one table, gathered by the summary."""
+        return f"results/compare/{self.experiment}/{kind}-{self.tag}.json"
+
+    @property
+    def traces(self) -> list[str]:
+        """Every trace this comparison reads (perstep pair, then the f64 pair if any)."""
+        keys = [self.reference, self.candidate, *(self.f64_pair or ())]
+        return [k.trace for k in keys]
+
+
+class Plan:
+    """The resolved config: which jobs run and what each compares.
+
+    Construct from a config dict that already passed ``schemas/config.schema.yaml``; raises
+    :class:`ConfigError` for what a JSON schema cannot express (a comparison naming a run
+    that does not exist, an optimizer a framework lacks, shapes that do not fit).
+    """
+
+    def __init__(self, config: Mapping[str, Any]):
+        self.config = copy.deepcopy(dict(config))
+        self.devices: list[str] = list(self.config["devices"])
+        self.dtypes: list[str] = list(self.config["dtypes"])
+        self.reference_device: str = self.config.get("reference_device", "cpu")
+        self.tolerance: float = float(self.config["tolerance"])
+        self.experiments: dict[str, dict] = {}
+        for name, exp in self.config["experiments"].items():
+            if exp.get("enabled", True):
+                self.experiments[name] = self._resolve_experiment(name, exp)
+
+    # ----- resolution and checks -------------------------------------------------------
+
+    def _resolve_experiment(self, name: str, exp: Mapping) -> dict:
+        where = f"experiments.{name}"
+        exp = copy.deepcopy(dict(exp))
+        exp.setdefault("runs", {"torch": {}, "candle": {}})
+        exp.setdefault("comparisons", {MAIN: {"reference": "torch", "candidate": "candle"}})
+        exp["record"] = _merge(self.config.get("record", {}), exp.get("record", {}))
+        self._check_model(f"{where}.model", exp["model"], exp["loss"])
+        runs = {}
+        for run, override in exp["runs"].items():
+            runs[run] = self._resolve_run(f"{where}.runs.{run}", exp, run, override or {})
+        exp["runs"] = runs
+        for cname, comp in exp["comparisons"].items():
+            for side in ("reference", "candidate"):
+                if comp[side] not in runs:
+                    raise ConfigError(
+                        f"{where}.comparisons.{cname}.{side}",
+                        f"{comp[side]!r} is not a run of this experiment "
+                        f"(runs: {', '.join(runs)})",
+                    )
+            comp.setdefault("expect", "pass")
+            comp.setdefault("tolerance", self.tolerance)
+        return exp
+
+    def _check_model(self, where: str, model: Mapping, loss: str) -> None:
+        if model["family"] == "cnn1d" and model["kernel"] > model["length"]:
+            raise ConfigError(
+                f"{where}.kernel",
+                f"kernel {model['kernel']} is longer than the input length {model['length']}",
+            )
+        if model["family"] == "cnn1d" and "fc_in" in model:
+            (_, (_, fc_in)) = model_params(model)[2]
+            if model["fc_in"] != fc_in:
+                raise ConfigError(
+                    f"{where}.fc_in",
+                    f"fc takes {model['fc_in']} inputs but the convolution gives "
+                    f"channels·(length − kernel + 1) = {fc_in}",
+                )
+        if loss == "cross_entropy" and model_io(model)[1] < 2:
+            raise ConfigError(where, "cross-entropy needs at least two outputs (classes)")
+
+    def _resolve_run(self, where: str, exp: Mapping, run: str, override: Mapping) -> dict:
+        framework = framework_of(run)
+        optimizer = _merge(exp["optimizer"], override.get("optimizer", {}))
+        settings: dict[str, Any] = {
+            "framework": framework,
+            "model": copy.deepcopy(exp["model"]),
+            "loss": exp["loss"],
+            "data": copy.deepcopy(exp["data"]),
+            "steps": exp["steps"],
+            "record": _merge(exp["record"], override.get("record", {})),
+            "optimizer": optimizer,
+        }
+        name = optimizer["name"]
+        if name in ("adam", "adamw"):
+            for k in ("betas", "eps", "weight_decay"):
+                if k not in optimizer:
+                    raise ConfigError(f"{where}.optimizer.{k}", f"{name} needs an explicit {k}")
+        if framework == "torch":
+            settings["optimizer_path"] = override.get(
+                "optimizer_path", self.config.get("torch", {}).get("optimizer_path", "single_tensor")
+            )
+            if "implementation" in optimizer or "bias_correction" in optimizer:
+                raise ConfigError(
+                    f"{where}.optimizer",
+                    "implementation and bias_correction are candle-side settings",
+                )
+        else:
+            if name == "adam":
+                raise ConfigError(
+                    f"{where}.optimizer.name",
+                    "candle-nn 0.11.0 has no Adam; use adamw with weight_decay 0 "
+                    "(PyTorch's Adam equals AdamW(weight_decay=0) bit for bit)",
+                )
+            if name == "sgd" and (optimizer.get("momentum", 0) or optimizer.get("weight_decay", 0)):
+                raise ConfigError(
+                    f"{where}.optimizer",
+                    "candle-nn 0.11.0's SGD has no momentum and no weight decay",
+                )
+            if name == "adamw":
+                optimizer.setdefault("implementation", "candle")
+                optimizer.setdefault("bias_correction", "f64")
+                if optimizer["bias_correction"] == "f32" and optimizer["implementation"] != "manual":
+                    raise ConfigError(
+                        f"{where}.optimizer.bias_correction",
+                        "float32 bias-correction factors need implementation: manual",
+                    )
+            if exp["model"]["family"] == "cnn1d":
+                settings["model"]["conv_impl"] = override.get("conv_impl", "conv2d")
+            elif "conv_impl" in override:
+                raise ConfigError(f"{where}.conv_impl", "only cnn1d models have a convolution")
+        names = [n for n, _ in model_params(exp["model"])]
+        tensors = settings["record"].get("tensors")
+        for t in tensors or ():
+            if t not in names:
+                raise ConfigError(
+                    f"{where}.record.tensors", f"{t!r} is not a parameter ({', '.join(names)})"
+                )
+        if settings["record"].get("moments") and framework == "candle":
+            if name != "adamw" or optimizer["implementation"] != "manual":
+                raise ConfigError(
+                    f"{where}.record.moments",
+                    "candle-nn keeps AdamW's moments private; use implementation: manual",
+                )
+        return settings
+
+    # ----- queries -----------------------------------------------------------------------
+
+    def run_settings(self, experiment: str, run: str) -> dict:
+        """Resolved settings of a run: framework, model, loss, data, steps, record,
+        optimizer and framework options. Raises ``KeyError`` for an unknown run."""
+        return copy.deepcopy(self.experiments[experiment]["runs"][run])
+
+    def config_hash(self, experiment: str, run: str) -> str:
+        """Hash of everything that defines the computation of a run (not dtype/device)."""
+        return canonical_hash(self.run_settings(experiment, run))
+
+    def fixture_settings(self, experiment: str) -> dict:
+        """What the fixture depends on: model, loss and data."""
+        exp = self.experiments[experiment]
+        return {"model": exp["model"], "loss": exp["loss"], "data": exp["data"]}
+
+    def fixture(self, experiment: str) -> str:
+        """Path of an experiment's fixture."""
+        return f"results/fixtures/{experiment}.safetensors"
+
+    def supported(self, key: RunKey) -> bool:
+        """Whether the validity matrix allows this run."""
+        return unsupported_reason(key.framework, key.device, key.dtype) is None
+
+    def runs(self) -> list[RunKey]:
+        """Every run job: each run × dtype × device of the config, where supported, plus
+        the reference-device runs that comparisons need."""
+        keys = {
+            RunKey(e, r, dt, dev)
+            for e, exp in self.experiments.items()
+            for r in exp["runs"]
+            for dt in self.dtypes
+            for dev in self.devices
+        }
+        for c in self.comparisons():
+            keys.update([c.reference, c.candidate, *(c.f64_pair or ())])
+        return sorted(k for k in keys if self.supported(k))
+
+    def _pair_key(self, experiment: str, run: str, dtype: str, device: str) -> RunKey:
+        key = RunKey(experiment, run, dtype, device)
+        if not self.supported(key):
+            # A float64 run on a device without float64 is taken from the CPU (SPEC §4).
+            key = RunKey(experiment, run, dtype, "cpu")
+        return key
+
+    def comparisons(self) -> list[Comparison]:
+        """Every comparison of the enabled experiments on every configured device."""
+        out = []
+        primary = "f32" if "f32" in self.dtypes else self.dtypes[0]
+        for e, exp in self.experiments.items():
+            for name, comp in exp["comparisons"].items():
+                for dev in self.devices:
+                    ref_dev = dev if self.reference_device == "same" else self.reference_device
+                    ref = self._pair_key(e, comp["reference"], primary, ref_dev)
+                    cand = self._pair_key(e, comp["candidate"], primary, dev)
+                    f64 = None
+                    if primary == "f32" and "f64" in self.dtypes:
+                        f64 = (
+                            self._pair_key(e, comp["reference"], "f64", ref_dev),
+                            self._pair_key(e, comp["candidate"], "f64", dev),
+                        )
+                    out.append(
+                        Comparison(
+                            e, name, dev, ref, cand, comp["expect"], comp["tolerance"], f64
+                        )
+                    )
+        return out
+
+    def comparison(self, experiment: str, tag: str) -> Comparison:
+        """The comparison with this file-name tag. Raises ``KeyError`` if none."""
+        for c in self.comparisons():
+            if c.experiment == experiment and c.tag == tag:
+                return c
+        raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}")
+
+    def trace_expectation(self, key: RunKey) -> dict:
+        """What a trace of ``key`` must carry (see ``schema.TraceReader``)."""
+        s = self.run_settings(key.experiment, key.run)
+        recorded = s["record"].get("tensors") or [n for n, _ in model_params(s["model"])]
+        shapes = dict(model_params(s["model"]))
+        return {
+            "experiment": key.experiment,
+            "run": key.run,
+            "framework": key.framework,
+            "dtype": key.dtype,
+            "device": key.device,
+            "steps": s["steps"],
+            "record_every": s["record"]["every"],
+            "config_hash": self.config_hash(key.experiment, key.run),
+            "params": {n: shapes[n] for n in recorded},
+        }
+
+    def runner_spec(self, key: RunKey, fixture: str) -> dict:
+        """The JSON run spec the Rust runner reads (``parity_common::spec::RunSpec``).
+
+        Every field is explicit; the Rust side refuses unknown fields.
+        """
+        s = self.run_settings(key.experiment, key.run)
+        opt = s["optimizer"]
+        if opt["name"] == "sgd":
+            optimizer = {"name": "sgd", "lr": opt["lr"]}
+        else:
+            optimizer = {
+                "name": "adamw",
+                "lr": opt["lr"],
+                "betas": list(opt["betas"]),
+                "eps": opt["eps"],
+                "weight_decay": opt["weight_decay"],
+                "implementation": opt["implementation"],
+                "bias_correction": opt["bias_correction"],
+            }
+        model = dict(s["model"])
+        model.pop("fc_in", None)
+        return {
+            "experiment": key.experiment,
+            "run": key.run,
+            "fixture": fixture,
+            "dtype": key.dtype,
+            "device": key.device,
+            "steps": s["steps"],
+            "model": model,
+            "loss": s["loss"],
+            "optimizer": optimizer,
+            "record": {
+                "every": s["record"]["every"],
+                "tensors": s["record"].get("tensors"),
+                "grads": bool(s["record"].get("grads", False)),
+                "moments": bool(s["record"].get("moments", False)),
+            },
+            "params": [{"name": n, "shape": list(sh)} for n, sh in model_params(s["model"])],
+        }

@@ -1,0 +1,73 @@
+"""Fixtures: initial weights and data, drawn in float64 and rounded to float32 once.
+
+Both frameworks read the same safetensors file. A float64 run widens these float32 values;
+it never draws afresh. The same settings give the same bytes (the generator is numpy's
+PCG64 ``default_rng(seed)``, and safetensors orders tensors deterministically).
+
+Draw order, from one generator: each parameter in state_dict order, then ``x``, then ``y``.
+
+* weights and biases: U(−1/√fan_in, 1/√fan_in), fan_in = product of the weight's
+  trailing dimensions (PyTorch's default bound for Linear and Conv1d, ``torch.nn.init``);
+* ``x``: N(0, 1), shape ``[batches, batch_size, *input]``;
+* ``y``: N(0, 1) ``[batches, batch_size, outputs]`` for MSE; for cross-entropy, uniform
+  class labels in ``[0, outputs)`` as int64 ``[batches, batch_size]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from .experiments import canonical_hash, model_io, model_params
+from .fileio import atomic_path
+
+GENERATOR = "numpy.random.default_rng (PCG64)"
+
+
+def draw(settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Draw a fixture from ``{"model", "loss", "data": {"seed", "batches", "batch_size"}}``.
+
+    Returns float32 arrays for parameters and ``x``; ``y`` is float32 (MSE) or int64
+    (cross-entropy). Raises ``KeyError`` for missing settings.
+    """
+    model, data = settings["model"], settings["data"]
+    rng = np.random.default_rng(data["seed"])
+    params = model_params(model)
+    fan_in: dict[str, int] = {}
+    out: dict[str, np.ndarray] = {}
+    for name, shape in params:
+        layer, kind = name.rsplit(".", 1)
+        if kind == "weight":
+            fan_in[layer] = math.prod(shape[1:])
+        bound = 1.0 / math.sqrt(fan_in[layer])
+        out[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    in_shape, outputs = model_io(model)
+    lead = (data["batches"], data["batch_size"])
+    out["x"] = rng.standard_normal(size=(*lead, *in_shape)).astype(np.float32)
+    if settings["loss"] == "mse":
+        out["y"] = rng.standard_normal(size=(*lead, outputs)).astype(np.float32)
+    else:
+        out["y"] = rng.integers(0, outputs, size=lead, dtype=np.int64)
+    return out
+
+
+def write(path: str | os.PathLike, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Draw and write a fixture atomically; returns the tensors.
+
+    The safetensors metadata records the generator and the settings it was drawn from.
+    """
+    tensors = draw(settings)
+    meta = {
+        "generator": GENERATOR,
+        "settings": json.dumps(settings, sort_keys=True),
+        "settings_sha256": canonical_hash(settings),
+    }
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+    return tensors

@@ -1,0 +1,55 @@
+"""Where and how a trace was made: host, CPU, Python, settings. Shared by both runners."""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from .experiments import Plan, RunKey
+from .fileio import sha256_file
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo, else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def trace_metadata(
+    plan: Plan, key: RunKey, fixture: str, framework_version: str, runner: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Trace metadata common to every framework (see ``schema.REQUIRED_METADATA``).
+
+    ``runner`` carries what only the runner knows (threads, device detail, compiler, code
+    path); it is stored as given under ``runner``.
+    """
+    settings = plan.run_settings(key.experiment, key.run)
+    return {
+        "experiment": key.experiment,
+        "run": key.run,
+        "framework": key.framework,
+        "framework_version": framework_version,
+        "device": key.device,
+        "host": socket.gethostname(),
+        "optimizer": settings["optimizer"],
+        "fixture_sha256": sha256_file(fixture),
+        "config_hash": plan.config_hash(key.experiment, key.run),
+        "settings": json.dumps(settings, sort_keys=True),
+        "steps": settings["steps"],
+        "record_every": settings["record"]["every"],
+        "runner": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpu": cpu_model(),
+            **runner,
+        },
+    }

@@ -1,0 +1,118 @@
+"""CSV tables and their Markdown twins, laid out like the study's tables.
+
+CSV files hold every recorded step at full precision (shortest round-trip repr); the
+Markdown twins show the study's selection of steps (1, 2, 3, 5, 10, 20, 30, … and the last)
+with its number formats (losses to 8 decimals, differences as ``%.2e``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from .fileio import write_text_atomic
+
+PERSTEP_COLUMNS = ("step", "loss_a", "loss_b", "dloss", "max_dparam", "where")
+SPLIT_COLUMNS = ("step", "max_dparam", "torch_f64", "candle_f64", "f64_f64")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:
+    """CSV with exactly ``columns``; None is an empty cell, floats use ``repr``."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_cell(r[c]) for c in columns])
+    return buf.getvalue()
+
+
+def write_csv(path: str, rows: Iterable[Mapping], columns: Sequence[str]) -> None:
+    """Write :func:`csv_text` atomically."""
+    write_text_atomic(path, csv_text(rows, columns))
+
+
+def display_steps(steps: Sequence[int]) -> list[int]:
+    """The study's step selection: 1, 2, 3, 5, 10, then every 10, and the last step."""
+    steps = [s for s in steps if s > 0]
+    if not steps:
+        return []
+    wanted = {1, 2, 3, 5, steps[-1], *range(10, steps[-1] + 1, 10)}
+    return [s for s in steps if s in wanted]
+
+
+def _sci(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    return f"{v:.2e}"
+
+
+def _fixed(v) -> str:
+    return "" if v is None else f"{v:.8f}"
+
+
+def _markdown(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    esc = [h.replace("|", "\\|") for h in header]
+    lines = ["| " + " | ".join(esc) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def perstep_markdown(rows: Sequence[Mapping], title: str, notes: Sequence[str] = ()) -> str:
+    """Markdown twin of a per-step table (study layout)."""
+    by_step = {r["step"]: r for r in rows}
+    body = [
+        [
+            str(s),
+            _fixed(by_step[s]["loss_a"]),
+            _fixed(by_step[s]["loss_b"]),
+            _sci(by_step[s]["dloss"]),
+            _sci(by_step[s]["max_dparam"]),
+            f"`{by_step[s]['where']}`",
+        ]
+        for s in display_steps(list(by_step))
+    ]
+    header = ["step", "loss_a", "loss_b", "|dloss|", "max|dparam|", "where"]
+    return _page(title, notes, _markdown(header, body))
+
+
+def split_markdown(
+    rows: Sequence[Mapping], title: str, reference: str, candidate: str, notes: Sequence[str] = ()
+) -> str:
+    """Markdown twin of a split table; the f64 columns are labelled with the run names."""
+    by_step = {r["step"]: r for r in rows}
+    body = [
+        [str(s)] + [_sci(by_step[s][c]) for c in SPLIT_COLUMNS[1:]]
+        for s in display_steps(list(by_step))
+    ]
+    header = ["step", "max|dparam|", f"{reference}-f64", f"{candidate}-f64", "f64-f64"]
+    return _page(title, notes, _markdown(header, body))
+
+
+def _page(title: str, notes: Sequence[str], table: str) -> str:
+    parts = [f"# {title}\n"]
+    if notes:
+        parts.append("\n".join(f"- {n}" for n in notes) + "\n")
+    parts.append(table)
+    return "\n".join(parts)
+
+
+def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], formats=None) -> str:
+    """A plain Markdown table of ``columns``; ``formats`` maps a column to a formatter."""
+    formats = formats or {}
+    body = [[formats.get(c, _cell)(r.get(c)) for c in columns] for r in rows]
+    return _markdown(list(columns), body)
+
+
+sci = _sci

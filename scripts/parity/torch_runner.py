@@ -1,0 +1,169 @@
+"""The PyTorch side: one training run, written as a trace.
+
+The loop is the study's: parameters are plain tensors with ``requires_grad`` loaded from
+the fixture, the model is functional (``F.linear``, ``F.conv1d``), and each step is
+``loss = f(model(x), y); opt.zero_grad(); loss.backward(); opt.step()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.numpy import load_file
+
+from .experiments import TORCH_DEVICE, Plan, RunKey, model_params
+from .provenance import trace_metadata
+from .schema import TraceLayout, TraceWriter, extra_column
+
+TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64}
+
+#: ``optimizer_path`` → keyword arguments selecting PyTorch's optimizer implementation.
+#: single_tensor is the per-parameter loop (CPU default), foreach the multi-tensor one,
+#: fused the single-kernel one.
+OPTIMIZER_PATHS = {
+    "single_tensor": {"foreach": False, "fused": False},
+    "foreach": {"foreach": True, "fused": False},
+    "fused": {"foreach": False, "fused": True},
+}
+
+
+def forward(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torch.Tensor):
+    """Forward pass of a model family (see ``experiments.model_params``).
+
+    ``x``: ``[batch, *input]``; returns ``[batch, outputs]``.
+    """
+    if model["family"] == "mlp":
+        layers = len(model["sizes"]) - 1
+        h = x
+        for i in range(1, layers + 1):
+            h = F.linear(h, p[f"fc{i}.weight"], p[f"fc{i}.bias"])
+            if i < layers:
+                h = activation(h, model["activation"])
+        return h
+    if model["family"] == "cnn1d":
+        h = F.conv1d(x, p["conv.weight"], p["conv.bias"])
+        h = activation(h, model["activation"]).flatten(1)
+        return F.linear(h, p["fc.weight"], p["fc.bias"])
+    raise ValueError(f"unknown model family {model['family']!r}")
+
+
+def activation(h: torch.Tensor, name: str) -> torch.Tensor:
+    """Apply a named activation."""
+    if name == "relu":
+        return torch.relu(h)
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def loss_fn(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Batch-mean loss: ``mse`` (F.mse_loss) or ``cross_entropy`` (F.cross_entropy)."""
+    if name == "mse":
+        return F.mse_loss(out, y)
+    if name == "cross_entropy":
+        return F.cross_entropy(out, y)
+    raise ValueError(f"unknown loss {name!r}")
+
+
+def make_optimizer(settings: Mapping[str, Any], params: list[torch.Tensor], path: str):
+    """``torch.optim`` optimizer from resolved settings, every hyperparameter explicit.
+
+    Raises ``ValueError`` for an unknown name or path.
+    """
+    opt = settings
+    kw = dict(OPTIMIZER_PATHS[path])
+    if opt["name"] == "sgd":
+        return torch.optim.SGD(
+            params,
+            lr=opt["lr"],
+            momentum=opt.get("momentum", 0.0),
+            weight_decay=opt.get("weight_decay", 0.0),
+            **kw,
+        )
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(opt["name"])
+    if cls is None:
+        raise ValueError(f"unknown optimizer {opt['name']!r}")
+    return cls(
+        params,
+        lr=opt["lr"],
+        betas=tuple(opt["betas"]),
+        eps=opt["eps"],
+        weight_decay=opt["weight_decay"],
+        **kw,
+    )
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    return t.detach().reshape(-1).cpu().numpy().copy()
+
+
+def train(plan: Plan, key: RunKey, fixture: str, out: str, threads: int, log: logging.Logger):
+    """Run ``key`` and write its trace to ``out``.
+
+    Raises ``RuntimeError`` when the device is missing; the trace is then not written.
+    """
+    torch.set_num_threads(threads)
+    s = plan.run_settings(key.experiment, key.run)
+    device = torch.device(TORCH_DEVICE[key.device])
+    if key.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda requested but torch.cuda.is_available() is False")
+    if key.device == "metal" and not torch.backends.mps.is_available():
+        raise RuntimeError("device metal requested but torch.backends.mps.is_available() is False")
+    dtype = TORCH_DTYPES[key.dtype]
+    fx = load_file(fixture)
+    names = [n for n, _ in model_params(s["model"])]
+    p = {n: torch.from_numpy(fx[n]).to(device=device, dtype=dtype).requires_grad_() for n in names}
+    x = torch.from_numpy(fx["x"]).to(device=device, dtype=dtype)
+    y = torch.from_numpy(fx["y"]).to(device=device)
+    if s["loss"] == "mse":
+        y = y.to(dtype)
+    opt = make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
+
+    rec = s["record"]
+    recorded = rec.get("tensors") or names
+    extras = []
+    if rec.get("grads"):
+        extras += [extra_column("grad", n) for n in recorded]
+    if rec.get("moments"):
+        extras += [extra_column(k, n) for n in recorded for k in ("exp_avg", "exp_avg_sq")]
+    layout = TraceLayout.of(key.dtype, [(n, p[n].shape) for n in recorded], extras)
+    meta = trace_metadata(
+        plan,
+        key,
+        fixture,
+        torch.__version__,
+        {
+            "threads": torch.get_num_threads(),
+            "device_detail": str(device),
+            "optimizer_impl": f"torch.optim.{type(opt).__name__}",
+            "optimizer_path": s["optimizer_path"],
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+        },
+    )
+    steps, every = s["steps"], rec["every"]
+    batches = x.shape[0]
+    with TraceWriter(out, layout, meta) as w:
+        w.write_step(0, None, {n: _host(p[n]) for n in recorded})
+        for t in range(1, steps + 1):
+            i = (t - 1) % batches
+            loss = loss_fn(s["loss"], forward(s["model"], p, x[i]), y[i])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if t % every and t != steps:
+                continue
+            row = {n: _host(p[n]) for n in recorded}
+            for n in recorded if rec.get("grads") else ():
+                row[extra_column("grad", n)] = _host(p[n].grad)
+            for n in recorded if rec.get("moments") else ():
+                state = opt.state[p[n]]
+                row[extra_column("exp_avg", n)] = _host(state["exp_avg"])
+                row[extra_column("exp_avg_sq", n)] = _host(state["exp_avg_sq"])
+            value = float(loss.detach().to(torch.float64).cpu())
+            w.write_step(t, value, row)
+            if t % max(1, steps // 10) == 0 or t == steps:
+                log.info("step %d/%d loss %.8f", t, steps, value)
+    log.info("wrote %s (%s)", out, w.meta["status"])
