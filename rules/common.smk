@@ -3,6 +3,7 @@
 
 import os
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -10,7 +11,6 @@ from snakemake.utils import validate
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
 from parity.experiments import ConfigError, Plan  # noqa: E402
-
 
 validate(config, "../schemas/config.schema.yaml")
 try:
@@ -82,3 +82,29 @@ def all_results():
 def all_outputs():
     """Targets of the default rule."""
     return all_tables() + ["results/tables/summary.csv", "results/tables/summary.md"]
+
+
+# ----- the candle build ------------------------------------------------------------
+
+RUST_DIR = Path(workflow.basedir) / "rust"
+RUST_MANIFEST = str(RUST_DIR / "Cargo.toml")
+RUST_SOURCES = sorted(
+    str(p)
+    for pattern in ("Cargo.*", "*/Cargo.toml", "*/build.rs", "*/src/**/*.rs")
+    for p in RUST_DIR.glob(pattern)
+)
+
+
+def cargo_target_dir(device):
+    """One target directory per feature set, so a CPU build survives a GPU build.
+
+    Under $CARGO_TARGET_DIR when set (CI points it at a cache outside the clone)."""
+    features = config.get("candle", {}).get("features", {}).get(device, [])
+    base = os.environ.get("CARGO_TARGET_DIR") or str(RUST_DIR / "target")
+    return os.path.join(base, "-".join(sorted(features)) or "default")
+
+
+def cargo_features(device):
+    """cargo's --features arguments for a device, from config candle.features."""
+    features = config.get("candle", {}).get("features", {}).get(device, [])
+    return ["--features", ",".join(features)] if features else []

@@ -11,12 +11,14 @@ rule perstep:
         csv="results/tables/{experiment}/perstep-{tag}.csv",
         md="results/tables/{experiment}/perstep-{tag}.md",
         result="results/compare/{experiment}/perstep-{tag}.json",
-    params:
-        comparison=comparison_params,
     log:
         "results/logs/perstep/{experiment}/{tag}.log",
     benchmark:
         "results/benchmarks/perstep/{experiment}/{tag}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        comparison=comparison_params,
     script:
         "../scripts/compare_perstep.py"
 
@@ -30,12 +32,14 @@ rule split:
         csv="results/tables/{experiment}/split-{tag}.csv",
         md="results/tables/{experiment}/split-{tag}.md",
         result="results/compare/{experiment}/split-{tag}.json",
-    params:
-        comparison=comparison_params,
     log:
         "results/logs/split/{experiment}/{tag}.log",
     benchmark:
         "results/benchmarks/split/{experiment}/{tag}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        comparison=comparison_params,
     script:
         "../scripts/compare_split.py"
 
@@ -51,6 +55,8 @@ rule summary:
         "results/logs/summary.log",
     benchmark:
         "results/benchmarks/summary.tsv"
+    conda:
+        "../envs/analysis.yaml"
     script:
         "../scripts/summary.py"
 
@@ -62,5 +68,7 @@ rule check:
     log:
         "results/logs/check.log",
     localrule: True
+    conda:
+        "../envs/analysis.yaml"
     script:
         "../scripts/check.py"

@@ -4,12 +4,14 @@ rule figure:
         csv="results/tables/{experiment}/{kind}-{tag}.csv",
     output:
         png="results/figures/{experiment}/{kind}-{tag}.png",
-    params:
-        tolerance=lambda wc: comparison(wc).tolerance,
-        title=lambda wc: f"{wc.experiment} {wc.kind} {wc.tag}",
     log:
         "results/logs/figure/{experiment}/{kind}-{tag}.log",
     benchmark:
         "results/benchmarks/figure/{experiment}/{kind}-{tag}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        tolerance=lambda wc: comparison(wc).tolerance,
+        title=lambda wc: f"{wc.experiment} {wc.kind} {wc.tag}",
     script:
         "../scripts/figure.py"

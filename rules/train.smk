@@ -7,17 +7,19 @@ rule train_torch:
         fixture="results/fixtures/{experiment}.safetensors",
     output:
         trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
-    wildcard_constraints:
-        run="torch(_[a-z0-9]+)*",
-    params:
-        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
-    threads: config.get("threads", 1)
-    resources:
-        gpu=lambda wc: int(wc.device == "cuda"),
     log:
         "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
     benchmark:
         "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+    wildcard_constraints:
+        run="torch(_[a-z0-9]+)*",
+    conda:
+        "../envs/torch.yaml"
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    params:
+        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
     script:
         "../scripts/train_torch.py"
 
@@ -29,16 +31,18 @@ rule train_candle:
         binary=candle_binary("{device}"),
     output:
         trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
-    wildcard_constraints:
-        run="candle(_[a-z0-9]+)*",
-    params:
-        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
-    threads: config.get("threads", 1)
-    resources:
-        gpu=lambda wc: int(wc.device == "cuda"),
     log:
         "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
     benchmark:
         "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+    wildcard_constraints:
+        run="candle(_[a-z0-9]+)*",
+    conda:
+        "../envs/analysis.yaml"
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    params:
+        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
     script:
         "../scripts/train_candle.py"

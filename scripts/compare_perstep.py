@@ -9,6 +9,13 @@ log = job_logger(sm.log[0])
 plan = Plan(sm.config)
 comp = plan.comparison(sm.wildcards.experiment, sm.wildcards.tag)
 jobs.perstep_job(
-    plan, comp, sm.input.reference, sm.input.candidate, sm.input.fixture,
-    sm.output.csv, sm.output.md, sm.output.result, log,
+    plan,
+    comp,
+    sm.input.reference,
+    sm.input.candidate,
+    sm.input.fixture,
+    sm.output.csv,
+    sm.output.md,
+    sm.output.result,
+    log,
 )

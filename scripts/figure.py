@@ -9,7 +9,14 @@ sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 with open(sm.input.csv, encoding="utf-8") as f:
     raw = list(csv.DictReader(f))
-rows = [{k: (int(v) if k == "step" else (float(v) if v not in ("",) else None)) for k, v in r.items() if k != "where"} for r in raw]
+rows = [
+    {
+        k: (int(v) if k == "step" else (float(v) if v not in ("",) else None))
+        for k, v in r.items()
+        if k != "where"
+    }
+    for r in raw
+]
 if sm.wildcards.kind == "perstep":
     columns = {"max_dparam": "max|dparam|", "dloss": "|dloss|"}
 else:

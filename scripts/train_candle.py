@@ -9,5 +9,12 @@ log = job_logger(sm.log[0])
 w = sm.wildcards
 key = RunKey(w.experiment, w.run, w.dtype, w.device)
 candle_runner.train(
-    Plan(sm.config), key, sm.input.fixture, sm.input.binary, sm.output.trace, sm.threads, log, sm.log[0]
+    Plan(sm.config),
+    key,
+    sm.input.fixture,
+    sm.input.binary,
+    sm.output.trace,
+    sm.threads,
+    log,
+    sm.log[0],
 )

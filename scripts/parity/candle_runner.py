@@ -95,7 +95,9 @@ def _consume(plan, key, fixture, proc, layout, out, log) -> None:
         header = next(frames, None)
         if header is None or header.kind != "header":
             proc.wait()
-            raise RunnerError(f"candle-parity exited with status {proc.returncode} before its header")
+            raise RunnerError(
+                f"candle-parity exited with status {proc.returncode} before its header"
+            )
         m = header.meta
         runner = {k: m[k] for k in ("compiler", "device_detail", "features", "optimizer_impl")}
         runner["threads"] = int(m["threads"])

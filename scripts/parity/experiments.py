@@ -223,8 +223,7 @@ class Plan:
                 if comp[side] not in runs:
                     raise ConfigError(
                         f"{where}.comparisons.{cname}.{side}",
-                        f"{comp[side]!r} is not a run of this experiment "
-                        f"(runs: {', '.join(runs)})",
+                        f"{comp[side]!r} is not a run of this experiment (runs: {', '.join(runs)})",
                     )
             comp.setdefault("expect", "pass")
             comp.setdefault("tolerance", self.tolerance)
@@ -266,7 +265,8 @@ class Plan:
                     raise ConfigError(f"{where}.optimizer.{k}", f"{name} needs an explicit {k}")
         if framework == "torch":
             settings["optimizer_path"] = override.get(
-                "optimizer_path", self.config.get("torch", {}).get("optimizer_path", "single_tensor")
+                "optimizer_path",
+                self.config.get("torch", {}).get("optimizer_path", "single_tensor"),
             )
             if "implementation" in optimizer or "bias_correction" in optimizer:
                 raise ConfigError(
@@ -288,7 +288,10 @@ class Plan:
             if name == "adamw":
                 optimizer.setdefault("implementation", "candle")
                 optimizer.setdefault("bias_correction", "f64")
-                if optimizer["bias_correction"] == "f32" and optimizer["implementation"] != "manual":
+                if (
+                    optimizer["bias_correction"] == "f32"
+                    and optimizer["implementation"] != "manual"
+                ):
                     raise ConfigError(
                         f"{where}.optimizer.bias_correction",
                         "float32 bias-correction factors need implementation: manual",
@@ -304,12 +307,12 @@ class Plan:
                 raise ConfigError(
                     f"{where}.record.tensors", f"{t!r} is not a parameter ({', '.join(names)})"
                 )
-        if settings["record"].get("moments") and framework == "candle":
-            if name != "adamw" or optimizer["implementation"] != "manual":
-                raise ConfigError(
-                    f"{where}.record.moments",
-                    "candle-nn keeps AdamW's moments private; use implementation: manual",
-                )
+        manual = name == "adamw" and optimizer.get("implementation") == "manual"
+        if settings["record"].get("moments") and framework == "candle" and not manual:
+            raise ConfigError(
+                f"{where}.record.moments",
+                "candle-nn keeps AdamW's moments private; use implementation: manual",
+            )
         return settings
 
     # ----- queries -----------------------------------------------------------------------
@@ -374,9 +377,7 @@ class Plan:
                             self._pair_key(e, comp["candidate"], "f64", dev),
                         )
                     out.append(
-                        Comparison(
-                            e, name, dev, ref, cand, comp["expect"], comp["tolerance"], f64
-                        )
+                        Comparison(e, name, dev, ref, cand, comp["expect"], comp["tolerance"], f64)
                     )
         return out
 

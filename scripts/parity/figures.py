@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from .fileio import atomic_path  # noqa: E402
+from .fileio import atomic_path
 
 
 def plot_columns(
@@ -39,7 +39,9 @@ def plot_columns(
         suffix = f" ({zeros} steps exactly 0)" if zeros else ""
         ax.plot(steps, y, marker="." if len(steps) < 40 else None, label=label + suffix)
     if tolerance is not None and tolerance > 0:
-        ax.axhline(tolerance, color="black", linestyle="--", linewidth=1, label=f"tolerance {tolerance:g}")
+        ax.axhline(
+            tolerance, color="black", linestyle="--", linewidth=1, label=f"tolerance {tolerance:g}"
+        )
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)

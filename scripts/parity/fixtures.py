@@ -60,13 +60,20 @@ def draw(settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
 def write(path: str | os.PathLike, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Draw and write a fixture atomically; returns the tensors.
 
-    The safetensors metadata records the generator and the settings it was drawn from.
+    The safetensors metadata ``parity.fixture`` records the generator and the settings.
     """
     tensors = draw(settings)
+    # One metadata entry: safetensors keeps metadata in a hash map, so several entries
+    # would be written in varying order and the bytes would differ from run to run.
     meta = {
-        "generator": GENERATOR,
-        "settings": json.dumps(settings, sort_keys=True),
-        "settings_sha256": canonical_hash(settings),
+        "parity.fixture": json.dumps(
+            {
+                "generator": GENERATOR,
+                "settings": settings,
+                "settings_sha256": canonical_hash(settings),
+            },
+            sort_keys=True,
+        )
     }
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=meta)

@@ -69,8 +69,10 @@ def perstep_job(
         f"reference: {comp.reference.label} (`{reference}`)",
         f"candidate: {comp.candidate.label} (`{candidate}`)",
         "step 0 identical bit for bit: " + ("yes" if result.step0_identical else "**no**"),
-        f"worst max|dparam| {tables.sci(worst)} at step {worst_step} (`{worst_where}`); "
-        f"tolerance {comp.tolerance:g}; verdict **{verdict}**",
+        (
+            f"worst max|dparam| {tables.sci(worst)} at step {worst_step} (`{worst_where}`); "
+            f"tolerance {comp.tolerance:g}; verdict **{verdict}**"
+        ),
     ]
     for side, r in (("reference", ref), ("candidate", cand)):
         if r.diverged_step is not None:
@@ -212,10 +214,30 @@ def summary_job(results: Sequence[str], out_csv: str, out_md: str) -> list[dict]
             }
         )
     tables.write_csv(out_csv, rows, SUMMARY_COLUMNS)
-    fmt = {c: tables.sci for c in ("worst_dparam", "final_dparam", "worst_dloss", "torch_f64",
-                                   "candle_f64", "f64_f64")}
-    md_cols = ("experiment", "comparison", "device", "pair", "step0_identical", "worst_dparam",
-               "worst_where", "f64_f64", "tolerance", "verdict", "expected_verdict")
+    fmt = {
+        c: tables.sci
+        for c in (
+            "worst_dparam",
+            "final_dparam",
+            "worst_dloss",
+            "torch_f64",
+            "candle_f64",
+            "f64_f64",
+        )
+    }
+    md_cols = (
+        "experiment",
+        "comparison",
+        "device",
+        "pair",
+        "step0_identical",
+        "worst_dparam",
+        "worst_where",
+        "f64_f64",
+        "tolerance",
+        "verdict",
+        "expected_verdict",
+    )
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
     head = "# Summary\n\n"
     if bad:

@@ -1,6 +1,7 @@
 """The trace schema: defined here once, checked on write and on read.
 
-A trace is one Parquet file per run (``results/traces/{experiment}/{run}-{dtype}-{device}.parquet``):
+A trace is one Parquet file per run,
+``results/traces/{experiment}/{run}-{dtype}-{device}.parquet``:
 
 * one row per recorded step; step 0 is the initial state;
 * ``step`` (int32, not null) and ``loss`` (float64; null at step 0): the loss of that step's
@@ -24,6 +25,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -124,9 +126,7 @@ class TraceLayout:
         """The Arrow schema of a trace with this layout."""
         value = FLOAT_TYPES[self.dtype]
         fields = [pa.field("step", pa.int32(), nullable=False), pa.field("loss", pa.float64())]
-        fields += [
-            pa.field(n, pa.list_(value, self.numel(n)), nullable=False) for n in self.names
-        ]
+        fields += [pa.field(n, pa.list_(value, self.numel(n)), nullable=False) for n in self.names]
         fields += [pa.field(e, pa.list_(value, self.numel(e))) for e in self.extras]
         return pa.schema(fields)
 
@@ -150,9 +150,7 @@ def _check_metadata(path, meta: Mapping) -> None:
         if key not in meta:
             raise TraceError(path, f"metadata field {key!r} is missing")
         if not isinstance(meta[key], kind) or (kind is int and isinstance(meta[key], bool)):
-            raise TraceError(
-                path, f"metadata field {key!r} has type {type(meta[key]).__name__}"
-            )
+            raise TraceError(path, f"metadata field {key!r} has type {type(meta[key]).__name__}")
     if meta["schema_version"] != SCHEMA_VERSION:
         raise TraceError(
             path,
@@ -196,10 +194,12 @@ class TraceWriter:
         self._tmp = self._atomic.__enter__()
         self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
 
-    def __enter__(self) -> TraceWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._done:
+            return
         if exc_type is None:
             self.close()
         else:
@@ -263,7 +263,10 @@ class TraceWriter:
             n = self.layout.numel(name)
             present = [r.tensors.get(name) for r in rows]
             flat = np.concatenate(
-                [p if p is not None else np.zeros(n, NUMPY_TYPES[self.layout.dtype]) for p in present]
+                [
+                    p if p is not None else np.zeros(n, NUMPY_TYPES[self.layout.dtype])
+                    for p in present
+                ]
             )
             mask = np.array([p is None for p in present])
             arr = pa.FixedSizeListArray.from_arrays(pa.array(flat, value), n)

@@ -80,12 +80,9 @@ fn fixture_tensor<'a>(
     name: &str,
     spec: &RunSpec,
 ) -> Result<&'a Tensor> {
-    tensors.get(name).with_context(|| {
-        format!(
-            "fixture {} has no tensor {name:?}",
-            spec.fixture.display()
-        )
-    })
+    tensors
+        .get(name)
+        .with_context(|| format!("fixture {} has no tensor {name:?}", spec.fixture.display()))
 }
 
 impl Net {

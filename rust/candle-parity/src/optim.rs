@@ -77,8 +77,7 @@ impl ManualAdamW {
         let lr_lambda = lr * self.params.weight_decay;
         let beta1 = self.params.beta1;
         let beta2 = self.params.beta2;
-        let (scale_m, scale_v) =
-            bias_correction(beta1, beta2, self.step_t as i32, self.factors);
+        let (scale_m, scale_v) = bias_correction(beta1, beta2, self.step_t as i32, self.factors);
         for (i, theta) in self.vars.iter().enumerate() {
             let Some(g) = grads.get(theta) else { continue };
             let next_m = ((&self.exp_avg[i] * beta1)? + (g * (1.0 - beta1))?)?;

@@ -52,13 +52,24 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         opt.step(&grads)?;
         if spec.records_step(t) {
             let loss_value = scalar_f64(&loss)?;
-            write_step(&mut out, spec, &net, &opt, t, Some(loss_value), Some(&grads))?;
-            if t % progress_every == 0 || t == spec.steps {
+            write_step(
+                &mut out,
+                spec,
+                &net,
+                &opt,
+                t,
+                Some(loss_value),
+                Some(&grads),
+            )?;
+            if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
             }
         }
     }
-    out.write_meta(meta([("kind", "end".into()), ("status", "complete".into())]))?;
+    out.write_meta(meta([
+        ("kind", "end".into()),
+        ("status", "complete".into()),
+    ]))?;
     Ok(())
 }
 

@@ -114,10 +114,7 @@ impl View for RawTensor {
 
 /// Builds a metadata map from string pairs.
 pub fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
-    pairs
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 #[cfg(test)]

@@ -265,7 +265,7 @@ impl RunSpec {
 
     /// Whether step `step` is recorded: step 0, the last step, and every `record.every`-th.
     pub fn records_step(&self, step: u32) -> bool {
-        step == 0 || step == self.steps || step % self.record.every == 0
+        step == 0 || step == self.steps || step.is_multiple_of(self.record.every)
     }
 
     /// Whether parameter `name` is recorded.

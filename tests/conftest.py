@@ -1,0 +1,90 @@
+"""Shared test helpers: hand-made traces and a runner for the real workflow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from parity.schema import TraceLayout, TraceWriter
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def base_meta(**over) -> dict:
+    """Metadata for a hand-made trace (every required field)."""
+    meta = {
+        "experiment": "hand",
+        "run": "torch",
+        "framework": "torch",
+        "framework_version": "test",
+        "device": "cpu",
+        "host": "testhost",
+        "optimizer": {"name": "sgd", "lr": 0.1},
+        "fixture_sha256": "0" * 64,
+        "config_hash": "1" * 64,
+        "steps": 2,
+        "record_every": 1,
+        "runner": {},
+    }
+    meta.update(over)
+    return meta
+
+
+def write_trace(path, steps_values, dtype="f32", losses=None, shapes=None, **meta):
+    """Write a trace whose step k holds ``steps_values[k]`` (dict name → array).
+
+    ``shapes`` defaults to the 1-D shape of each array at step 0.
+    """
+    first = steps_values[0]
+    shapes = shapes or {n: (np.asarray(v).size,) for n, v in first.items()}
+    layout = TraceLayout.of(dtype, list(shapes.items()))
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    losses = losses or [None] + [1.0] * (len(steps_values) - 1)
+    m = base_meta(steps=len(steps_values) - 1, **meta)
+    with TraceWriter(path, layout, m) as w:
+        for k, values in enumerate(steps_values):
+            w.write_step(
+                k, losses[k], {n: np.asarray(v, dtype=np_dtype) for n, v in values.items()}
+            )
+    return path
+
+
+def load_config(path=REPO / "config.yaml") -> dict:
+    """The repository's default config as a dict."""
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def run_workflow(workdir: Path, config: dict | None, *args: str, check=True, timeout=1800):
+    """Run the real workflow in ``workdir`` (config written there as test-config.yaml).
+
+    Returns the CompletedProcess (stdout+stderr merged in ``stdout``).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    if config is not None:
+        cfg = workdir / "test-config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        cmd += ["--configfile", str(cfg)]
+    cmd += list(args)
+    env = dict(os.environ)
+    env.setdefault("CARGO_TARGET_DIR", str(REPO / "rust" / "target"))
+    proc = subprocess.run(
+        cmd,
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
+    return proc

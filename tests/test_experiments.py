@@ -1,0 +1,134 @@
+"""The experiment definitions: config → runs and comparisons."""
+
+import copy
+
+import pytest
+
+from parity.experiments import (
+    ConfigError,
+    Plan,
+    RunKey,
+    count_params,
+    framework_of,
+    unsupported_reason,
+)
+
+from conftest import load_config
+
+
+@pytest.fixture
+def config():
+    return load_config()
+
+
+def test_default_plan_runs_every_run_dtype_and_device(config):
+    plan = Plan(config)
+    runs = plan.runs()
+    assert RunKey("a3_adamw", "torch", "f32", "cpu") in runs
+    assert RunKey("a3_adamw", "candle", "f64", "cpu") in runs
+    assert all(k.device == "cpu" for k in runs)
+    assert runs == sorted(set(runs))
+
+
+def test_main_comparison_writes_spec_paths(config):
+    c = Plan(config).comparison("a3_adamw", "cpu")
+    assert c.table("perstep") == "results/tables/a3_adamw/perstep-cpu.csv"
+    assert c.figure("split") == "results/figures/a3_adamw/split-cpu.png"
+    assert c.reference == RunKey("a3_adamw", "torch", "f32", "cpu")
+    assert c.candidate.trace == "results/traces/a3_adamw/candle-f32-cpu.parquet"
+    assert c.f64_pair == (
+        RunKey("a3_adamw", "torch", "f64", "cpu"),
+        RunKey("a3_adamw", "candle", "f64", "cpu"),
+    )
+
+
+def test_a3_has_212_parameters(config):
+    assert count_params(config["experiments"]["a3_adamw"]["model"]) == 212
+
+
+def test_metal_f64_is_unsupported_and_split_falls_back_to_cpu(config):
+    config["devices"] = ["metal"]
+    plan = Plan(config)
+    assert unsupported_reason("candle", "metal", "f64")
+    assert all(not (k.device == "metal" and k.dtype == "f64") for k in plan.runs())
+    c = plan.comparison("a3_adamw", "metal")
+    assert c.reference.device == "cpu" and c.candidate.device == "metal"
+    assert [k.device for k in c.f64_pair] == ["cpu", "cpu"]
+
+
+def test_run_overrides_merge_over_the_experiment_optimizer(config):
+    exp = config["experiments"]["a3_adamw"]
+    exp["runs"] = {"torch": None, "candle_wd0": {"optimizer": {"weight_decay": 0.0}}}
+    exp["comparisons"] = {
+        "main": {"reference": "torch", "candidate": "candle_wd0", "expect": "fail"}
+    }
+    plan = Plan(config)
+    s = plan.run_settings("a3_adamw", "candle_wd0")
+    assert s["optimizer"]["weight_decay"] == 0.0 and s["optimizer"]["lr"] == 0.01
+    assert plan.config_hash("a3_adamw", "candle_wd0") != plan.config_hash("a3_adamw", "torch")
+    assert plan.comparison("a3_adamw", "cpu").expect == "fail"
+
+
+def test_runner_spec_is_explicit(config):
+    plan = Plan(config)
+    spec = plan.runner_spec(RunKey("a3_adamw", "candle", "f64", "cpu"), "f.safetensors")
+    assert spec["optimizer"] == {
+        "name": "adamw",
+        "lr": 0.01,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+        "implementation": "candle",
+        "bias_correction": "f64",
+    }
+    assert spec["params"][0] == {"name": "fc1.weight", "shape": [16, 8]}
+
+
+def test_framework_comes_from_the_run_name():
+    assert framework_of("candle_f32factors") == "candle"
+    with pytest.raises(ValueError):
+        framework_of("jax")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda c: c["experiments"]["a3_adamw"].update(
+                comparisons={"main": {"reference": "torch", "candidate": "candel"}}
+            ),
+            r"experiments.a3_adamw.comparisons.main.candidate: 'candel' is not a run",
+        ),
+        (
+            lambda c: c["experiments"]["a3_adamw"].update(
+                optimizer={
+                    "name": "adam",
+                    "lr": 0.01,
+                    "betas": [0.9, 0.999],
+                    "eps": 1e-8,
+                    "weight_decay": 0.0,
+                }
+            ),
+            r"experiments.a3_adamw.runs.candle.optimizer.name: candle-nn 0.11.0 has no Adam",
+        ),
+        (
+            lambda c: c["experiments"]["a3_sgd"]["optimizer"].update(momentum=0.9),
+            r"experiments.a3_sgd.runs.candle.optimizer: candle-nn 0.11.0's SGD has no momentum",
+        ),
+        (
+            lambda c: c["experiments"]["a3_adamw"].update(
+                runs={"torch": None, "candle": {"optimizer": {"bias_correction": "f32"}}}
+            ),
+            r"bias_correction: float32 bias-correction factors need implementation: manual",
+        ),
+        (
+            lambda c: c["experiments"]["a3_adamw"].update(record={"tensors": ["fc9.weight"]}),
+            r"record.tensors: 'fc9.weight' is not a parameter",
+        ),
+    ],
+)
+def test_config_errors_name_the_key_path(config, mutate, message):
+    config = copy.deepcopy(config)
+    mutate(config)
+    with pytest.raises(ConfigError, match=message):
+        Plan(config)

@@ -1,0 +1,79 @@
+"""Fixtures: drawn in float64, rounded to float32 once, same seed → same bytes."""
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from parity import fixtures
+from parity.experiments import Plan
+
+from conftest import load_config
+
+A3 = {
+    "model": {"family": "mlp", "sizes": [8, 16, 4], "activation": "relu"},
+    "loss": "mse",
+    "data": {"seed": 7, "batches": 1, "batch_size": 32},
+}
+CNN = {
+    "model": {
+        "family": "cnn1d",
+        "in_channels": 1,
+        "channels": 4,
+        "kernel": 5,
+        "length": 16,
+        "classes": 3,
+        "activation": "relu",
+    },
+    "loss": "cross_entropy",
+    "data": {"seed": 7, "batches": 6, "batch_size": 16},
+}
+
+
+def test_same_seed_gives_the_same_bytes(tmp_path):
+    fixtures.write(tmp_path / "a.safetensors", A3)
+    fixtures.write(tmp_path / "b.safetensors", A3)
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+
+def test_another_seed_gives_other_values():
+    other = {**A3, "data": {**A3["data"], "seed": 8}}
+    a, b = fixtures.draw(A3), fixtures.draw(other)
+    assert not np.array_equal(a["fc1.weight"], b["fc1.weight"])
+
+
+def test_values_are_float64_draws_rounded_once():
+    t = fixtures.draw(A3)
+    rng = np.random.default_rng(7)
+    bound = 1 / np.sqrt(8)
+    want = rng.uniform(-bound, bound, size=(16, 8)).astype(np.float32)
+    assert t["fc1.weight"].dtype == np.float32
+    assert np.array_equal(t["fc1.weight"], want)
+    assert np.abs(t["fc1.weight"]).max() <= bound
+
+
+def test_state_dict_names_and_shapes():
+    t = fixtures.draw(A3)
+    assert {k: v.shape for k, v in t.items()} == {
+        "fc1.weight": (16, 8),
+        "fc1.bias": (16,),
+        "fc2.weight": (4, 16),
+        "fc2.bias": (4,),
+        "x": (1, 32, 8),
+        "y": (1, 32, 4),
+    }
+    assert sum(t[k].size for k in t if k not in ("x", "y")) == 212
+
+
+def test_cross_entropy_fixture_has_int64_labels_in_range():
+    t = fixtures.draw(CNN)
+    assert t["x"].shape == (6, 16, 1, 16)
+    assert t["y"].dtype == np.int64 and t["y"].shape == (6, 16)
+    assert t["y"].min() >= 0 and t["y"].max() < 3
+    assert t["fc.weight"].shape == (3, 48)
+
+
+def test_default_config_fixture_round_trips(tmp_path):
+    plan = Plan(load_config())
+    settings = plan.fixture_settings("a3_adamw")
+    fixtures.write(tmp_path / "f.safetensors", settings)
+    back = load_file(tmp_path / "f.safetensors")
+    assert np.array_equal(back["x"], fixtures.draw(settings)["x"])
