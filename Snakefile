@@ -1,6 +1,7 @@
 # Training-step parity between PyTorch and candle: the DAG reads top to bottom.
 #   fixtures → build → train (one job per experiment × run × dtype × device)
-#   → compare (per-step and float64-split tables) → figures → summary → check
+#   → compare (per-step and float64-split tables) → figures
+#   → summary, framework table, optimizer defaults → check
 
 
 from snakemake.utils import min_version
@@ -17,6 +18,7 @@ include: "rules/build.smk"
 include: "rules/train.smk"
 include: "rules/compare.smk"
 include: "rules/figures.smk"
+include: "rules/summary.smk"
 
 
 rule all:

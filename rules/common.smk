@@ -81,7 +81,12 @@ def all_results():
 
 def all_outputs():
     """Targets of the default rule."""
-    return all_tables() + ["results/tables/summary.csv", "results/tables/summary.md"]
+    return all_tables() + [
+        "results/tables/summary.csv",
+        "results/tables/summary.md",
+        "results/tables/framework_summary.csv",
+        "results/tables/optimizer_defaults.csv",
+    ]
 
 
 # ----- the candle build ------------------------------------------------------------

@@ -42,33 +42,3 @@ rule split:
         comparison=comparison_params,
     script:
         "../scripts/compare_split.py"
-
-
-rule summary:
-    """One row per comparison: worst values, tolerance, verdict and expected verdict."""
-    input:
-        all_results(),
-    output:
-        csv="results/tables/summary.csv",
-        md="results/tables/summary.md",
-    log:
-        "results/logs/summary.log",
-    benchmark:
-        "results/benchmarks/summary.tsv"
-    conda:
-        "../envs/analysis.yaml"
-    script:
-        "../scripts/summary.py"
-
-
-rule check:
-    """Exits non-zero when any verdict differs from its expectation (for CI gates)."""
-    input:
-        "results/tables/summary.csv",
-    log:
-        "results/logs/check.log",
-    localrule: True
-    conda:
-        "../envs/analysis.yaml"
-    script:
-        "../scripts/check.py"

@@ -201,9 +201,16 @@ class Plan:
         self.reference_device: str = self.config.get("reference_device", "cpu")
         self.tolerance: float = float(self.config["tolerance"])
         self.experiments: dict[str, dict] = {}
+        self._comparisons: list[Comparison] | None = None
         for name, exp in self.config["experiments"].items():
             if exp.get("enabled", True):
                 self.experiments[name] = self._resolve_experiment(name, exp)
+        for i, item in enumerate(self.config.get("framework_summary", [])):
+            if item["experiment"] not in self.config["experiments"]:
+                raise ConfigError(
+                    f"framework_summary[{i}].experiment",
+                    f"{item['experiment']!r} is not an experiment of this config",
+                )
 
     # ----- resolution and checks -------------------------------------------------------
 
@@ -360,8 +367,66 @@ class Plan:
             key = RunKey(experiment, run, dtype, "cpu")
         return key
 
+    def unsupported_cells(self) -> list[tuple[RunKey, str]]:
+        """Runs of the configured devices and dtypes that the validity matrix excludes,
+        with the reason; the summary lists them with verdict ``unsupported``."""
+        cells = []
+        for e, exp in self.experiments.items():
+            for r in exp["runs"]:
+                for dt in self.dtypes:
+                    for dev in self.devices:
+                        key = RunKey(e, r, dt, dev)
+                        reason = unsupported_reason(key.framework, dev, dt)
+                        if reason:
+                            cells.append((key, reason))
+        return cells
+
     def comparisons(self) -> list[Comparison]:
         """Every comparison of the enabled experiments on every configured device."""
+        if self._comparisons is None:
+            self._comparisons = self._build_comparisons()
+        return list(self._comparisons)
+
+    def framework_summary_rows(self) -> list[dict]:
+        """The study's "burn vs PyTorch | candle vs PyTorch" table, as configured
+        (``framework_summary``): per row the experiment, its label and, for each framework,
+        the comparison of that framework's run against the ``torch`` run on the CPU (None
+        when no such run is configured)."""
+        rows = []
+        for item in self.config.get("framework_summary", []):
+            e = item["experiment"]
+            if e not in self.experiments:
+                continue
+            cells = {}
+            for fw in FRAMEWORKS:
+                if fw == "torch":
+                    continue
+                cells[fw] = next(
+                    (
+                        c
+                        for c in self.comparisons()
+                        if c.experiment == e
+                        and c.device == "cpu"
+                        and c.reference.run == "torch"
+                        and c.candidate.run == fw
+                    ),
+                    None,
+                )
+            rows.append({"experiment": e, "label": item["label"], "comparisons": cells})
+        return rows
+
+    def framework_summary_inputs(self) -> list[str]:
+        """Result files the framework table reads."""
+        out = []
+        for item in self.framework_summary_rows():
+            for comp in item["comparisons"].values():
+                if comp is not None:
+                    out.append(comp.result("perstep"))
+                    if comp.f64_pair is not None:
+                        out.append(comp.result("split"))
+        return out
+
+    def _build_comparisons(self) -> list[Comparison]:
         out = []
         primary = "f32" if "f32" in self.dtypes else self.dtypes[0]
         for e, exp in self.experiments.items():

@@ -178,8 +178,11 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_job(results: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
-    """Gather per-comparison results into ``summary.csv`` and its Markdown twin."""
+def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
+    """Gather per-comparison results into ``summary.csv`` and its Markdown twin.
+
+    Cells the validity matrix excludes get a row with verdict ``unsupported``.
+    """
     perstep, split = {}, {}
     for path in results:
         with open(path, encoding="utf-8") as f:
@@ -213,6 +216,18 @@ def summary_job(results: Sequence[str], out_csv: str, out_md: str) -> list[dict]
                 "candidate_version": r["candidate_provenance"]["framework_version"],
             }
         )
+    for key, reason in plan.unsupported_cells():
+        rows.append(
+            {
+                **dict.fromkeys(SUMMARY_COLUMNS),
+                "experiment": key.experiment,
+                "comparison": "-",
+                "device": key.device,
+                "pair": f"{key.label}: {reason}",
+                "verdict": verdicts.UNSUPPORTED,
+                "expected_verdict": verdicts.UNSUPPORTED,
+            }
+        )
     tables.write_csv(out_csv, rows, SUMMARY_COLUMNS)
     fmt = {
         c: tables.sci
@@ -240,8 +255,13 @@ def summary_job(results: Sequence[str], out_csv: str, out_md: str) -> list[dict]
     )
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
     head = "# Summary\n\n"
+    for r in bad:
+        head += f"- **{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}**"
+        if r["verdict"] == verdicts.UNEXPECTED_PASS:
+            head += " (a negative control passed: the harness no longer sees this fault)"
+        head += "\n"
     if bad:
-        head += f"**{len(bad)} comparison(s) differ from their expectation.**\n\n"
+        head += "\n"
     write_text_atomic(out_md, head + tables.markdown_table(rows, md_cols, fmt))
     return rows
 
@@ -258,3 +278,53 @@ def check_job(summary_csv: str, log: logging.Logger) -> list[dict]:
         log.error(msg)
     log.info("%d comparisons, %d differ from their expectation", len(rows), len(bad))
     return bad
+
+
+FRAMEWORK_SUMMARY_COLUMNS = (
+    "quantity",
+    "experiment",
+    "steps",
+    "candle_vs_pytorch",
+    "burn_vs_pytorch",
+)
+
+
+def framework_summary_job(plan: Plan, out_csv: str, out_md: str) -> list[dict]:
+    """The study's framework table, computed from the runs: per configured experiment, the
+    f32 max|dparam| after the last step and the f64-vs-f64 distance after the last step,
+    for each framework against PyTorch on the CPU. A framework without runs says
+    ``not run``; no number is ever typed in."""
+    rows = []
+    for item in plan.framework_summary_rows():
+        e = item["experiment"]
+        steps = plan.experiments[e]["steps"]
+        f32 = {"quantity": f"{item['label']} {steps} steps, f32 max|dparam|"}
+        f64 = {"quantity": f"{item['label']} {steps} steps, f64 vs f64"}
+        for fw, comp in item["comparisons"].items():
+            col = f"{fw}_vs_pytorch"
+            if comp is None:
+                f32[col] = f64[col] = "not run"
+                continue
+            with open(comp.result("perstep"), encoding="utf-8") as f:
+                f32[col] = json.load(f)["final_dparam"]
+            if comp.f64_pair is None:
+                f64[col] = "no f64 runs"
+            else:
+                with open(comp.result("split"), encoding="utf-8") as f:
+                    f64[col] = json.load(f)["final"]["f64_f64"]
+        for r in (f32, f64):
+            r.update(experiment=e, steps=steps)
+            for col in FRAMEWORK_SUMMARY_COLUMNS[3:]:
+                r.setdefault(col, "not run")  # a framework this workflow does not run yet
+            rows.append(r)
+    tables.write_csv(out_csv, rows, FRAMEWORK_SUMMARY_COLUMNS)
+    fmt = {
+        c: (lambda v: v if isinstance(v, str) else tables.sci(v))
+        for c in ("candle_vs_pytorch", "burn_vs_pytorch")
+    }
+    write_text_atomic(
+        out_md,
+        "# Framework summary\n\n"
+        + tables.markdown_table(rows, ("quantity", "burn_vs_pytorch", "candle_vs_pytorch"), fmt),
+    )
+    return rows

@@ -65,7 +65,7 @@ def _fixed(v) -> str:
 def _markdown(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     esc = [h.replace("|", "\\|") for h in header]
     lines = ["| " + " | ".join(esc) + " |", "|" + "|".join("---:" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,97 @@
+# Tables across comparisons: summary with verdicts, the framework table, optimizer
+# defaults, and the check target.
+
+
+rule summary:
+    """One row per comparison: worst values, tolerance, verdict and expected verdict."""
+    input:
+        all_results(),
+    output:
+        csv="results/tables/summary.csv",
+        md="results/tables/summary.md",
+    log:
+        "results/logs/summary.log",
+    benchmark:
+        "results/benchmarks/summary.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/summary.py"
+
+
+rule framework_summary:
+    """The study's "burn vs PyTorch | candle vs PyTorch" table, computed from the runs."""
+    input:
+        PLAN.framework_summary_inputs(),
+    output:
+        csv="results/tables/framework_summary.csv",
+        md="results/tables/framework_summary.md",
+    log:
+        "results/logs/framework_summary.log",
+    benchmark:
+        "results/benchmarks/framework_summary.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/framework_summary.py"
+
+
+rule optimizer_defaults_torch:
+    """PyTorch's optimizer defaults, printed by torch."""
+    output:
+        "results/defaults/torch.json",
+    log:
+        "results/logs/defaults/torch.log",
+    benchmark:
+        "results/benchmarks/defaults/torch.tsv"
+    conda:
+        "../envs/torch.yaml"
+    script:
+        "../scripts/defaults_torch.py"
+
+
+rule optimizer_defaults_candle:
+    """candle-nn's optimizer defaults, printed by the candle-parity binary."""
+    input:
+        binary=candle_binary("cpu"),
+    output:
+        "results/defaults/candle.json",
+    log:
+        "results/logs/defaults/candle.log",
+    benchmark:
+        "results/benchmarks/defaults/candle.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/defaults_candle.py"
+
+
+rule optimizer_defaults:
+    """One table of every framework's optimizer defaults."""
+    input:
+        "results/defaults/torch.json",
+        "results/defaults/candle.json",
+    output:
+        csv="results/tables/optimizer_defaults.csv",
+        md="results/tables/optimizer_defaults.md",
+    log:
+        "results/logs/defaults/table.log",
+    benchmark:
+        "results/benchmarks/defaults/table.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/defaults_table.py"
+
+
+rule check:
+    """Exits non-zero when any verdict differs from its expectation (for CI gates)."""
+    input:
+        "results/tables/summary.csv",
+    log:
+        "results/logs/check.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/check.py"

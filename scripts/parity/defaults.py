@@ -1,0 +1,81 @@
+"""Optimizer defaults, read from each framework by running it (never typed in).
+
+The table has one row per (framework, optimizer) with the hyperparameters users compare
+(lr, betas, eps, weight_decay, momentum) and the remaining settings as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+
+COLUMNS = (
+    "framework",
+    "version",
+    "optimizer",
+    "lr",
+    "betas",
+    "eps",
+    "weight_decay",
+    "momentum",
+    "other",
+    "source",
+)
+MAIN_KEYS = ("lr", "betas", "eps", "weight_decay", "momentum")
+
+
+def _row(framework, version, optimizer, values: dict, source: str) -> dict:
+    row = {
+        "framework": framework,
+        "version": version,
+        "optimizer": optimizer,
+        "source": source,
+    }
+    for k in MAIN_KEYS:
+        v = values.get(k, "")
+        row[k] = json.dumps(list(v)) if isinstance(v, tuple | list) else ("" if v is None else v)
+    other = {k: v for k, v in values.items() if k not in MAIN_KEYS}
+    row["other"] = json.dumps(other, sort_keys=True) if other else ""
+    return row
+
+
+def torch_defaults() -> list[dict]:
+    """``torch.optim.{SGD, Adam, AdamW}([p]).defaults`` of the installed torch."""
+    import torch
+
+    p = [torch.nn.Parameter(torch.zeros(1))]
+    rows = []
+    for name in ("SGD", "Adam", "AdamW"):
+        opt = getattr(torch.optim, name)(p)
+        rows.append(
+            _row(
+                "torch", torch.__version__, name, dict(opt.defaults), f"torch.optim.{name}(params)"
+            )
+        )
+    return rows
+
+
+def candle_defaults(binary: str) -> list[dict]:
+    """What ``candle-parity defaults`` prints: candle-nn's ``ParamsAdamW::default()`` and
+    SGD's required learning rate. Raises ``subprocess.CalledProcessError`` on failure."""
+    out = json.loads(subprocess.run([binary, "defaults"], check=True, capture_output=True).stdout)
+    version = out["candle_version"]
+    a = out["AdamW"]
+    adamw = {
+        "lr": a["lr"],
+        "betas": [a["beta1"], a["beta2"]],
+        "eps": a["eps"],
+        "weight_decay": a["weight_decay"],
+    }
+    s = out["SGD"]
+    sgd = {"lr": "required (no default)" if s["lr"] is None else s["lr"], "note": s["note"]}
+    return [
+        _row("candle", version, "SGD", sgd, s["source"]),
+        _row("candle", version, "AdamW", adamw, a["source"]),
+    ]
+
+
+def merge(parts: Sequence[Sequence[dict]]) -> list[dict]:
+    """Rows of several frameworks, in order."""
+    return [r for part in parts for r in part]
