@@ -24,7 +24,7 @@ wildcard_constraints:
     dtype="f32|f64",
     device="cpu|cuda|metal",
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
-    kind="perstep|split",
+    kind="perstep|split|diagnosis",
 
 
 def comparison(wildcards):
@@ -60,23 +60,32 @@ def candle_binary(device):
     return f"results/bin/candle-parity-{device}"
 
 
+def table_kinds(c):
+    """Tables of a comparison: per-step always; split and diagnosis need f64 runs."""
+    return ["perstep"] + (["split", "diagnosis"] if c.f64_pair else [])
+
+
+def figure_inputs(wildcards):
+    """A figure's table, and for a diagnosis also its localised findings."""
+    c = comparison(wildcards)
+    out = {"csv": c.table(wildcards.kind)}
+    if wildcards.kind == "diagnosis":
+        out["result"] = c.result("diagnosis")
+    return out
+
+
 def all_tables():
     """Every per-comparison table and figure of the plan."""
     out = []
     for c in PLAN.comparisons():
-        kinds = ["perstep"] + (["split"] if c.f64_pair else [])
-        for kind in kinds:
+        for kind in table_kinds(c):
             out += [c.table(kind), c.table(kind, "md"), c.figure(kind)]
     return out
 
 
 def all_results():
     """The machine-readable results the summary gathers."""
-    return [
-        c.result(kind)
-        for c in PLAN.comparisons()
-        for kind in (["perstep"] + (["split"] if c.f64_pair else []))
-    ]
+    return [c.result(kind) for c in PLAN.comparisons() for kind in table_kinds(c)]
 
 
 def all_outputs():

@@ -42,3 +42,25 @@ rule split:
         comparison=comparison_params,
     script:
         "../scripts/compare_split.py"
+
+
+rule diagnosis:
+    """Why a pair differs: ULP and RMSE, where f64 leaves float64 rounding, signed-error
+    agreement, the fp64-referenced rule, and ReLU flips."""
+    input:
+        unpack(split_traces),
+    output:
+        csv="results/tables/{experiment}/diagnosis-{tag}.csv",
+        md="results/tables/{experiment}/diagnosis-{tag}.md",
+        result="results/compare/{experiment}/diagnosis-{tag}.json",
+    log:
+        "results/logs/diagnosis/{experiment}/{tag}.log",
+    benchmark:
+        "results/benchmarks/diagnosis/{experiment}/{tag}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        comparison=comparison_params,
+        diagnosis=PLAN.diagnosis,
+    script:
+        "../scripts/compare_diagnosis.py"

@@ -1,7 +1,7 @@
 rule figure:
     """A table drawn against the step, log-scale y, one line per column."""
     input:
-        csv="results/tables/{experiment}/{kind}-{tag}.csv",
+        unpack(figure_inputs),
     output:
         png="results/figures/{experiment}/{kind}-{tag}.png",
     log:

@@ -1,30 +1,41 @@
 """Snakemake job: draw one table (see parity.figures)."""
 
-import csv
+import json
+
+import pandas as pd
 
 from parity import figures
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-with open(sm.input.csv, encoding="utf-8") as f:
-    raw = list(csv.DictReader(f))
-rows = [
-    {
-        k: (int(v) if k == "step" else (float(v) if v not in ("",) else None))
-        for k, v in r.items()
-        if k != "where"
-    }
-    for r in raw
-]
+frame = pd.read_csv(sm.input.csv)
+rows = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
+markers = {}
 if sm.wildcards.kind == "perstep":
     columns = {"max_dparam": "max|dparam|", "dloss": "|dloss|"}
-else:
+elif sm.wildcards.kind == "split":
     columns = {
         "max_dparam": "max|ref32 − cand32|",
         "torch_f64": "max|ref32 − ref64|",
         "candle_f64": "max|cand32 − cand64|",
         "f64_f64": "max|ref64 − cand64|",
     }
-figures.plot_columns(sm.output.png, rows, columns, sm.params.title, sm.params.tolerance)
+else:
+    columns = {
+        "max_dparam": "max|ref32 − cand32|",
+        "f64_f64": "max|ref64 − cand64|",
+        "f64_threshold": "float64 rounding threshold",
+        "rmse": "RMSE(ref32 − cand32)",
+    }
+    with open(sm.input.result, encoding="utf-8") as f:
+        found = json.load(f)
+    markers = {
+        "f32 exceeds tolerance": found["tol_exceeded_step"],
+        "f64 leaves rounding": found["f64_divergence_step"],
+        f"ReLU flip {found['relu_flip_unit']}": found["relu_flip_step"],
+    }
+figures.plot_columns(
+    sm.output.png, rows, columns, sm.params.title, sm.params.tolerance, markers=markers
+)
 log.info("wrote %s", sm.output.png)

@@ -41,6 +41,15 @@ UNSUPPORTED: dict[tuple[str, str, str], str] = {
     ("candle", "metal", "f64"): "candle's Metal backend has no float64",
 }
 
+#: What a recorded step holds when the config says nothing (see config.yaml ``record``).
+RECORD_DEFAULTS = {"every": 1, "tensors": None, "grads": False, "moments": False}
+
+#: Diagnosis settings when the config gives none (see README, "Diagnosis").
+DIAGNOSIS_DEFAULTS = {
+    "f64_rounding_factor": 1000.0,
+    "fp64_rule": {"multiplier": "auto", "atol": 1e-9},
+}
+
 #: PyTorch's name for each device of the workflow's device axis.
 TORCH_DEVICE = {"cpu": "cpu", "cuda": "cuda", "metal": "mps"}
 
@@ -200,6 +209,7 @@ class Plan:
         self.dtypes: list[str] = list(self.config["dtypes"])
         self.reference_device: str = self.config.get("reference_device", "cpu")
         self.tolerance: float = float(self.config["tolerance"])
+        self.diagnosis: dict = _merge(DIAGNOSIS_DEFAULTS, self.config.get("diagnosis", {}))
         self.experiments: dict[str, dict] = {}
         self._comparisons: list[Comparison] | None = None
         for name, exp in self.config["experiments"].items():
@@ -219,7 +229,9 @@ class Plan:
         exp = copy.deepcopy(dict(exp))
         exp.setdefault("runs", {"torch": {}, "candle": {}})
         exp.setdefault("comparisons", {MAIN: {"reference": "torch", "candidate": "candle"}})
-        exp["record"] = _merge(self.config.get("record", {}), exp.get("record", {}))
+        exp["record"] = _merge(
+            _merge(RECORD_DEFAULTS, self.config.get("record", {})), exp.get("record", {})
+        )
         self._check_model(f"{where}.model", exp["model"], exp["loss"])
         runs = {}
         for run, override in exp["runs"].items():

@@ -23,11 +23,13 @@ def plot_columns(
     title: str,
     tolerance: float | None = None,
     ylabel: str = "max |difference|",
+    markers: Mapping[str, int | None] | None = None,
 ) -> None:
     """Plot ``columns`` (CSV column → legend label) of ``rows`` against ``step``.
 
-    Step 0 is left out (it is the initial state). ``tolerance`` draws a dashed line.
-    Written atomically as PNG.
+    Step 0 is left out (it is the initial state). ``tolerance`` draws a dashed line;
+    ``markers`` (label → step, None skipped) draw dotted vertical lines. Written atomically
+    as PNG.
     """
     rows = [r for r in rows if r["step"] > 0]
     steps = np.array([r["step"] for r in rows])
@@ -42,6 +44,15 @@ def plot_columns(
         ax.axhline(
             tolerance, color="black", linestyle="--", linewidth=1, label=f"tolerance {tolerance:g}"
         )
+    for i, (label, step) in enumerate((markers or {}).items()):
+        if step is not None:
+            ax.axvline(
+                step,
+                color=f"C{i + 5}",
+                linestyle=":",
+                linewidth=1.5,
+                label=f"{label} (step {step})",
+            )
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)

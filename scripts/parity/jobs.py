@@ -83,6 +83,7 @@ def perstep_job(
         tables.perstep_markdown(rows, f"{comp.experiment}: {comp.name} on {comp.device}", notes),
     )
     summary = {
+        "kind": "perstep",
         "experiment": comp.experiment,
         "comparison": comp.name,
         "device": comp.device,
@@ -143,6 +144,7 @@ def split_job(
         ),
     )
     summary = {
+        "kind": "split",
         "experiment": comp.experiment,
         "comparison": comp.name,
         "device": comp.device,
@@ -152,6 +154,179 @@ def split_job(
     write_text_atomic(out_result, json.dumps(summary, indent=1, sort_keys=True))
     log.info("%s %s split: %s", comp.experiment, comp.tag, worst)
     return summary
+
+
+#: Diagnosis results copied into summary.csv.
+DIAGNOSIS_SUMMARY = (
+    "fp64_rule_verdict",
+    "tol_exceeded_step",
+    "tol_exceeded_where",
+    "f64_divergence_step",
+    "f64_divergence_where",
+    "relu_flip_step",
+    "relu_flip_unit",
+    "relu_flip_counts",
+    "signed_agreement_until",
+    "worst_ulp",
+    "fp64_worst_ratio",
+)
+
+DIAGNOSIS_COLUMNS = (
+    "step",
+    "max_dparam",
+    "max_ulp",
+    "ulp_at_max",
+    "rmse",
+    "f64_f64",
+    "f64_threshold",
+    "ref_err",
+    "ref_err_where",
+    "cand_err",
+    "cand_err_where",
+    "same_error",
+    "error_corr",
+    "error_max_diff",
+    "fp64_rule",
+    "fp64_ratio",
+    "relu_flips_f32",
+    "relu_unit_f32",
+    "relu_flips_f64",
+    "relu_unit_f64",
+)
+
+
+def _first(rows, test):
+    return next((r for r in rows if r["step"] > 0 and test(r)), None)
+
+
+def diagnosis_job(
+    plan: Plan,
+    comp: Comparison,
+    traces: Mapping[str, str],
+    fixture: str,
+    out_csv: str,
+    out_md: str,
+    out_result: str,
+    log: logging.Logger,
+) -> dict:
+    """Why a pair differs, per step and localised (see README, "Diagnosis").
+
+    Per step: max|dparam|, max ULP distance and RMSE of the float32 pair; f64-vs-f64 with
+    the float64-rounding threshold (``compare.f64_rounding_threshold``); the signed errors
+    of each float32 run against its own float64 run (``compare.error_agreement``); the
+    fp64-referenced rule (``compare.fp64_rule``); and, for ReLU models, how many hidden
+    units have different active-sample counts between the two runs in the forward pass
+    of that step (parameters of the previous recorded step, that step's batch), for the
+    float32 and the float64 pair.
+
+    Localised: the first step where the f32 difference exceeds the tolerance, where f64
+    leaves float64 rounding, the first ReLU flip, and how long the signed errors agree.
+    """
+    from safetensors.numpy import load_file
+
+    from . import activations
+
+    ref64, cand64 = comp.f64_pair
+    keys = {"ref32": comp.reference, "cand32": comp.candidate, "ref64": ref64, "cand64": cand64}
+    readers = [open_trace(plan, keys[k], traces[k]) for k in keys]
+    compare.check_comparable(readers, sha256_file(fixture))
+    settings = plan.run_settings(comp.experiment, comp.reference.run)
+    model = settings["model"]
+    diag = plan.diagnosis
+    x = load_file(fixture)["x"]
+    relu = model.get("activation") == "relu"
+    names = readers[0].layout.names
+    rows, prev = [], None
+    for recs in compare.aligned(readers):
+        r32, c32, r64, c64 = (rec.tensors for rec in recs)
+        step = recs[0].step
+        d32 = compare.max_abs_diff(r32, c32, names)
+        d64 = compare.max_abs_diff(r64, c64, names)
+        drift = max(
+            compare.max_abs_diff(r32, r64, names).value, compare.max_abs_diff(c32, c64, names).value
+        )
+        agree = compare.error_agreement(r32, r64, c32, c64, names)
+        rule = compare.fp64_rule(
+            r32, c32, r64, names, diag["fp64_rule"]["multiplier"], diag["fp64_rule"]["atol"]
+        )
+        row = {
+            "step": step,
+            "max_dparam": d32.value,
+            "max_ulp": compare.max_ulp(r32, c32, names),
+            "ulp_at_max": compare.ulp_at(r32, c32, d32),
+            "rmse": compare.rmse(r32, c32, names),
+            "f64_f64": d64.value,
+            "f64_where": d64.where,
+            "f64_threshold": compare.f64_rounding_threshold(drift, diag["f64_rounding_factor"]),
+            "where": d32.where,
+            "ref_err": agree.ref.value,
+            "ref_err_where": agree.ref.where,
+            "cand_err": agree.cand.value,
+            "cand_err_where": agree.cand.where,
+            "same_error": agree.same,
+            "error_corr": agree.corr,
+            "error_max_diff": agree.max_diff,
+            "fp64_rule": rule.passed,
+            "fp64_ratio": rule.ratio,
+            "relu_flips_f32": None,
+            "relu_unit_f32": "",
+            "relu_flips_f64": None,
+            "relu_unit_f64": "",
+            "relu_counts_f32": None,
+            "relu_counts_f64": None,
+        }
+        if relu and prev is not None:
+            batch = x[(step - 1) % x.shape[0]]
+            for kind, (a, b) in (("f32", (prev[0], prev[1])), ("f64", (prev[2], prev[3]))):
+                n, unit, ca, cb = activations.first_difference(
+                    activations.active_counts(model, a, batch),
+                    activations.active_counts(model, b, batch),
+                )
+                row[f"relu_flips_{kind}"] = n
+                row[f"relu_unit_{kind}"] = unit
+                row[f"relu_counts_{kind}"] = None if ca is None else f"{ca} vs {cb}"
+        rows.append(row)
+        prev = (r32, c32, r64, c64)
+
+    tol = _first(rows, lambda r: not verdicts.within(r["max_dparam"], comp.tolerance))
+    f64 = _first(rows, lambda r: not r["f64_f64"] <= r["f64_threshold"])
+    flip = _first(rows, lambda r: (r["relu_flips_f32"] or 0) > 0)
+    flip64 = _first(rows, lambda r: (r["relu_flips_f64"] or 0) > 0)
+    rule_fail = _first(rows, lambda r: not r["fp64_rule"])
+    agree_until = 0
+    for r in rows[1:]:
+        if not r["same_error"]:
+            break
+        agree_until = r["step"]
+    result = {
+        "kind": "diagnosis",
+        "experiment": comp.experiment,
+        "comparison": comp.name,
+        "device": comp.device,
+        "tol_exceeded_step": tol and tol["step"],
+        "tol_exceeded_where": tol and tol["where"],
+        "f64_divergence_step": f64 and f64["step"],
+        "f64_divergence_where": f64 and f64["f64_where"],
+        "f64_divergence_value": f64 and f64["f64_f64"],
+        "f64_divergence_threshold": f64 and f64["f64_threshold"],
+        "relu_flip_step": flip and flip["step"],
+        "relu_flip_unit": flip and flip["relu_unit_f32"],
+        "relu_flip_counts": flip and flip["relu_counts_f32"],
+        "relu_flip64_step": flip64 and flip64["step"],
+        "relu_flip64_unit": flip64 and flip64["relu_unit_f64"],
+        "relu_flip64_counts": flip64 and flip64["relu_counts_f64"],
+        "signed_agreement_until": agree_until,
+        "fp64_rule_first_fail": rule_fail and rule_fail["step"],
+        "fp64_rule_verdict": verdicts.judge_ok(rule_fail is None, comp.expect),
+        "fp64_worst_ratio": max((r["fp64_ratio"] for r in rows[1:]), default=0.0),
+        "worst_ulp": max((r["max_ulp"] for r in rows), default=0.0),
+        "f64_rounding_factor": diag["f64_rounding_factor"],
+    }
+    tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
+    write_text_atomic(out_md, tables.diagnosis_markdown(rows, result, comp))
+    write_text_atomic(out_result, json.dumps(result, indent=1, sort_keys=True))
+    log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, result)
+    return result
 
 
 SUMMARY_COLUMNS = (
@@ -171,6 +346,17 @@ SUMMARY_COLUMNS = (
     "tolerance",
     "verdict",
     "expected_verdict",
+    "fp64_rule_verdict",
+    "tol_exceeded_step",
+    "tol_exceeded_where",
+    "f64_divergence_step",
+    "f64_divergence_where",
+    "relu_flip_step",
+    "relu_flip_unit",
+    "relu_flip_counts",
+    "signed_agreement_until",
+    "worst_ulp",
+    "fp64_worst_ratio",
     "reference_host",
     "candidate_host",
     "reference_version",
@@ -183,15 +369,15 @@ def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -
 
     Cells the validity matrix excludes get a row with verdict ``unsupported``.
     """
-    perstep, split = {}, {}
+    by_kind: dict[str, dict] = {"perstep": {}, "split": {}, "diagnosis": {}}
     for path in results:
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
-        key = (r["experiment"], r["comparison"], r["device"])
-        (split if "worst" in r else perstep)[key] = r
+        by_kind[r["kind"]][(r["experiment"], r["comparison"], r["device"])] = r
     rows = []
-    for key, r in sorted(perstep.items()):
-        s = split.get(key, {}).get("worst", {})
+    for key, r in sorted(by_kind["perstep"].items()):
+        s = by_kind["split"].get(key, {}).get("worst", {})
+        d = by_kind["diagnosis"].get(key, {})
         rows.append(
             {
                 "experiment": r["experiment"],
@@ -210,6 +396,7 @@ def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -
                 "tolerance": r["tolerance"],
                 "verdict": r["verdict"],
                 "expected_verdict": verdicts.EXPECTATIONS[r["expect"]],
+                **{c: d.get(c) for c in DIAGNOSIS_SUMMARY},
                 "reference_host": r["reference_provenance"]["host"],
                 "candidate_host": r["candidate_provenance"]["host"],
                 "reference_version": r["reference_provenance"]["framework_version"],

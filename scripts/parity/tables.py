@@ -116,3 +116,85 @@ def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], formats=None
 
 
 sci = _sci
+
+
+def diagnosis_markdown(rows: Sequence[Mapping], result: Mapping, comp) -> str:
+    """Markdown twin of a diagnosis table: the localised findings, then selected steps."""
+
+    def at(step, where):
+        return "never" if step is None else f"step {step} (`{where}`)"
+
+    notes = [
+        (
+            f"pair: {comp.reference.label} vs {comp.candidate.label}; f64 pair: "
+            f"{comp.f64_pair[0].label} vs {comp.f64_pair[1].label}"
+        ),
+        f"f32 difference first exceeds the tolerance {comp.tolerance:g}: "
+        + at(result["tol_exceeded_step"], result["tol_exceeded_where"]),
+        "f64 vs f64 first leaves float64 rounding (threshold "
+        f"{result['f64_rounding_factor']:g} · 2^-29 · f32 drift): "
+        + at(result["f64_divergence_step"], result["f64_divergence_where"]),
+        "first ReLU flip between the f32 runs: "
+        + (
+            "none"
+            if result["relu_flip_step"] is None
+            else f"step {result['relu_flip_step']}, unit `{result['relu_flip_unit']}`, "
+            f"active samples {result['relu_flip_counts']}"
+        ),
+        "first ReLU flip between the f64 runs: "
+        + (
+            "none"
+            if result["relu_flip64_step"] is None
+            else f"step {result['relu_flip64_step']}, unit `{result['relu_flip64_unit']}`, "
+            f"active samples {result['relu_flip64_counts']}"
+        ),
+        (
+            "the two f32 runs' largest errors against their own f64 runs sit at the same "
+            f"parameter with the same sign through step {result['signed_agreement_until']}"
+        ),
+        f"fp64-referenced rule: {result['fp64_rule_verdict']}, worst ratio "
+        f"RMSE(ref64 − cand32) / RMSE(ref64 − ref32) = {result['fp64_worst_ratio']:.3g}"
+        + (
+            ""
+            if result["fp64_rule_first_fail"] is None
+            else f" (first fails at step {result['fp64_rule_first_fail']})"
+        ),
+        f"largest ULP distance between the f32 runs: {result['worst_ulp']:g}",
+    ]
+    by_step = {r["step"]: r for r in rows}
+    body = []
+    for s in display_steps(list(by_step)):
+        r = by_step[s]
+        body.append(
+            [
+                str(s),
+                _sci(r["max_dparam"]),
+                f"{r['ulp_at_max']:g} / {r['max_ulp']:g}",
+                _sci(r["rmse"]),
+                _sci(r["f64_f64"]),
+                _sci(r["f64_threshold"]),
+                f"{r['ref_err']:.3e} `{r['ref_err_where']}`",
+                f"{r['cand_err']:.3e} `{r['cand_err_where']}`",
+                "yes" if r["same_error"] else "no",
+                "" if r["relu_flips_f32"] is None else str(r["relu_flips_f32"]),
+                "" if r["relu_flips_f64"] is None else str(r["relu_flips_f64"]),
+            ]
+        )
+    header = [
+        "step",
+        "max|dparam|",
+        "max ULP",
+        "RMSE",
+        "f64-f64",
+        "f64 threshold",
+        "ref32−ref64",
+        "cand32−cand64",
+        "same",
+        "ReLU flips f32",
+        "ReLU flips f64",
+    ]
+    return _page(
+        f"{comp.experiment}: {comp.name} on {comp.device}, diagnosis",
+        notes,
+        _markdown(header, body),
+    )

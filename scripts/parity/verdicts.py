@@ -48,6 +48,11 @@ def judge(worst: float, tolerance: float, expect: str) -> str:
     return UNEXPECTED_PASS if ok else EXPECTED_FAIL
 
 
+def judge_ok(ok: bool, expect: str) -> str:
+    """Verdict of a yes/no criterion (e.g. the fp64-referenced rule) under ``expect``."""
+    return judge(0.0 if ok else math.inf, 0.0, expect)
+
+
 def meets_expectation(verdict: str) -> bool:
     """True for verdicts the ``check`` target accepts."""
     if verdict not in VERDICTS:

@@ -1,0 +1,195 @@
+"""Diagnosis maths: ULP, RMSE, signed errors, the fp64 rule, localisation, ReLU flips."""
+
+import logging
+import math
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from parity import activations, compare, jobs
+from parity.experiments import Plan
+from parity.fileio import sha256_file
+
+from conftest import write_trace
+
+
+def f32(*v):
+    return np.array(v, np.float32)
+
+
+def test_ulp_distance_counts_representable_numbers_between():
+    one = np.float32(1)
+    three_up = np.nextafter(np.nextafter(np.nextafter(one, 2), 2), 2)
+    assert compare.max_ulp({"p": f32(1.0)}, {"p": np.array([three_up])}, ["p"]) == 3
+    assert compare.max_ulp({"p": f32(0.0)}, {"p": f32(-0.0)}, ["p"]) == 0
+    tiny = np.float32(1e-45)  # smallest float32 subnormal
+    assert compare.max_ulp({"p": np.array([tiny])}, {"p": np.array([-tiny])}, ["p"]) == 2
+    d = np.array([1.0])
+    assert compare.max_ulp({"p": d}, {"p": np.nextafter(d, 2)}, ["p"]) == 1
+    assert math.isnan(compare.max_ulp({"p": f32(1.0)}, {"p": f32(np.nan)}, ["p"]))
+    with pytest.raises(TypeError):
+        compare.max_ulp({"p": f32(1.0)}, {"p": np.array([1.0])}, ["p"])
+
+
+def test_ulp_at_the_largest_difference():
+    a = {"w": f32(1.0, 100.0)}
+    b = {"w": np.array([np.nextafter(np.float32(1), 2), np.float32(100.0)], np.float32)}
+    at = compare.max_abs_diff(a, b, ["w"])
+    assert at.where == "w[0]" and compare.ulp_at(a, b, at) == 1
+
+
+def test_rmse_over_all_tensors():
+    a = {"x": np.array([0.0, 0.0]), "y": np.array([0.0, 0.0])}
+    b = {"x": np.array([1.0, -1.0]), "y": np.array([1.0, 1.0])}
+    assert compare.rmse(a, b, ["x", "y"]) == 1.0
+
+
+def test_signed_errors_agree_when_both_runs_round_alike():
+    r64 = {"w": np.array([1.0, 2.0, 3.0])}
+    r32 = {"w": np.array([1.0, 2.0 + 1e-7, 3.0])}
+    c32 = {"w": np.array([1.0, 2.0 + 1e-7, 3.0 - 1e-9])}
+    a = compare.error_agreement(r32, r64, c32, r64, ["w"])
+    assert a.same and a.ref.where == a.cand.where == "w[1]" and a.ref.value > 0
+    assert a.max_diff == pytest.approx(1e-9)
+    b = compare.error_agreement(r32, r64, {"w": np.array([1.0, 2.0 - 1e-7, 3.0])}, r64, ["w"])
+    assert not b.same  # same place, opposite sign
+    assert b.corr == pytest.approx(-1.0)
+
+
+def test_fp64_rule_compares_distances_to_the_float64_run():
+    r64 = {"w": np.zeros(4)}
+    r32 = {"w": np.full(4, 1e-7)}
+    close = compare.fp64_rule(r32, {"w": np.full(4, 2.9e-7)}, r64, ["w"], "auto", 0.0)
+    far = compare.fp64_rule(r32, {"w": np.full(4, 3.1e-7)}, r64, ["w"], "auto", 0.0)
+    assert close.multiplier == 3.0  # fewer than 1000 elements: TorchDynamo's 3
+    assert close.passed and not far.passed
+    assert far.ratio == pytest.approx(3.1)
+    assert compare.fp64_rule_multiplier(5000, "auto") == 2.0
+    assert compare.fp64_rule_multiplier(10, 4) == 4.0
+
+
+def test_f64_rounding_threshold_scales_f32_drift_by_the_roundoff_ratio():
+    assert compare.f64_rounding_threshold(2.0**-24, 1.0) == 2.0**-53
+    assert compare.f64_rounding_threshold(1e-6, 1000) == pytest.approx(1.8626e-12, rel=1e-4)
+
+
+def test_mlp_preactivations_in_float64():
+    model = {"family": "mlp", "sizes": [2, 3, 1], "activation": "relu"}
+    p = {
+        "fc1.weight": f32(1, 0, 0, 1, 1, 1),
+        "fc1.bias": f32(0, -1, 0),
+        "fc2.weight": f32(1, 1, 1),
+        "fc2.bias": f32(0),
+    }
+    x = np.array([[1.0, 2.0], [-1.0, 0.5]])
+    z = activations.preactivations(model, p, x)["fc1"]
+    assert z.tolist() == [[1.0, 1.0, 3.0], [-1.0, -0.5, -0.5]]
+    assert activations.active_counts(model, p, x)["fc1"].tolist() == [1, 1, 1]
+
+
+def test_cnn_preactivations_match_a_direct_convolution():
+    model = {
+        "family": "cnn1d",
+        "in_channels": 1,
+        "channels": 2,
+        "kernel": 3,
+        "length": 6,
+        "classes": 2,
+        "activation": "relu",
+    }
+    w = np.array([[[1.0, -1.0, 2.0]], [[0.5, 0.25, -2.0]]])
+    p = {
+        "conv.weight": w.ravel(),
+        "conv.bias": np.zeros(2),
+        "fc.weight": np.zeros(16),
+        "fc.bias": np.zeros(2),
+    }
+    x = np.arange(12.0).reshape(2, 1, 6)
+    z = activations.preactivations(model, p, x)["conv"]
+    want = np.array(
+        [
+            [
+                [sum(x[b, 0, t + j] * w[o, 0, j] for j in range(3)) for t in range(4)]
+                for o in range(2)
+            ]
+            for b in range(2)
+        ]
+    )
+    assert np.array_equal(z, want)
+
+
+# ----- a crafted case where the flip step and the divergence step are known -----------
+
+HAND = {
+    "devices": ["cpu"],
+    "dtypes": ["f32", "f64"],
+    "tolerance": 1e-6,
+    "experiments": {
+        "hand": {
+            "model": {"family": "mlp", "sizes": [1, 1, 1], "activation": "relu"},
+            "loss": "mse",
+            "data": {"seed": 0, "batches": 1, "batch_size": 3},
+            "optimizer": {"name": "sgd", "lr": 0.1},
+            "steps": 4,
+        }
+    },
+}
+
+
+def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
+    plan = Plan(HAND)
+    fixture = tmp_path / "hand.safetensors"
+    save_file({"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, str(fixture))
+    sha = sha256_file(fixture)
+    # Both runs: fc1.weight = 1. Reference bias stays 0 (samples 0.5 and 2 active).
+    # Candidate bias drops to -0.6 after step 2, so in the forward pass of step 3 the
+    # sample 0.5 is no longer active: the flip is at step 3, unit fc1[0], counts 2 vs 1.
+    # Its f64 run carries the same change, so f64 vs f64 leaves rounding at step 2 too.
+    ref_b = [0.0, 0.0, 0.0, 0.0, 0.0]
+    cand_b = [0.0, 0.0, -0.6, -0.6, -0.6]
+
+    def steps(bias):
+        return [
+            {"fc1.weight": [1.0], "fc1.bias": [b], "fc2.weight": [1.0], "fc2.bias": [0.0]}
+            for b in bias
+        ]
+
+    paths = {}
+    for side, run, bias in (("ref", "torch", ref_b), ("cand", "candle", cand_b)):
+        for dt in ("f32", "f64"):
+            paths[f"{side}{dt[1:]}"] = write_trace(
+                tmp_path / f"{run}-{dt}.parquet",
+                steps(bias),
+                dtype=dt,
+                experiment="hand",
+                run=run,
+                framework=run,
+                fixture_sha256=sha,
+                config_hash=plan.config_hash("hand", run),
+                shapes={
+                    "fc1.weight": (1, 1),
+                    "fc1.bias": (1,),
+                    "fc2.weight": (1, 1),
+                    "fc2.bias": (1,),
+                },
+            )
+    comp = plan.comparison("hand", "cpu")
+    out = jobs.diagnosis_job(
+        plan,
+        comp,
+        paths,
+        str(fixture),
+        tmp_path / "d.csv",
+        tmp_path / "d.md",
+        tmp_path / "d.json",
+        logging.getLogger("test"),
+    )
+    assert out["relu_flip_step"] == 3
+    assert out["relu_flip_unit"] == "fc1[0]"
+    assert out["relu_flip_counts"] == "2 vs 1"
+    assert out["relu_flip64_step"] == 3
+    assert out["tol_exceeded_step"] == 2 and out["tol_exceeded_where"] == "fc1.bias[0]"
+    assert out["f64_divergence_step"] == 2 and out["f64_divergence_where"] == "fc1.bias[0]"
+    assert out["fp64_rule_verdict"] == "fail"
+    assert "step 3, unit `fc1[0]`, active samples 2 vs 1" in (tmp_path / "d.md").read_text()
