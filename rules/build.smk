@@ -1,5 +1,9 @@
 rule build_candle:
-    """cargo build --release --locked of the candle runner, per device feature set."""
+    """cargo build --release --locked of the candle runner, per device feature set.
+
+    A local rule: under a cluster executor it runs on the submit host, which reaches
+    crates.io (compute nodes often do not) and has the Rust toolchain; the one binary
+    it builds serves every node."""
     input:
         manifest=RUST_MANIFEST,
         sources=RUST_SOURCES,
@@ -9,6 +13,7 @@ rule build_candle:
         "results/logs/build/candle-{device}.log",
     benchmark:
         "results/benchmarks/build/candle-{device}.tsv"
+    localrule: True
     conda:
         "../envs/rust.yaml"
     params:

@@ -62,10 +62,13 @@ def load_config(path=REPO / "config.yaml") -> dict:
         return yaml.safe_load(f)
 
 
-def run_workflow(workdir: Path, config: dict | None, *args: str, check=True, timeout=1800):
+def run_workflow(
+    workdir: Path, config: dict | None, *args: str, check=True, timeout=1800, env=None
+):
     """Run the real workflow in ``workdir`` (config written there as test-config.yaml).
 
-    Returns the CompletedProcess (stdout+stderr merged in ``stdout``).
+    ``env`` replaces the environment (default: this process's). Returns the
+    CompletedProcess (stdout+stderr merged in ``stdout``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
@@ -74,7 +77,7 @@ def run_workflow(workdir: Path, config: dict | None, *args: str, check=True, tim
         cfg.write_text(yaml.safe_dump(config))
         cmd += ["--configfile", str(cfg)]
     cmd += list(args)
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     env.setdefault("CARGO_TARGET_DIR", str(REPO / "rust" / "target"))
     proc = subprocess.run(
         cmd,
