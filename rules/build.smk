@@ -8,7 +8,7 @@ rule build_candle:
         manifest=RUST_MANIFEST,
         sources=RUST_SOURCES,
     output:
-        candle_binary("{device}"),
+        runner_binary("candle", "{device}"),
     log:
         "results/logs/build/candle-{device}.log",
     benchmark:

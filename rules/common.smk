@@ -55,9 +55,9 @@ def split_traces(wildcards):
     }
 
 
-def candle_binary(device):
-    """The candle-parity binary built for a device's cargo features."""
-    return f"results/bin/candle-parity-{device}"
+def runner_binary(framework, device):
+    """The Rust runner of a framework (candle-parity), built for a device's features."""
+    return f"results/bin/{framework}-parity-{device}"
 
 
 def table_kinds(c):

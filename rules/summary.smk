@@ -53,7 +53,7 @@ rule optimizer_defaults_torch:
 rule optimizer_defaults_candle:
     """candle-nn's optimizer defaults, printed by the candle-parity binary."""
     input:
-        binary=candle_binary("cpu"),
+        binary=runner_binary("candle", "cpu"),
     output:
         "results/defaults/candle.json",
     log:

@@ -28,7 +28,7 @@ rule train_candle:
     """A candle run (the candle-parity binary), written as a Parquet trace."""
     input:
         fixture="results/fixtures/{experiment}.safetensors",
-        binary=candle_binary("{device}"),
+        binary=runner_binary("candle", "{device}"),
     output:
         trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
     log:
@@ -45,4 +45,4 @@ rule train_candle:
     params:
         settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
     script:
-        "../scripts/train_candle.py"
+        "../scripts/train_rust.py"

@@ -28,10 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+#: Frameworks, the reference first. A run's name starts with its framework.
 FRAMEWORKS = ("torch", "candle")
+#: Frameworks whose runs are Rust binaries speaking the frame protocol.
+RUST_FRAMEWORKS = tuple(f for f in FRAMEWORKS if f != "torch")
 DEVICES = ("cpu", "cuda", "metal")
 DTYPES = ("f32", "f64")
-RUN_NAME = re.compile(r"^(torch|candle)(_[a-z0-9]+)*$")
+RUN_NAME = re.compile(rf"^({'|'.join(FRAMEWORKS)})(_[a-z0-9]+)*$")
 MAIN = "main"
 
 #: The validity matrix, written once: (framework, device, dtype) cells that cannot run,

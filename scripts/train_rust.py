@@ -1,6 +1,6 @@
-"""Snakemake job: one candle run through the candle-parity binary (see parity.candle_runner)."""
+"""Snakemake job: one run of a Rust runner binary, e.g. candle-parity (see parity.rust_runner)."""
 
-from parity import candle_runner
+from parity import rust_runner
 from parity.experiments import Plan, RunKey
 from parity.fileio import job_logger
 
@@ -8,7 +8,7 @@ sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 w = sm.wildcards
 key = RunKey(w.experiment, w.run, w.dtype, w.device)
-candle_runner.train(
+rust_runner.train(
     Plan(sm.config),
     key,
     sm.input.fixture,

@@ -1,8 +1,8 @@
-"""The candle side: runs the ``candle-parity`` binary and writes its frames as a trace.
+"""The Rust side: runs a runner binary (``candle-parity``) and writes its frames as a trace.
 
 The binary gets a JSON run spec (``Plan.runner_spec``) and streams frames on standard
-output; its standard error (progress, errors) goes to the job's log. No shell is involved:
-arguments are passed as a list.
+output (``rust/parity-common/src/frames.rs``); its standard error (progress, errors) goes
+to the job's log. No shell is involved: arguments are passed as a list.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def train(
     log: logging.Logger,
     log_path: str | None,
 ) -> None:
-    """Run ``key`` with the candle binary and write its trace to ``out``.
+    """Run ``key`` with its framework's binary and write its trace to ``out``.
 
-    ``threads`` sets ``RAYON_NUM_THREADS`` (candle's CPU thread pool). Raises
+    ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
     :class:`RunnerError` when the binary exits non-zero or its stream is malformed; the trace
     is then not written.
     """
@@ -72,7 +72,7 @@ def train(
             env=env,
         )
         try:
-            _consume(plan, key, fixture, proc, layout, out, log)
+            _consume(plan, key, fixture, proc, layout, out, log, binary)
         except RunnerError as e:
             proc.kill()
             proc.wait()
@@ -88,7 +88,7 @@ def train(
             stderr.close()
 
 
-def _consume(plan, key, fixture, proc, layout, out, log) -> None:
+def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
     frames = read_frames(proc.stdout)
     writer = None
     try:
@@ -114,7 +114,7 @@ def _consume(plan, key, fixture, proc, layout, out, log) -> None:
         status = proc.wait()
         if status != 0 or not ended:
             raise RunnerError(
-                f"candle-parity exited with status {status}"
+                f"{binary} exited with status {status}"
                 + ("" if ended else " without finishing its stream")
             )
         writer.close()
@@ -123,5 +123,5 @@ def _consume(plan, key, fixture, proc, layout, out, log) -> None:
         if writer is not None:
             writer.abort(type(e), e, None)
         if isinstance(e, FrameError):
-            raise RunnerError(f"malformed frame stream from candle-parity: {e}") from e
+            raise RunnerError(f"malformed frame stream from {binary}: {e}") from e
         raise
