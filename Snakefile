@@ -21,6 +21,10 @@ include: "rules/figures.smk"
 include: "rules/summary.smk"
 
 
+onerror:
+    write_partial_summary()
+
+
 rule all:
     default_target: True
     input:

@@ -10,13 +10,29 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity.experiments import ConfigError, Plan  # noqa: E402
+from parity.experiments import (
+    COMPARE_LOG,
+    TRACE,
+    TRAIN_LOG,
+    ConfigError,
+    Plan,
+)  # noqa: E402
 
-validate(config, "../schemas/config.schema.yaml")
+CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
+try:
+    validate(config, CONFIG_SCHEMA)
+except WorkflowError:
+    # Snakemake's message prints the whole sub-schema; say where and why instead.
+    from parity.configcheck import schema_errors
+
+    raise WorkflowError(
+        "invalid config (nothing was run):\n  "
+        + "\n  ".join(schema_errors(config, CONFIG_SCHEMA))
+    ) from None
 try:
     PLAN = Plan(config)
 except ConfigError as e:
-    raise WorkflowError(str(e)) from None
+    raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 
 
 wildcard_constraints:
@@ -25,6 +41,27 @@ wildcard_constraints:
     device="cpu|cuda|metal",
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
     kind="perstep|split|diagnosis",
+
+
+def compare_log(kind):
+    """Log pattern of a comparison job (parity.experiments.COMPARE_LOG)."""
+    return COMPARE_LOG.replace("{kind}", kind)
+
+
+def write_partial_summary():
+    """After a failed run (e.g. with --keep-going): summarise what exists; each comparison
+    that could not be made gets verdict "error" and the log of the job that failed."""
+    from parity import jobs
+
+    n = jobs.partial_summary_job(
+        PLAN, "results/tables/summary.csv", "results/tables/summary.md"
+    )
+    if n:
+        print(
+            f"{n} comparison(s) could not be made; results/tables/summary.md lists them "
+            "with verdict 'error' and the log to read",
+            file=sys.stderr,
+        )
 
 
 def comparison(wildcards):

@@ -12,7 +12,7 @@ rule perstep:
         md="results/tables/{experiment}/perstep-{tag}.md",
         result="results/compare/{experiment}/perstep-{tag}.json",
     log:
-        "results/logs/perstep/{experiment}/{tag}.log",
+        compare_log("perstep"),
     benchmark:
         "results/benchmarks/perstep/{experiment}/{tag}.tsv"
     conda:
@@ -33,7 +33,7 @@ rule split:
         md="results/tables/{experiment}/split-{tag}.md",
         result="results/compare/{experiment}/split-{tag}.json",
     log:
-        "results/logs/split/{experiment}/{tag}.log",
+        compare_log("split"),
     benchmark:
         "results/benchmarks/split/{experiment}/{tag}.tsv"
     conda:
@@ -54,7 +54,7 @@ rule diagnosis:
         md="results/tables/{experiment}/diagnosis-{tag}.md",
         result="results/compare/{experiment}/diagnosis-{tag}.json",
     log:
-        "results/logs/diagnosis/{experiment}/{tag}.log",
+        compare_log("diagnosis"),
     benchmark:
         "results/benchmarks/diagnosis/{experiment}/{tag}.tsv"
     conda:

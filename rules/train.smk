@@ -6,9 +6,9 @@ rule train_torch:
     input:
         fixture="results/fixtures/{experiment}.safetensors",
     output:
-        trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
+        trace=TRACE,
     log:
-        "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
+        TRAIN_LOG,
     benchmark:
         "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
     wildcard_constraints:
@@ -30,9 +30,9 @@ rule train_candle:
         fixture="results/fixtures/{experiment}.safetensors",
         binary=runner_binary("candle", "{device}"),
     output:
-        trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
+        trace=TRACE,
     log:
-        "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
+        TRAIN_LOG,
     benchmark:
         "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
     wildcard_constraints:

@@ -125,6 +125,12 @@ def aligned(readers: Sequence[TraceReader]) -> Iterator[tuple[StepRecord, ...]]:
         yield records
 
 
+def _same_loss(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return np.float64(a).tobytes() == np.float64(b).tobytes()
+
+
 def _dloss(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None
@@ -137,6 +143,8 @@ class PerStep:
 
     rows: list[dict]
     step0_identical: bool
+    #: every recorded step identical bit for bit (what a tolerance of 0 demands)
+    bitwise_identical: bool
 
 
 def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
@@ -144,14 +152,17 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
 
     ``loss_a``/``loss_b`` are the reference's and candidate's losses (None at step 0),
     ``dloss`` = |loss_a − loss_b|, ``max_dparam`` and ``where`` from :func:`max_abs_diff`
-    over every parameter. ``step0_identical``: the initial parameters agree bit for bit.
+    over every parameter. ``step0_identical``: the initial parameters agree bit for bit;
+    ``bitwise_identical``: so do all parameters and losses at every step.
     """
     check_comparable([reference, candidate])
     names = reference.layout.names
-    rows, step0 = [], False
+    rows, step0, identical = [], False, True
     for a, b in aligned([reference, candidate]):
+        same = bitwise_equal(a.tensors, b.tensors, names) and _same_loss(a.loss, b.loss)
+        identical = identical and same
         if a.step == 0:
-            step0 = bitwise_equal(a.tensors, b.tensors, names)
+            step0 = same
         d = max_abs_diff(a.tensors, b.tensors, names)
         rows.append(
             {
@@ -163,7 +174,7 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
                 "where": d.where,
             }
         )
-    return PerStep(rows, step0)
+    return PerStep(rows, step0, identical)
 
 
 def split(

@@ -57,6 +57,13 @@ DIAGNOSIS_DEFAULTS = {
 TORCH_DEVICE = {"cpu": "cpu", "cuda": "cuda", "metal": "mps"}
 
 
+#: Where a run's trace and log go; the rules use these same patterns.
+TRACE = "results/traces/{experiment}/{run}-{dtype}-{device}.parquet"
+TRAIN_LOG = "results/logs/train/{experiment}/{run}-{dtype}-{device}.log"
+#: Log of a comparison job (kind: perstep, split, diagnosis).
+COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
+
+
 class ConfigError(ValueError):
     """A config that passed the JSON schema but cannot run; the message starts with the
     offending key path (``experiments.a3_adam.comparisons.main.candidate: …``)."""
@@ -152,7 +159,12 @@ class RunKey:
     @property
     def trace(self) -> str:
         """Path of the trace, relative to the working directory."""
-        return f"results/traces/{self.experiment}/{self.run}-{self.dtype}-{self.device}.parquet"
+        return TRACE.format(**self.__dict__)
+
+    @property
+    def log(self) -> str:
+        """Path of the training job's log."""
+        return TRAIN_LOG.format(**self.__dict__)
 
     @property
     def label(self) -> str:
@@ -187,6 +199,10 @@ class Comparison:
         """``results/figures/{experiment}/{kind}-{tag}.png``."""
         return f"results/figures/{self.experiment}/{kind}-{self.tag}.png"
 
+    def log(self, kind: str) -> str:
+        """Log of this comparison's ``kind`` job."""
+        return COMPARE_LOG.format(kind=kind, experiment=self.experiment, tag=self.tag)
+
     def result(self, kind: str) -> str:
         """Machine-readable result of one table, gathered by the summary."""
         return f"results/compare/{self.experiment}/{kind}-{self.tag}.json"
@@ -218,6 +234,11 @@ class Plan:
         for name, exp in self.config["experiments"].items():
             if exp.get("enabled", True):
                 self.experiments[name] = self._resolve_experiment(name, exp)
+        for i, name in enumerate(self.config.get("determinism", {}).get("experiments", [])):
+            if name not in self.config["experiments"]:
+                raise ConfigError(
+                    f"determinism.experiments[{i}]", f"{name!r} is not an experiment of this config"
+                )
         for i, item in enumerate(self.config.get("framework_summary", [])):
             if item["experiment"] not in self.config["experiments"]:
                 raise ConfigError(
@@ -232,6 +253,15 @@ class Plan:
         exp = copy.deepcopy(dict(exp))
         exp.setdefault("runs", {"torch": {}, "candle": {}})
         exp.setdefault("comparisons", {MAIN: {"reference": "torch", "candidate": "candle"}})
+        if name in self.config.get("determinism", {}).get("experiments", []):
+            # Each run again as <run>_repeat, compared bit for bit (tolerance 0).
+            for run in list(exp["runs"]):
+                exp["runs"][f"{run}_repeat"] = copy.deepcopy(exp["runs"][run])
+                exp["comparisons"][f"determinism_{run}"] = {
+                    "reference": run,
+                    "candidate": f"{run}_repeat",
+                    "tolerance": 0.0,
+                }
         exp["record"] = _merge(
             _merge(RECORD_DEFAULTS, self.config.get("record", {})), exp.get("record", {})
         )

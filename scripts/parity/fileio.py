@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import logging
 import os
@@ -23,6 +24,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # A job killed earlier (SIGKILL skips the cleanup below) left its temporary file;
+    # Snakemake never runs two jobs for one output at once, so it is safe to remove.
+    for stale in path.parent.glob(f".tmp-{glob.escape(path.name)}.*"):
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)

@@ -10,6 +10,7 @@ import csv
 import json
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 
 from . import compare, tables, verdicts
@@ -34,6 +35,16 @@ def _provenance(r: TraceReader) -> dict:
         "cpu": m["runner"].get("cpu"),
         "threads": m["runner"].get("threads"),
     }
+
+
+def _status(*readers: TraceReader) -> str:
+    """``ok``, or which runs diverged (NaN or Inf) and from which step."""
+    bad = [
+        f"{r.meta['run']} {r.meta['dtype']} diverged at step {r.diverged_step}"
+        for r in readers
+        if r.diverged_step is not None
+    ]
+    return "; ".join(bad) or "ok"
 
 
 def _json_number(v):
@@ -64,19 +75,23 @@ def perstep_job(
     worst, worst_step = compare.worst(rows, "max_dparam")
     worst_where = next((r["where"] for r in rows if r["step"] == worst_step), "")
     dloss, _ = compare.worst(rows, "dloss")
-    verdict = verdicts.judge(worst, comp.tolerance, comp.expect)
+    if comp.tolerance == 0:
+        # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
+        verdict = verdicts.judge_ok(result.bitwise_identical, comp.expect)
+    else:
+        verdict = verdicts.judge(worst, comp.tolerance, comp.expect)
+    status = _status(ref, cand)
     notes = [
         f"reference: {comp.reference.label} (`{reference}`)",
         f"candidate: {comp.candidate.label} (`{candidate}`)",
         "step 0 identical bit for bit: " + ("yes" if result.step0_identical else "**no**"),
+        "every step identical bit for bit: " + ("yes" if result.bitwise_identical else "no"),
+        f"status: {status}",
         (
             f"worst max|dparam| {tables.sci(worst)} at step {worst_step} (`{worst_where}`); "
             f"tolerance {comp.tolerance:g}; verdict **{verdict}**"
         ),
     ]
-    for side, r in (("reference", ref), ("candidate", cand)):
-        if r.diverged_step is not None:
-            notes.append(f"{side} diverged at step {r.diverged_step} (NaN or Inf)")
     tables.write_csv(out_csv, rows, tables.PERSTEP_COLUMNS)
     write_text_atomic(
         out_md,
@@ -90,6 +105,8 @@ def perstep_job(
         "reference": comp.reference.label,
         "candidate": comp.candidate.label,
         "step0_identical": result.step0_identical,
+        "bitwise_identical": result.bitwise_identical,
+        "status": status,
         "worst_dparam": _json_number(worst),
         "worst_step": worst_step,
         "worst_where": worst_where,
@@ -335,6 +352,8 @@ SUMMARY_COLUMNS = (
     "device",
     "pair",
     "step0_identical",
+    "bitwise_identical",
+    "status",
     "worst_dparam",
     "worst_step",
     "worst_where",
@@ -364,10 +383,17 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
+def summary_job(
+    plan: Plan,
+    results: Sequence[str],
+    out_csv: str,
+    out_md: str,
+    errors: Sequence[dict] = (),
+) -> list[dict]:
     """Gather per-comparison results into ``summary.csv`` and its Markdown twin.
 
-    Cells the validity matrix excludes get a row with verdict ``unsupported``.
+    Cells the validity matrix excludes get a row with verdict ``unsupported``; ``errors``
+    (from :func:`partial_summary_job`) are rows with verdict ``error``.
     """
     by_kind: dict[str, dict] = {"perstep": {}, "split": {}, "diagnosis": {}}
     for path in results:
@@ -385,6 +411,8 @@ def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -
                 "device": r["device"],
                 "pair": f"{r['reference']} vs {r['candidate']}",
                 "step0_identical": r["step0_identical"],
+                "bitwise_identical": r["bitwise_identical"],
+                "status": r["status"],
                 "worst_dparam": r["worst_dparam"],
                 "worst_step": r["worst_step"],
                 "worst_where": r["worst_where"],
@@ -403,6 +431,8 @@ def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -
                 "candidate_version": r["candidate_provenance"]["framework_version"],
             }
         )
+    for e in errors:
+        rows.append({**dict.fromkeys(SUMMARY_COLUMNS), **e, "verdict": verdicts.ERROR})
     for key, reason in plan.unsupported_cells():
         rows.append(
             {
@@ -432,6 +462,7 @@ def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -
         "comparison",
         "device",
         "pair",
+        "status",
         "step0_identical",
         "worst_dparam",
         "worst_where",
@@ -451,6 +482,39 @@ def summary_job(plan: Plan, results: Sequence[str], out_csv: str, out_md: str) -
         head += "\n"
     write_text_atomic(out_md, head + tables.markdown_table(rows, md_cols, fmt))
     return rows
+
+
+def partial_summary_job(plan: Plan, out_csv: str, out_md: str) -> int:
+    """Summary of a run that failed part-way: every comparison whose per-step result
+    exists is summarised; each one missing becomes an ``error`` row naming the log of the
+    first job in its chain that did not deliver (a training run whose trace is missing,
+    else the comparison job). Returns the number of error rows; writes nothing when no
+    result is missing (the normal summary job is then authoritative)."""
+    results, errors = [], []
+    for c in plan.comparisons():
+        kinds = ["perstep"] + (["split", "diagnosis"] if c.f64_pair else [])
+        have = [k for k in kinds if os.path.exists(c.result(k))]
+        results += [c.result(k) for k in have]
+        if "perstep" in have:
+            continue
+        keys = [c.reference, c.candidate, *(c.f64_pair or ())]
+        missing = next((k for k in keys if not os.path.exists(k.trace)), None)
+        log = missing.log if missing else c.log("perstep")
+        errors.append(
+            {
+                "experiment": c.experiment,
+                "comparison": c.name,
+                "device": c.device,
+                "pair": f"{c.reference.label} vs {c.candidate.label}",
+                "status": f"no result: see {log}"
+                + (f" (run {missing.label} failed)" if missing else ""),
+                "tolerance": c.tolerance,
+                "expected_verdict": verdicts.EXPECTATIONS[c.expect],
+            }
+        )
+    if errors:
+        summary_job(plan, results, out_csv, out_md, errors)
+    return len(errors)
 
 
 def check_job(summary_csv: str, log: logging.Logger) -> list[dict]:

@@ -113,7 +113,13 @@ def train(plan: Plan, key: RunKey, fixture: str, out: str, threads: int, log: lo
     if key.device == "metal" and not torch.backends.mps.is_available():
         raise RuntimeError("device metal requested but torch.backends.mps.is_available() is False")
     dtype = TORCH_DTYPES[key.dtype]
-    fx = load_file(fixture)
+    try:
+        fx = load_file(fixture)
+    except Exception as e:  # safetensors raises its own error types
+        raise RuntimeError(f"fixture {fixture}: not a readable safetensors file ({e})") from e
+    missing = [n for n in ("x", "y") if n not in fx]
+    if missing:
+        raise RuntimeError(f"fixture {fixture} has no tensor {missing[0]!r}")
     names = [n for n, _ in model_params(s["model"])]
     p = {n: torch.from_numpy(fx[n]).to(device=device, dtype=dtype).requires_grad_() for n in names}
     x = torch.from_numpy(fx["x"]).to(device=device, dtype=dtype)

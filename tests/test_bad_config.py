@@ -1,0 +1,202 @@
+"""Bad configs are refused before any job runs, with the offending key path.
+
+Each case runs the real ``snakemake -n`` on the default config with one mutation, and
+checks the message and that nothing was created. README "Bad input" lists these cases.
+"""
+
+import copy
+
+import pytest
+
+from conftest import load_config, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+
+def exp(c, name="a3_sgd"):
+    return c["experiments"][name]
+
+
+def unshare(c):
+    """YAML anchors share dicts between experiments; give each its own copy."""
+    c["experiments"] = copy.deepcopy(c["experiments"])
+    for e in c["experiments"].values():
+        for k in list(e):
+            e[k] = copy.deepcopy(e[k])
+    return c
+
+
+#: (what is wrong, mutation, text the user sees)
+CASES = [
+    (
+        "misspelt top-level key",
+        lambda c: c.update(tolerence=1e-6),
+        "(top level): Additional properties are not allowed ('tolerence' was unexpected)",
+    ),
+    (
+        "misspelt experiment key",
+        lambda c: exp(c).update(stesp=3),
+        "experiments.a3_sgd: Additional properties are not allowed ('stesp' was unexpected)",
+    ),
+    (
+        "unknown device",
+        lambda c: c.update(devices=["gpu"]),
+        "devices[0]: 'gpu' is not one of ['cpu', 'cuda', 'metal']",
+    ),
+    (
+        "unknown dtype",
+        lambda c: c.update(dtypes=["f32", "f16"]),
+        "dtypes[1]: 'f16' is not one of ['f32', 'f64']",
+    ),
+    ("empty device list", lambda c: c.update(devices=[]), "devices: [] should be non-empty"),
+    (
+        "unknown framework in a run name",
+        lambda c: exp(c).update(runs={"torch": {}, "jax": {}}),
+        "experiments.a3_sgd.runs: 'jax' does not match any of the regexes",
+    ),
+    (
+        "unknown experiment in the framework table",
+        lambda c: c["framework_summary"].append({"experiment": "a9", "label": "x"}),
+        "framework_summary[2].experiment: 'a9' is not an experiment of this config",
+    ),
+    (
+        "unknown experiment for determinism",
+        lambda c: c.update(determinism={"experiments": ["a9"]}),
+        "determinism.experiments[0]: 'a9' is not an experiment of this config",
+    ),
+    (
+        "negative learning rate",
+        lambda c: exp(c)["optimizer"].update(lr=-0.1),
+        "experiments.a3_sgd.optimizer.lr: -0.1 is less than or equal to the minimum of 0",
+    ),
+    (
+        "learning rate of the wrong type",
+        lambda c: exp(c)["optimizer"].update(lr="fast"),
+        "experiments.a3_sgd.optimizer.lr: 'fast' is not of type 'number'",
+    ),
+    (
+        "beta2 of 1",
+        lambda c: exp(c, "a1_adam")["optimizer"].update(betas=[0.9, 1.0]),
+        "experiments.a1_adam.optimizer.betas[1]: 1.0 is greater than or equal to the maximum of 1",
+    ),
+    (
+        "negative beta1",
+        lambda c: exp(c, "a1_adam")["optimizer"].update(betas=[-0.1, 0.999]),
+        "experiments.a1_adam.optimizer.betas[0]: -0.1 is less than the minimum of 0",
+    ),
+    (
+        "eps of 0",
+        lambda c: exp(c, "a1_adam")["optimizer"].update(eps=0),
+        "experiments.a1_adam.optimizer.eps: 0 is less than or equal to the minimum of 0",
+    ),
+    (
+        "negative weight decay",
+        lambda c: exp(c, "a1_adam")["optimizer"].update(weight_decay=-1),
+        "experiments.a1_adam.optimizer.weight_decay: -1 is less than the minimum of 0",
+    ),
+    (
+        "zero steps",
+        lambda c: exp(c).update(steps=0),
+        "experiments.a3_sgd.steps: 0 is less than the minimum of 1",
+    ),
+    (
+        "zero batch size",
+        lambda c: exp(c)["data"].update(batch_size=0),
+        "experiments.a3_sgd.data.batch_size: 0 is less than the minimum of 1",
+    ),
+    (
+        "MLP layer of width 0",
+        lambda c: exp(c)["model"].update(sizes=[8, 0, 4]),
+        "experiments.a3_sgd.model.sizes[1]: 0 is less than the minimum of 1",
+    ),
+    (
+        "experiment name that would reach a path",
+        lambda c: c["experiments"].update({"../evil": copy.deepcopy(exp(c))}),
+        "experiments: '../evil' does not match '^[a-z][a-z0-9_]*$'",
+    ),
+    (
+        "comparison name with a slash",
+        lambda c: exp(c).update(comparisons={"a/b": {"reference": "torch", "candidate": "candle"}}),
+        "experiments.a3_sgd.comparisons: 'a/b' does not match '^[a-z][a-z0-9_]*$'",
+    ),
+    (
+        "comparison naming a run that is not configured",
+        lambda c: exp(c).update(
+            comparisons={"main": {"reference": "torch", "candidate": "candel"}}
+        ),
+        "experiments.a3_sgd.comparisons.main.candidate: 'candel' is not a run of this experiment",
+    ),
+    ("threads 0", lambda c: c.update(threads=0), "threads: 0 is less than the minimum of 1"),
+    (
+        "negative tolerance",
+        lambda c: c.update(tolerance=-1e-6),
+        "tolerance: -1e-06 is less than or equal to the minimum of 0",
+    ),
+    (
+        "candle run asked for Adam",
+        lambda c: exp(c, "a1_adam").update(runs={"torch": {}, "candle": {}}),
+        "experiments.a1_adam.runs.candle.optimizer.name: candle-nn 0.11.0 has no Adam",
+    ),
+    (
+        "candle SGD with momentum",
+        lambda c: exp(c)["optimizer"].update(momentum=0.9),
+        "experiments.a3_sgd.runs.candle.optimizer: candle-nn 0.11.0's SGD has no momentum",
+    ),
+    (
+        "float32 factors with candle-nn's own AdamW",
+        lambda c: exp(c, "a3_adamw")["runs"].update(
+            candle={"optimizer": {"bias_correction": "f32"}}
+        ),
+        "bias_correction: float32 bias-correction factors need implementation: manual",
+    ),
+    (
+        "recording moments candle-nn keeps private",
+        lambda c: exp(c, "a3_adamw").update(record={"moments": True}),
+        "experiments.a3_adamw.runs.candle.record.moments: candle-nn keeps AdamW's moments private",
+    ),
+    (
+        "recording a tensor the model lacks",
+        lambda c: exp(c).update(record={"tensors": ["fc3.weight"]}),
+        "experiments.a3_sgd.runs.torch.record.tensors: 'fc3.weight' is not a parameter",
+    ),
+    (
+        "CNN kernel longer than its input",
+        lambda c: exp(c, "cnn_adam")["model"].update(kernel=17),
+        "experiments.cnn_adam.model.kernel: kernel 17 is longer than the input length 16",
+    ),
+    (
+        "CNN layers that do not chain",
+        lambda c: exp(c, "cnn_adam")["model"].update(fc_in=50),
+        "experiments.cnn_adam.model.fc_in: fc takes 50 inputs but the convolution gives",
+    ),
+    (
+        "cross-entropy with one class",
+        lambda c: exp(c, "a1_adam")["model"].update(sizes=[6, 16, 1]),
+        "experiments.a1_adam.model: cross-entropy needs at least two outputs",
+    ),
+    (
+        "unknown loss",
+        lambda c: exp(c).update(loss="hinge"),
+        "experiments.a3_sgd.loss: 'hinge' is not one of ['mse', 'cross_entropy']",
+    ),
+    (
+        "PyTorch code path that does not exist",
+        lambda c: exp(c, "a3_adamw")["runs"].update(torch={"optimizer_path": "turbo"}),
+        "experiments.a3_adamw.runs.torch.optimizer_path: 'turbo' is not one of",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "mutate", "message"), CASES, ids=[c[0] for c in CASES])
+def test_bad_config_is_refused_before_any_job(tmp_path, what, mutate, message):
+    config = unshare(load_config())
+    mutate(config)
+    proc = run_workflow(tmp_path, config, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0, what
+    assert "invalid config (nothing was run)" in proc.stdout
+    assert message in proc.stdout, proc.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_there_are_at_least_25_cases():
+    assert len(CASES) >= 25
