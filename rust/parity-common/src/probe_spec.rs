@@ -422,8 +422,14 @@ mod tests {
     fn op_names_are_the_schema_names() {
         for (json, want) in [
             (r#"{"name": "broadcast_to", "shape": [2]}"#, "BroadcastTo"),
-            (r#"{"name": "upsample_nearest1d", "size": 4}"#, "UpsampleNearest1d"),
-            (r#"{"name": "upsample_nearest2d", "size": [4, 4]}"#, "UpsampleNearest2d"),
+            (
+                r#"{"name": "upsample_nearest1d", "size": 4}"#,
+                "UpsampleNearest1d",
+            ),
+            (
+                r#"{"name": "upsample_nearest2d", "size": [4, 4]}"#,
+                "UpsampleNearest2d",
+            ),
             (r#"{"name": "bce_with_logits"}"#, "BceWithLogits"),
             (
                 r#"{"name": "layer_norm", "eps": 1e-5, "candle": "slow"}"#,
