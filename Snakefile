@@ -1,6 +1,7 @@
 # Training-step parity between PyTorch and candle: the DAG reads top to bottom.
 #   fixtures → build → train (one job per experiment × run × dtype × device)
 #   → compare (per-step and float64-split tables) → figures → summary → check
+#   probes (one job per probe × framework × dtype × device) → probes table
 
 
 from snakemake.utils import min_version
@@ -17,6 +18,7 @@ include: "rules/build.smk"
 include: "rules/train.smk"
 include: "rules/compare.smk"
 include: "rules/figures.smk"
+include: "rules/probes.smk"
 
 
 rule all:

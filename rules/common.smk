@@ -10,12 +10,14 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity.experiments import ConfigError, Plan  # noqa: E402
+from parity.experiments import ConfigError, Plan, unsupported_reason  # noqa: E402
+from parity.probes import ProbeError, ProbePlan  # noqa: E402
 
 validate(config, "../schemas/config.schema.yaml")
 try:
     PLAN = Plan(config)
-except ConfigError as e:
+    PROBES = ProbePlan.from_config(config, workflow.basedir)
+except (ConfigError, ProbeError) as e:
     raise WorkflowError(str(e)) from None
 
 
@@ -25,6 +27,7 @@ wildcard_constraints:
     device="cpu|cuda|metal",
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
     kind="perstep|split",
+    probe="[a-z][a-z0-9_]*",
 
 
 def comparison(wildcards):
@@ -81,7 +84,35 @@ def all_results():
 
 def all_outputs():
     """Targets of the default rule."""
-    return all_tables() + ["results/tables/summary.csv", "results/tables/summary.md"]
+    return (
+        all_tables()
+        + ["results/tables/summary.csv", "results/tables/summary.md"]
+        + PROBES.outputs()
+    )
+
+
+# ----- probes ----------------------------------------------------------------------
+
+
+def probe_file(wildcards):
+    """The probe file a probe job reads."""
+    return PROBES.path(wildcards.probe)
+
+
+def probe_params(framework):
+    """Input function: the normalized probe a job runs, as plain data. Refuses a cell of
+    the validity matrix that cannot run (float64 on Metal)."""
+
+    def params(wildcards):
+        reason = unsupported_reason(framework, wildcards.device, wildcards.dtype)
+        if reason is not None:
+            raise WorkflowError(
+                f"probe {wildcards.probe}: {framework} {wildcards.dtype} "
+                f"{wildcards.device} cannot run: {reason}"
+            )
+        return PROBES.to_params()["probes"][wildcards.probe]
+
+    return params
 
 
 # ----- the candle build ------------------------------------------------------------

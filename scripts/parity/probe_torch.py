@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from .experiments import TORCH_DEVICE
 from .probe_results import Outcome
 from .probes import AFTER_STEP, GRAD, LOSS, Probe, parse_quantity
+from .provenance import probe_metadata
 
 TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64}
 
@@ -197,12 +198,12 @@ def run(probe: Probe, dtype: str, device: str, threads: int, log: logging.Logger
 
 
 def runner_metadata(device: str) -> dict:
-    """What the result file records about this PyTorch run."""
-    return {
-        "framework_version": torch.__version__,
-        "runner": {
+    """What the result file records about this PyTorch run (``probe_results``)."""
+    return probe_metadata(
+        torch.__version__,
+        {
             "threads": torch.get_num_threads(),
             "device_detail": str(torch.device(TORCH_DEVICE[device])),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
         },
-    }
+    )

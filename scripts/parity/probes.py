@@ -23,7 +23,8 @@ terms), names checked. Both interpreters read the normalized form: PyTorch in
 
 :class:`ProbePlan` turns the config's ``probes`` key into jobs, one per (probe, framework,
 dtype, device), and the table's inputs. Pure Python (PyYAML, jsonschema): it runs while the
-DAG is built.
+DAG is built. PyYAML and jsonschema are imported only to read probe files, so jobs, which
+get the normalized probe as data, do not need them.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .experiments import DEVICES, DTYPES, FRAMEWORKS, canonical_hash, unsupported_reason
 
@@ -70,6 +69,8 @@ def parse_quantity(q: str) -> tuple[str, str | None]:
 @cache
 def schema() -> dict:
     """The probe JSON schema (``schemas/probe.schema.yaml``), parsed once."""
+    import yaml
+
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
@@ -287,9 +288,10 @@ class Probe:
     """A validated, normalized probe file."""
 
     name: str
-    path: str
     #: Normalized form: description, tolerance {f32, f64}, inputs (list), cases (list).
     spec: dict
+    #: The file it was read from ("" when rebuilt from a job's params).
+    path: str = ""
 
     @property
     def hash(self) -> str:
@@ -352,7 +354,7 @@ def parse(path: str | Path, doc: Any) -> Probe:
         "inputs": list(inputs.values()),
         "cases": [_case(path, n, c, inputs) for n, c in doc["cases"].items()],
     }
-    return Probe(name, str(path), spec)
+    return Probe(name, spec, str(path))
 
 
 def load(path: str | Path) -> Probe:
@@ -361,6 +363,8 @@ def load(path: str | Path) -> Probe:
     Raises :class:`ProbeError` naming the file and the field: unreadable file or YAML, a
     schema violation, a name used before it is defined, a quantity that does not exist.
     """
+    import yaml
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -428,23 +432,46 @@ PROBES_MARKDOWN = "results/tables/probes.md"
 
 
 class ProbePlan:
-    """The config's ``probes`` key resolved: which probe jobs run, and what the table reads.
+    """The probes that run, on which devices and in which dtypes: jobs and table inputs.
 
-    ``config`` has passed ``schemas/config.schema.yaml``; ``basedir`` is the workflow's folder,
-    against which a relative ``probes.folder`` is resolved (probes are part of the workflow,
-    like its scripts). Raises :class:`ProbeError` for a missing folder or a malformed probe.
+    Build it with :meth:`from_config` while the DAG is built; jobs rebuild it from plain
+    data (:meth:`to_params` / :meth:`from_params`) without reading the probe files again.
     """
 
-    def __init__(self, config: Mapping[str, Any], basedir: str | Path):
+    def __init__(self, probes: Mapping[str, Probe], devices: Sequence[str], dtypes: Sequence[str]):
+        self.probes: dict[str, Probe] = dict(probes)
+        self.devices: list[str] = list(devices)
+        self.dtypes: list[str] = list(dtypes)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], basedir: str | Path) -> ProbePlan:
+        """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``).
+
+        ``config`` has passed ``schemas/config.schema.yaml``; a relative ``probes.folder`` is
+        resolved against ``basedir``, the workflow's folder (probes are part of the workflow,
+        like its scripts). Raises :class:`ProbeError` for a missing folder or selected probe,
+        or a malformed probe file.
+        """
         settings = config.get("probes") or {}
-        self.enabled: bool = settings.get("enabled", True)
         folder = Path(settings.get("folder", "probes"))
-        self.folder = folder if folder.is_absolute() else Path(basedir) / folder
-        self.devices: list[str] = list(config["devices"])
-        self.dtypes: list[str] = list(config["dtypes"])
-        self.probes: dict[str, Probe] = (
-            discover(self.folder, settings.get("select")) if self.enabled else {}
-        )
+        folder = folder if folder.is_absolute() else Path(basedir) / folder
+        enabled = settings.get("enabled", True)
+        probes = discover(folder, settings.get("select")) if enabled else {}
+        return cls(probes, config["devices"], config["dtypes"])
+
+    def to_params(self) -> dict:
+        """Plain data for a job's ``params`` (see :meth:`from_params`)."""
+        return {
+            "probes": {n: {"name": p.name, "spec": p.spec} for n, p in self.probes.items()},
+            "devices": self.devices,
+            "dtypes": self.dtypes,
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ProbePlan:
+        """The plan :meth:`to_params` described."""
+        probes = {n: Probe(**p) for n, p in params["probes"].items()}
+        return cls(probes, params["devices"], params["dtypes"])
 
     def probe(self, name: str) -> Probe:
         """A probe by name. Raises ``KeyError``."""
