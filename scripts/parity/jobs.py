@@ -289,6 +289,7 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
                 "reference": "",
                 "reference_values": None,
                 "max_diff": None,
+                "tolerance": None,
             }
             if reason is not None:
                 rows.append({**row, "verdict": verdicts.UNSUPPORTED, "note": reason})
@@ -308,6 +309,7 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
                         None if j.reference_values is None else j.reference_values.tolist()
                     ),
                     "max_diff": j.max_diff,
+                    "tolerance": j.tolerance,
                     "verdict": j.verdict,
                     "note": note,
                 }

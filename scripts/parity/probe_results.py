@@ -257,13 +257,23 @@ def max_diff(values: np.ndarray, reference: np.ndarray) -> float:
     return float(d.max())
 
 
+def scaled_tolerance(tolerance: float, reference: np.ndarray) -> float:
+    """The absolute tolerance of a quantity: the probe's ``tolerance`` times the largest
+    finite magnitude of its reference, at least 1 (so a float32 tolerance of 1e-6 is about
+    eight ulps of the quantity's largest value, and absolute below magnitude 1)."""
+    finite = np.abs(reference[np.isfinite(reference)])
+    return tolerance * max(1.0, float(finite.max()) if finite.size else 1.0)
+
+
 @dataclass(frozen=True)
 class Judgement:
-    """A table row's comparison: reference label and values, max difference, verdict, note."""
+    """A table row's comparison: reference label and values, max difference, the absolute
+    tolerance it was held to, verdict, note."""
 
     reference: str
     reference_values: np.ndarray | None
     max_diff: float | None
+    tolerance: float | None
     verdict: str
     note: str
 
@@ -282,29 +292,30 @@ def judge(
     """
     case = probe.case(outcome.case)
     q = outcome.quantity
-    tol = probe.tolerance(key.dtype)
     exact = case["exact"].get(q)
     bug = case["known_bug"].get(key.framework, {}).get(key.device, {}).get(q)
     if outcome.status == verdicts.FRAMEWORK_ERROR:
-        return Judgement("", None, None, verdicts.FRAMEWORK_ERROR, outcome.message or "")
+        return Judgement("", None, None, None, verdicts.FRAMEWORK_ERROR, outcome.message or "")
     if outcome.status == verdicts.MISSING_GRADIENT:
-        return Judgement("", None, None, verdicts.MISSING_GRADIENT, outcome.message or "")
+        return Judgement("", None, None, None, verdicts.MISSING_GRADIENT, outcome.message or "")
     values = outcome.values
     if exact is not None:
         label, ref = "exact", expand(exact, values.size)
     elif key.is_reference:
-        return Judgement("", None, None, verdicts.REFERENCE, "")
+        return Judgement("", None, None, None, verdicts.REFERENCE, "")
     elif reference is None or reference.status != OK:
         why = "missing" if reference is None else reference.status
-        return Judgement(key.reference.label, None, None, verdicts.ERROR, f"reference {why}")
+        return Judgement(key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}")
     else:
         label, ref = key.reference.label, reference.values
     worst = max_diff(values, ref)
     notes = []
     if values.size != ref.size:
         notes.append(f"{values.size} values where the reference has {ref.size}")
+    tol = scaled_tolerance(probe.tolerance(key.dtype), ref)
+    # A known bug's values are held to the same absolute tolerance.
     bug_worst = None if bug is None else max_diff(values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
     non_finite = bool((~np.isfinite(values) & finite_ref).any())
     verdict = verdicts.judge_probe(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
-    return Judgement(label, ref, worst, verdict, "; ".join(notes))
+    return Judgement(label, ref, worst, tol, verdict, "; ".join(notes))

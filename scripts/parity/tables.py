@@ -27,6 +27,7 @@ PROBE_COLUMNS = (
     "reference",
     "reference_values",
     "max_diff",
+    "tolerance",
     "verdict",
     "note",
 )
@@ -161,6 +162,7 @@ def probes_markdown(
         "values",
         "reference",
         "max diff",
+        "tolerance",
         "verdict",
         "note",
     ]
@@ -176,6 +178,7 @@ def probes_markdown(
                 values_text(r["values"], PROBE_MD_VALUES),
                 (f"{r['reference']} {values_text(r['reference_values'], PROBE_MD_VALUES)}").strip(),
                 _sci(r["max_diff"]),
+                _sci(r["tolerance"]),
                 PROBE_WORDING.get(r["verdict"], r["verdict"]),
                 r["note"].replace("\n", " "),
             ]
