@@ -110,7 +110,7 @@ def probe_params(framework):
                 f"probe {wildcards.probe}: {framework} {wildcards.dtype} "
                 f"{wildcards.device} cannot run: {reason}"
             )
-        return PROBES.to_params()["probes"][wildcards.probe]
+        return PROBES.probe(wildcards.probe).as_params()
 
     return params
 

@@ -318,6 +318,10 @@ class Probe:
         """Largest max|value − reference| that passes in ``dtype``."""
         return float(self.spec["tolerance"][dtype])
 
+    def as_params(self) -> dict:
+        """Plain data for a job's ``params``: ``Probe(**probe.as_params())`` rebuilds it."""
+        return {"name": self.name, "spec": self.spec}
+
     def runner_spec(self, dtype: str, device: str) -> dict:
         """The JSON the candle runner reads (``parity_common::probe_spec::ProbeSpec``).
 
@@ -462,7 +466,7 @@ class ProbePlan:
     def to_params(self) -> dict:
         """Plain data for a job's ``params`` (see :meth:`from_params`)."""
         return {
-            "probes": {n: {"name": p.name, "spec": p.spec} for n, p in self.probes.items()},
+            "probes": {n: p.as_params() for n, p in self.probes.items()},
             "devices": self.devices,
             "dtypes": self.dtypes,
         }

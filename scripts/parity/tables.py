@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from .fileio import write_text_atomic
+from .verdicts import PROBE_WORDING
 
 PERSTEP_COLUMNS = ("step", "loss_a", "loss_b", "dloss", "max_dparam", "where")
 SPLIT_COLUMNS = ("step", "max_dparam", "torch_f64", "candle_f64", "f64_f64")
@@ -150,8 +151,6 @@ def probes_markdown(
 ) -> str:
     """Markdown twin of the probe table: one section per probe (its description and case
     notes), values elided after :data:`PROBE_MD_VALUES`, verdicts in words."""
-    from .verdicts import PROBE_WORDING
-
     parts = ["# Probes\n"]
     header = [
         "case",
