@@ -2,6 +2,7 @@
 #   fixtures → build → train (one job per experiment × run × dtype × device)
 #   → compare (per-step and float64-split tables) → figures
 #   → summary, framework table, optimizer defaults → check
+#   probes (one job per probe × framework × dtype × device) → probes table
 
 
 from snakemake.utils import min_version
@@ -19,6 +20,7 @@ include: "rules/train.smk"
 include: "rules/compare.smk"
 include: "rules/figures.smk"
 include: "rules/summary.smk"
+include: "rules/probes.smk"
 
 
 onerror:

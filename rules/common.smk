@@ -10,13 +10,15 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity.experiments import (
+from parity.experiments import (  # noqa: E402
     COMPARE_LOG,
     TRACE,
     TRAIN_LOG,
     ConfigError,
     Plan,
-)  # noqa: E402
+    unsupported_reason,
+)
+from parity.probes import ProbeError, ProbePlan  # noqa: E402
 
 CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
 try:
@@ -31,7 +33,8 @@ except WorkflowError:
     ) from None
 try:
     PLAN = Plan(config)
-except ConfigError as e:
+    PROBES = ProbePlan.from_config(config, workflow.basedir)
+except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 
 
@@ -41,6 +44,7 @@ wildcard_constraints:
     device="cpu|cuda|metal",
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
     kind="perstep|split|diagnosis",
+    probe="[a-z][a-z0-9_]*",
 
 
 def compare_log(kind):
@@ -127,12 +131,40 @@ def all_results():
 
 def all_outputs():
     """Targets of the default rule."""
-    return all_tables() + [
-        "results/tables/summary.csv",
-        "results/tables/summary.md",
-        "results/tables/framework_summary.csv",
-        "results/tables/optimizer_defaults.csv",
-    ]
+    return (
+        all_tables()
+        + [
+            "results/tables/summary.csv",
+            "results/tables/summary.md",
+            "results/tables/framework_summary.csv",
+            "results/tables/optimizer_defaults.csv",
+        ]
+        + PROBES.outputs()
+    )
+
+
+# ----- probes ----------------------------------------------------------------------
+
+
+def probe_file(wildcards):
+    """The probe file a probe job reads."""
+    return PROBES.path(wildcards.probe)
+
+
+def probe_params(framework):
+    """Input function: the normalized probe a job runs, as plain data. Refuses a cell of
+    the validity matrix that cannot run (float64 on Metal)."""
+
+    def params(wildcards):
+        reason = unsupported_reason(framework, wildcards.device, wildcards.dtype)
+        if reason is not None:
+            raise WorkflowError(
+                f"probe {wildcards.probe}: {framework} {wildcards.dtype} "
+                f"{wildcards.device} cannot run: {reason}"
+            )
+        return PROBES.probe(wildcards.probe).as_params()
+
+    return params
 
 
 # ----- the candle build ------------------------------------------------------------

@@ -53,3 +53,18 @@ def trace_metadata(
             **runner,
         },
     }
+
+
+def probe_metadata(framework_version: str, runner: Mapping[str, Any]) -> dict[str, Any]:
+    """What a probe result records about where it was made (``probe_results``): the
+    framework version, the host, and ``runner`` with Python, platform and CPU added."""
+    return {
+        "framework_version": framework_version,
+        "host": socket.gethostname(),
+        "runner": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpu": cpu_model(),
+            **runner,
+        },
+    }

@@ -1,12 +1,15 @@
-"""The Rust side: runs a runner binary (``candle-parity``) and writes its frames as a trace.
+"""The Rust side: runs a runner binary (``candle-parity``) and writes its frames as a
+trace or, for an op probe, as probe results.
 
-The binary gets a JSON run spec (``Plan.runner_spec``) and streams frames on standard
-output (``rust/parity-common/src/frames.rs``); its standard error (progress, errors) goes
-to the job's log. No shell is involved: arguments are passed as a list.
+The binary gets a JSON spec (``Plan.runner_spec`` or ``Probe.runner_spec``) and streams
+frames on standard output (``rust/parity-common/src/frames.rs``); its standard error
+(progress, errors) goes to the job's log. No shell is involved: arguments are passed
+as a list.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -16,7 +19,9 @@ from pathlib import Path
 
 from .experiments import Plan, RunKey, model_params
 from .frames import FrameError, read_frames
-from .provenance import trace_metadata
+from .probe_results import OK, Outcome, write_results
+from .probes import Probe, ProbeKey
+from .provenance import probe_metadata, trace_metadata
 from .schema import TraceLayout, TraceWriter, extra_column
 
 
@@ -125,3 +130,73 @@ def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
         if isinstance(e, FrameError):
             raise RunnerError(f"malformed frame stream from {binary}: {e}") from e
         raise
+
+
+HEADER_RUNNER_KEYS = ("compiler", "device_detail", "features")
+
+
+def probe(
+    probe: Probe,
+    key: ProbeKey,
+    binary: str,
+    out: str,
+    threads: int,
+    log: logging.Logger,
+    log_path: str | None,
+) -> None:
+    """Run ``probe`` in ``key.dtype`` on ``key.device`` with the candle binary and write its
+    results to ``out`` (``probe_results.write_results``).
+
+    candle's errors and missing gradients arrive as outcomes. Raises :class:`RunnerError`
+    when the binary exits non-zero (a spec it refuses, a missing device) or its stream is
+    malformed; nothing is written then.
+    """
+    spec = probe.runner_spec(key.dtype, key.device)
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f, indent=1)
+        spec_path = f.name
+    stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
+    try:
+        proc = subprocess.run(
+            [binary, "probe", "--spec", spec_path, "--out", "-"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            check=False,
+        )
+    finally:
+        os.unlink(spec_path)
+        if stderr:
+            stderr.close()
+    tail = _tail(log_path) if log_path else ""
+    if proc.returncode != 0:
+        raise RunnerError(
+            f"candle-parity probe exited with status {proc.returncode}; "
+            f"last lines of its log:\n{tail}"
+        )
+    try:
+        frames = list(read_frames(io.BytesIO(proc.stdout)))
+    except FrameError as e:
+        raise RunnerError(f"malformed frame stream from candle-parity: {e}") from e
+    if not frames or frames[0].kind != "header" or frames[-1].kind != "end":
+        raise RunnerError("candle-parity probe stream lacks its header or end frame")
+    header = frames[0].meta
+    outcomes = []
+    for frame in frames[1:-1]:
+        m = frame.meta
+        if frame.kind != "result":
+            raise RunnerError(f"unexpected {frame.kind!r} frame in a probe stream")
+        if m["status"] == OK:
+            values = frame.tensors["values"]
+            outcomes.append(Outcome.ok(m["case"], m["quantity"], values, values.shape))
+        else:
+            outcomes.append(
+                Outcome(m["case"], m["quantity"], m["status"], message=m.get("message") or None)
+            )
+        log.info("%s %s: %s %s", m["case"], m["quantity"], m["status"], m.get("message", ""))
+    runner = {k: header[k] for k in HEADER_RUNNER_KEYS}
+    runner["threads"] = int(header["threads"])
+    metadata = probe_metadata(header["framework_version"], runner)
+    write_results(out, probe, key, outcomes, metadata)
+    log.info("wrote %s", out)

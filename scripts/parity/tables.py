@@ -13,9 +13,27 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from .fileio import write_text_atomic
+from .verdicts import PROBE_WORDING
 
 PERSTEP_COLUMNS = ("step", "loss_a", "loss_b", "dloss", "max_dparam", "where")
 SPLIT_COLUMNS = ("step", "max_dparam", "torch_f64", "candle_f64", "f64_f64")
+PROBE_COLUMNS = (
+    "probe",
+    "case",
+    "quantity",
+    "framework",
+    "device",
+    "dtype",
+    "values",
+    "reference",
+    "reference_values",
+    "max_diff",
+    "tolerance",
+    "verdict",
+    "note",
+)
+#: Values a Markdown cell of the probe table shows before eliding the rest.
+PROBE_MD_VALUES = 8
 
 
 def _cell(v) -> str:
@@ -105,6 +123,70 @@ def _page(title: str, notes: Sequence[str], table: str) -> str:
     if notes:
         parts.append("\n".join(f"- {n}" for n in notes) + "\n")
     parts.append(table)
+    return "\n".join(parts)
+
+
+def number(v: float) -> str:
+    """A value as the probe table writes it: integers without a fraction, others in their
+    shortest round-trip form (``repr``), ``inf``, ``-inf``, ``nan``."""
+    if math.isfinite(v) and v == int(v) and abs(v) < 2**53:
+        return str(int(v))
+    return repr(float(v))
+
+
+def values_text(values: Sequence[float] | None, limit: int | None = None) -> str:
+    """``[340, 392, 444]``; with ``limit``, at most that many values then ``… (n values)``."""
+    if values is None:
+        return ""
+    vals = list(values)
+    shown = vals if limit is None or len(vals) <= limit else vals[:limit]
+    text = ", ".join(number(v) for v in shown)
+    if len(shown) < len(vals):
+        text += f", … ({len(vals)} values)"
+    return f"[{text}]"
+
+
+def probes_markdown(
+    rows: Sequence[Mapping], descriptions: Mapping[str, str], notes: Mapping[str, Sequence[str]]
+) -> str:
+    """Markdown twin of the probe table: one section per probe (its description and case
+    notes), values elided after :data:`PROBE_MD_VALUES`, verdicts in words."""
+    parts = ["# Probes\n"]
+    header = [
+        "case",
+        "quantity",
+        "framework",
+        "device",
+        "dtype",
+        "values",
+        "reference",
+        "max diff",
+        "tolerance",
+        "verdict",
+        "note",
+    ]
+    for probe, text in descriptions.items():
+        mine = [r for r in rows if r["probe"] == probe]
+        body = [
+            [
+                r["case"],
+                f"`{r['quantity']}`",
+                r["framework"],
+                r["device"],
+                r["dtype"],
+                values_text(r["values"], PROBE_MD_VALUES),
+                (f"{r['reference']} {values_text(r['reference_values'], PROBE_MD_VALUES)}").strip(),
+                _sci(r["max_diff"]),
+                _sci(r["tolerance"]),
+                PROBE_WORDING.get(r["verdict"], r["verdict"]),
+                r["note"].replace("\n", " "),
+            ]
+            for r in mine
+        ]
+        section = f"## {probe}\n\n{text}\n"
+        if notes.get(probe):
+            section += "\n" + "\n".join(f"- {n}" for n in notes[probe]) + "\n"
+        parts.append(section + "\n" + _markdown(header, body))
     return "\n".join(parts)
 
 

@@ -8,6 +8,22 @@
 | `unexpected-pass` | a control passed: the harness has lost its power (an error)      |
 | `unsupported`     | the combination cannot run (e.g. float64 on Metal)               |
 | `error`           | a job failed; the summary gives its log                          |
+
+Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
+
+| verdict            | meaning                                                             |
+| ------------------ | ------------------------------------------------------------------- |
+| `reference`        | this row is the reference the others are compared with (PyTorch on |
+|                    | the CPU, when the probe gives no exact values)                      |
+| `known-bug`        | known bug reproduced: the values the probe file records for this    |
+|                    | framework and device                                                |
+| `known-bug-fixed`  | a recorded known bug is gone: the values now equal the reference    |
+|                    | (update the probe file)                                             |
+| `missing-gradient` | the framework gave no gradient for an input that needs one          |
+| `framework-error`  | the framework raised an error; the table gives its message          |
+| `non-finite`       | NaN or ±Inf where the reference is finite                           |
+
+A probe row whose values match neither the reference nor a known bug is a `fail`.
 """
 
 from __future__ import annotations
@@ -20,10 +36,28 @@ EXPECTED_FAIL = "expected-fail"
 UNEXPECTED_PASS = "unexpected-pass"
 UNSUPPORTED = "unsupported"
 ERROR = "error"
-VERDICTS = (PASS, FAIL, EXPECTED_FAIL, UNEXPECTED_PASS, UNSUPPORTED, ERROR)
+REFERENCE = "reference"
+KNOWN_BUG = "known-bug"
+KNOWN_BUG_FIXED = "known-bug-fixed"
+MISSING_GRADIENT = "missing-gradient"
+FRAMEWORK_ERROR = "framework-error"
+NON_FINITE = "non-finite"
+PROBE_VERDICTS = (
+    REFERENCE,
+    KNOWN_BUG,
+    KNOWN_BUG_FIXED,
+    MISSING_GRADIENT,
+    FRAMEWORK_ERROR,
+    NON_FINITE,
+)
+VERDICTS = (PASS, FAIL, EXPECTED_FAIL, UNEXPECTED_PASS, UNSUPPORTED, ERROR, *PROBE_VERDICTS)
 
-#: Verdicts that meet the expectation; ``check`` fails on any other.
-ACCEPTED = frozenset({PASS, EXPECTED_FAIL, UNSUPPORTED})
+#: Verdicts that meet the expectation; ``check`` fails on any other. A reproduced known bug
+#: is expected; a fixed one is not (the probe file is out of date).
+ACCEPTED = frozenset({PASS, EXPECTED_FAIL, UNSUPPORTED, REFERENCE, KNOWN_BUG})
+
+#: How the probe table spells a verdict for readers.
+PROBE_WORDING = {KNOWN_BUG: "known bug reproduced", KNOWN_BUG_FIXED: "known bug fixed"}
 
 #: What a comparison may expect, and the verdict that meets it.
 EXPECTATIONS = {"pass": PASS, "fail": EXPECTED_FAIL}
@@ -58,3 +92,25 @@ def meets_expectation(verdict: str) -> bool:
     if verdict not in VERDICTS:
         raise ValueError(f"unknown verdict {verdict!r}")
     return verdict in ACCEPTED
+
+
+def judge_probe(
+    worst: float,
+    tolerance: float,
+    *,
+    known_bug_worst: float | None = None,
+    non_finite: bool = False,
+) -> str:
+    """Verdict of one probe quantity whose values the framework did produce.
+
+    ``worst`` is max|value − reference| (``inf`` where one side is non-finite and the other
+    is not; NaN counts as never within); ``known_bug_worst`` the same against the values a
+    recorded known bug produces for this framework and device, or None when none is
+    recorded; ``non_finite`` whether the values hold NaN or ±Inf where the reference does
+    not. Missing gradients, framework errors and reference rows are decided before this.
+    """
+    if within(worst, tolerance):
+        return PASS if known_bug_worst is None else KNOWN_BUG_FIXED
+    if known_bug_worst is not None and within(known_bug_worst, tolerance):
+        return KNOWN_BUG
+    return NON_FINITE if non_finite else FAIL

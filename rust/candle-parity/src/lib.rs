@@ -4,11 +4,13 @@
 //! `candle-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
 //! Parquet trace. Modules mirror candle's own examples: [`model`] builds the forward pass
 //! from `Var`s, [`optim`] wraps the optimizers, [`train`] is the loop
-//! (`loss.backward()` → `opt.step(&grads)`).
+//! (`loss.backward()` → `opt.step(&grads)`). [`probe`] interprets an op probe
+//! ([`parity_common::probe_spec::ProbeSpec`]) and reports each quantity as an outcome.
 
 pub mod device;
 pub mod model;
 pub mod optim;
+pub mod probe;
 pub mod train;
 
 /// The candle-core version this binary was built against, read from Cargo.lock at build time.

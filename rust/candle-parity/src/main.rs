@@ -1,4 +1,4 @@
-//! `candle-parity`: one training run per invocation; the workflow decides which.
+//! `candle-parity`: one training run or one op probe per invocation; the workflow decides which.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use parity_common::probe_spec::ProbeSpec;
 use parity_common::spec::RunSpec;
 
 #[derive(Parser)]
@@ -20,6 +21,16 @@ enum Command {
     /// Train as the run spec says and write frames (see parity_common::frames).
     Train {
         /// Run spec JSON written by the workflow.
+        #[arg(long)]
+        spec: PathBuf,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Run an op probe (normalized by the workflow) and write one `result` frame per
+    /// (case, quantity); candle's errors are results, not failures.
+    Probe {
+        /// Probe spec JSON written by the workflow.
         #[arg(long)]
         spec: PathBuf,
         /// Where to write the frames; `-` is standard output.
@@ -48,6 +59,10 @@ fn main() -> Result<()> {
         Command::Train { spec, out } => {
             let spec = RunSpec::from_path(&spec)?;
             candle_parity::train::run(&spec, sink(&out)?)
+        }
+        Command::Probe { spec, out } => {
+            let spec = ProbeSpec::from_path(&spec)?;
+            candle_parity::probe::run(&spec, sink(&out)?)
         }
         Command::Defaults => {
             let d = candle_nn::ParamsAdamW::default();

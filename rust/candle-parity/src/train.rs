@@ -1,6 +1,7 @@
 //! The training loop: forward → loss → `loss.backward()` → `opt.step(&grads)`, streaming
 //! one frame per recorded step.
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::{Context, Result};
@@ -31,16 +32,9 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let mut opt = Stepper::new(&spec.optimizer, net.vars(), spec.record.moments)?;
     let mut out = FrameWriter::new(sink);
 
-    out.write_meta(meta([
-        ("kind", "header".into()),
-        ("framework", "candle".into()),
-        ("framework_version", crate::CANDLE_VERSION.into()),
-        ("compiler", env!("PARITY_RUSTC_VERSION").into()),
-        ("device_detail", format!("{dev:?}")),
-        ("threads", candle_core::utils::get_num_threads().to_string()),
-        ("features", enabled_features().join(",")),
-        ("optimizer_impl", optimizer_impl(&opt).into()),
-    ]))?;
+    let mut header = header_meta(&dev);
+    header.insert("optimizer_impl".into(), optimizer_impl(&opt).into());
+    out.write_meta(header)?;
 
     write_step(&mut out, spec, &net, &opt, 0, None, None)?;
     let progress_every = (spec.steps / 10).max(1);
@@ -108,6 +102,20 @@ fn write_step<W: Write>(
         meta([("kind", "step".into()), ("step", t.to_string())]),
         tensors,
     )
+}
+
+/// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo
+/// features (the probe runner writes the same header).
+pub fn header_meta(dev: &candle_core::Device) -> HashMap<String, String> {
+    meta([
+        ("kind", "header".into()),
+        ("framework", "candle".into()),
+        ("framework_version", crate::CANDLE_VERSION.into()),
+        ("compiler", env!("PARITY_RUSTC_VERSION").into()),
+        ("device_detail", format!("{dev:?}")),
+        ("threads", candle_core::utils::get_num_threads().to_string()),
+        ("features", enabled_features().join(",")),
+    ])
 }
 
 fn optimizer_impl(opt: &Stepper) -> &'static str {

@@ -1,0 +1,65 @@
+# Op probes: one job per (probe, framework, dtype, device), then one table. What a probe
+# means lives in scripts/parity/probes.py; the probe files are probes/*.yaml.
+
+
+rule probe_torch:
+    """A probe run with PyTorch, written as probe results."""
+    input:
+        probe=probe_file,
+    output:
+        result="results/probes/{probe}/torch-{dtype}-{device}.parquet",
+    log:
+        "results/logs/probes/{probe}/torch-{dtype}-{device}.log",
+    benchmark:
+        "results/benchmarks/probes/{probe}/torch-{dtype}-{device}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    params:
+        probe=probe_params("torch"),
+    script:
+        "../scripts/probe_torch.py"
+
+
+rule probe_candle:
+    """A probe run with the candle binary built for the device, written as probe results."""
+    input:
+        probe=probe_file,
+        binary=runner_binary("candle", "{device}"),
+    output:
+        result="results/probes/{probe}/candle-{dtype}-{device}.parquet",
+    log:
+        "results/logs/probes/{probe}/candle-{dtype}-{device}.log",
+    benchmark:
+        "results/benchmarks/probes/{probe}/candle-{dtype}-{device}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    params:
+        probe=probe_params("candle"),
+    script:
+        "../scripts/probe_candle.py"
+
+
+rule probes_table:
+    """Every probe result against its reference: values, max difference and verdict."""
+    input:
+        results=PROBES.results(),
+        probes=[p.path for p in PROBES.probes.values()],
+    output:
+        csv="results/tables/probes.csv",
+        md="results/tables/probes.md",
+    log:
+        "results/logs/probes/table.log",
+    benchmark:
+        "results/benchmarks/probes/table.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        plan=PROBES.to_params(),
+    script:
+        "../scripts/probes_table.py"

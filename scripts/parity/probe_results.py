@@ -1,0 +1,321 @@
+"""Probe results: the Parquet schema of one probe run, defined here once, and the judging.
+
+One file per (probe, framework, dtype, device), ``results/probes/{probe}/{framework}-{dtype}-
+{device}.parquet`` (``probes.ProbeKey.result``), one row per (case, quantity) in the probe's
+order (``Probe.quantities``):
+
+* ``case``, ``quantity`` (string, not null): ``batch2``, ``w.grad``;
+* ``status`` (string, not null): ``ok``, ``missing-gradient`` (the framework gave no
+  gradient) or ``framework-error`` (the framework raised; ``message`` says what);
+* ``shape`` (list<int64>) and ``values`` (list<float64>, row-major): null unless ``ok``;
+  values of the run's dtype widened exactly to float64; NaN and ±Inf kept as they are;
+* ``message`` (string): the framework's error, or null;
+* file key-value metadata ``parity.probe``: a JSON object with :data:`REQUIRED_METADATA`.
+
+:func:`judge` turns a result and its reference into a table row's verdict (see
+``verdicts.judge_probe``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import verdicts
+from .fileio import atomic_path
+from .probes import Probe, ProbeKey
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"parity.probe"
+OK = "ok"
+STATUSES = (OK, verdicts.MISSING_GRADIENT, verdicts.FRAMEWORK_ERROR)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("case", pa.string(), nullable=False),
+        pa.field("quantity", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("shape", pa.list_(pa.int64())),
+        pa.field("values", pa.list_(pa.float64())),
+        pa.field("message", pa.string()),
+    ]
+)
+
+#: Metadata every result file carries, with the Python type of each value.
+REQUIRED_METADATA: dict[str, type] = {
+    "schema_version": int,
+    "probe": str,
+    "probe_hash": str,
+    "framework": str,
+    "framework_version": str,
+    "dtype": str,
+    "device": str,
+    "host": str,
+    "runner": dict,
+}
+
+
+class ProbeResultError(ValueError):
+    """A result file that cannot be trusted; the message names the file and the field."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+
+
+@dataclass
+class Outcome:
+    """What one framework reported for one (case, quantity)."""
+
+    case: str
+    quantity: str
+    status: str
+    #: Row-major float64 values (``ok`` only).
+    values: np.ndarray | None = None
+    shape: tuple[int, ...] | None = None
+    message: str | None = None
+
+    @classmethod
+    def ok(cls, case: str, quantity: str, values, shape: Sequence[int]) -> Outcome:
+        """An outcome with values (any float array; widened to float64)."""
+        arr = np.asarray(values, dtype=np.float64).reshape(-1)
+        return cls(case, quantity, OK, arr, tuple(int(d) for d in shape))
+
+    @classmethod
+    def missing_gradient(cls, case: str, quantity: str) -> Outcome:
+        """The framework gave no gradient for ``quantity``."""
+        return cls(case, quantity, verdicts.MISSING_GRADIENT, message="no gradient")
+
+    @classmethod
+    def error(cls, case: str, quantity: str, message: str) -> Outcome:
+        """The framework raised ``message`` before ``quantity`` was known."""
+        return cls(case, quantity, verdicts.FRAMEWORK_ERROR, message=message)
+
+
+def write_results(
+    path: str | os.PathLike,
+    probe: Probe,
+    key: ProbeKey,
+    outcomes: Sequence[Outcome],
+    metadata: Mapping,
+) -> None:
+    """Write the outcomes of one run atomically.
+
+    ``outcomes`` must hold every (case, quantity) of ``probe`` once, in the probe's order.
+    ``metadata`` gives ``framework_version``, ``host`` and ``runner``; the rest comes from
+    ``probe`` and ``key``. Raises :class:`ProbeResultError` for a missing, extra or
+    misordered row, an unknown status, or values whose count does not fit their shape.
+    """
+    want = probe.quantities()
+    got = [(o.case, o.quantity) for o in outcomes]
+    if got != want:
+        extra = [g for g in got if g not in want]
+        missing = [w for w in want if w not in got]
+        what = (
+            f"row {missing[0]} is missing"
+            if missing
+            else f"row {extra[0]} is not in the probe"
+            if extra
+            else "rows are out of order"
+        )
+        raise ProbeResultError(path, what)
+    for o in outcomes:
+        if o.status not in STATUSES:
+            raise ProbeResultError(path, f"{o.case} {o.quantity}: unknown status {o.status!r}")
+        if (o.status == OK) != (o.values is not None):
+            raise ProbeResultError(path, f"{o.case} {o.quantity}: values exactly when ok")
+        if o.values is not None and o.values.size != math.prod(o.shape or ()):
+            raise ProbeResultError(
+                path, f"{o.case} {o.quantity}: {o.values.size} values for shape {o.shape}"
+            )
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "probe": probe.name,
+        "probe_hash": probe.hash,
+        "framework": key.framework,
+        "dtype": key.dtype,
+        "device": key.device,
+        **metadata,
+    }
+    _check_metadata(path, meta)
+    table = pa.Table.from_pydict(
+        {
+            "case": [o.case for o in outcomes],
+            "quantity": [o.quantity for o in outcomes],
+            "status": [o.status for o in outcomes],
+            "shape": [list(o.shape) if o.shape is not None else None for o in outcomes],
+            "values": [o.values.tolist() if o.values is not None else None for o in outcomes],
+            "message": [o.message for o in outcomes],
+        },
+        schema=ARROW_SCHEMA,
+    )
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def _check_metadata(path, meta: Mapping) -> None:
+    for k, kind in REQUIRED_METADATA.items():
+        if k not in meta:
+            raise ProbeResultError(path, f"metadata field {k!r} is missing")
+        if not isinstance(meta[k], kind) or (kind is int and isinstance(meta[k], bool)):
+            raise ProbeResultError(path, f"metadata field {k!r} has type {type(meta[k]).__name__}")
+    if meta["schema_version"] != SCHEMA_VERSION:
+        raise ProbeResultError(
+            path, f"schema_version {meta['schema_version']} is not {SCHEMA_VERSION}; rerun"
+        )
+
+
+def read_results(
+    path: str | os.PathLike, probe: Probe, key: ProbeKey
+) -> tuple[dict, dict[tuple[str, str], Outcome]]:
+    """Open a result file and check it against the probe and the run it must come from.
+
+    Returns (metadata, outcomes by (case, quantity)). Raises :class:`ProbeResultError`
+    naming the file and the field: unreadable file, missing or malformed metadata, a
+    metadata value that differs from ``probe``/``key`` (a stale result), a column of the
+    wrong type, or rows that differ from the probe's quantities.
+    """
+    path = Path(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ProbeResultError(path, f"not a readable Parquet file ({e})") from e
+    raw = (pf.metadata.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise ProbeResultError(path, "no 'parity.probe' metadata: not a probe result")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ProbeResultError(path, f"metadata is not valid JSON ({e})") from e
+    _check_metadata(path, meta)
+    expect = {
+        "probe": probe.name,
+        "probe_hash": probe.hash,
+        "framework": key.framework,
+        "dtype": key.dtype,
+        "device": key.device,
+    }
+    for k, v in expect.items():
+        if meta[k] != v:
+            raise ProbeResultError(path, f"metadata {k!r} is {meta[k]!r}, expected {v!r}")
+    got = pf.schema_arrow
+    for f in ARROW_SCHEMA:
+        if f.name not in got.names:
+            raise ProbeResultError(path, f"column {f.name!r} is missing")
+        if got.field(f.name).type != f.type:
+            raise ProbeResultError(
+                path, f"column {f.name!r} has type {got.field(f.name).type}, expected {f.type}"
+            )
+    rows = pf.read().to_pylist()
+    out = {}
+    for r in rows:
+        values = None if r["values"] is None else np.asarray(r["values"], dtype=np.float64)
+        shape = None if r["shape"] is None else tuple(r["shape"])
+        out[(r["case"], r["quantity"])] = Outcome(
+            r["case"], r["quantity"], r["status"], values, shape, r["message"]
+        )
+    if [(r["case"], r["quantity"]) for r in rows] != probe.quantities():
+        raise ProbeResultError(path, "rows differ from the probe's cases and quantities")
+    return meta, out
+
+
+# ----- judging -----------------------------------------------------------------------------
+
+
+def expand(ref: Mapping, size: int) -> np.ndarray:
+    """Normalized reference values (``{"fill": v}`` or ``{"values": [...]}``) as an array;
+    a fill has ``size`` elements."""
+    if "fill" in ref:
+        return np.full(size, ref["fill"], dtype=np.float64)
+    return np.asarray(ref["values"], dtype=np.float64)
+
+
+def max_diff(values: np.ndarray, reference: np.ndarray) -> float:
+    """max|values − reference| in float64 over elements of equal count.
+
+    Positions that are equal (including equal infinities) or NaN on both sides count 0; a
+    non-finite value against a different one counts ``inf``. NaN if the counts differ.
+    """
+    if values.size != reference.size:
+        return math.nan
+    if values.size == 0:
+        return 0.0
+    same = (values == reference) | (np.isnan(values) & np.isnan(reference))
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(values - reference)
+    d = np.where(same, 0.0, d)
+    d = np.where(np.isnan(d), math.inf, d)
+    return float(d.max())
+
+
+def scaled_tolerance(tolerance: float, reference: np.ndarray) -> float:
+    """The absolute tolerance of a quantity: the probe's ``tolerance`` times the largest
+    finite magnitude of its reference, at least 1 (so a float32 tolerance of 1e-6 is about
+    eight ulps of the quantity's largest value, and absolute below magnitude 1)."""
+    finite = np.abs(reference[np.isfinite(reference)])
+    return tolerance * max(1.0, float(finite.max()) if finite.size else 1.0)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A table row's comparison: reference label and values, max difference, the absolute
+    tolerance it was held to, verdict, note."""
+
+    reference: str
+    reference_values: np.ndarray | None
+    max_diff: float | None
+    tolerance: float | None
+    verdict: str
+    note: str
+
+
+def judge(
+    probe: Probe,
+    key: ProbeKey,
+    outcome: Outcome,
+    reference: Outcome | None,
+) -> Judgement:
+    """Verdict of one (case, quantity) of run ``key``.
+
+    The reference is the probe's exact values where it gives them, else ``reference`` (the
+    same quantity from PyTorch on the CPU in the same dtype; None when that run is ``key``
+    itself or is missing).
+    """
+    case = probe.case(outcome.case)
+    q = outcome.quantity
+    exact = case["exact"].get(q)
+    bug = case["known_bug"].get(key.framework, {}).get(key.device, {}).get(q)
+    if outcome.status == verdicts.FRAMEWORK_ERROR:
+        return Judgement("", None, None, None, verdicts.FRAMEWORK_ERROR, outcome.message or "")
+    if outcome.status == verdicts.MISSING_GRADIENT:
+        return Judgement("", None, None, None, verdicts.MISSING_GRADIENT, outcome.message or "")
+    values = outcome.values
+    if exact is not None:
+        label, ref = "exact", expand(exact, values.size)
+    elif key.is_reference:
+        return Judgement("", None, None, None, verdicts.REFERENCE, "")
+    elif reference is None or reference.status != OK:
+        why = "missing" if reference is None else reference.status
+        return Judgement(key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}")
+    else:
+        label, ref = key.reference.label, reference.values
+    worst = max_diff(values, ref)
+    notes = []
+    if values.size != ref.size:
+        notes.append(f"{values.size} values where the reference has {ref.size}")
+    tol = scaled_tolerance(probe.tolerance(key.dtype), ref)
+    # A known bug's values are held to the same absolute tolerance.
+    bug_worst = None if bug is None else max_diff(values, expand(bug, values.size))
+    finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
+    non_finite = bool((~np.isfinite(values) & finite_ref).any())
+    verdict = verdicts.judge_probe(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
+    return Judgement(label, ref, worst, tol, verdict, "; ".join(notes))

@@ -1,0 +1,12 @@
+"""Snakemake job: one probe run with the candle-parity binary (see parity.rust_runner)."""
+
+from parity import rust_runner
+from parity.fileio import job_logger
+from parity.probes import Probe, ProbeKey
+
+sm = snakemake  # noqa: F821
+log = job_logger(sm.log[0])
+w = sm.wildcards
+probe = Probe(**sm.params.probe)
+key = ProbeKey(w.probe, "candle", w.dtype, w.device)
+rust_runner.probe(probe, key, sm.input.binary, sm.output.result, sm.threads, log, sm.log[0])

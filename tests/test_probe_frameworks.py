@@ -1,0 +1,161 @@
+"""The probes on the real frameworks: PyTorch in-process, candle through the real binary.
+
+The study's probes are integer-valued, so every value is compared for equality.
+"""
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from parity import probe_torch, rust_runner, verdicts
+from parity.probe_results import judge, read_results
+from parity.probes import ProbeKey, load, op_names
+
+from conftest import REPO
+
+LOG = logging.getLogger("test")
+DTYPES = ("f32", "f64")
+
+# SPEC §5, the study's values.
+RIGHT_1D = [340, 392, 444, 484, 568, 652]
+CANDLE_CPU_1D = [220, 256, 292, 508, 608, 708]
+BATCH1_1D = [20, 30, 40, 44, 70, 96]
+RIGHT_2D = [4728, 4980, 5736, 5988, 6834, 7248, 8490, 8904]
+
+
+@pytest.fixture(scope="session")
+def candle_binary():
+    """The candle-parity CPU binary, built (or found up to date) in the test target dir."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
+    subprocess.run(
+        [
+            "cargo",
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--manifest-path",
+            str(REPO / "rust" / "Cargo.toml"),
+            "-p",
+            "candle-parity",
+            "--target-dir",
+            str(target),
+        ],
+        check=True,
+    )
+    return str(target / "release" / "candle-parity")
+
+
+def run_candle(binary, probe, dtype, tmp_path):
+    """Outcomes of ``probe`` from the candle binary, by (case, quantity), via its result file."""
+    key = ProbeKey(probe.name, "candle", dtype, "cpu")
+    out = tmp_path / f"{probe.name}-{dtype}.parquet"
+    rust_runner.probe(probe, key, binary, str(out), 1, LOG, None)
+    return read_results(out, probe, key)[1]
+
+
+def run_torch(probe, dtype):
+    return {(o.case, o.quantity): o for o in probe_torch.run(probe, dtype, "cpu", 1, LOG)}
+
+
+def values(outcomes, case, q):
+    o = outcomes[(case, q)]
+    assert o.status == "ok", o
+    return o.values.tolist()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_study_probes_exact(dtype):
+    r = run_torch(load(REPO / "probes/conv1d_grad.yaml"), dtype)
+    assert values(r, "batch2", "loss") == [-84]
+    assert values(r, "batch2", "w.grad") == RIGHT_1D
+    assert values(r, "batch1", "w.grad") == BATCH1_1D
+    r = run_torch(load(REPO / "probes/conv1d_contiguity.yaml"), dtype)
+    for case in ("both_strided", "input_contiguous", "kernel_contiguous", "both_contiguous"):
+        assert values(r, case, "y") == RIGHT_1D, case
+    r = run_torch(load(REPO / "probes/conv2d_grad.yaml"), dtype)
+    assert values(r, "batch2", "w.grad") == RIGHT_2D
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_candle_study_probes_exact(candle_binary, dtype, tmp_path):
+    r = run_candle(candle_binary, load(REPO / "probes/conv1d_grad.yaml"), dtype, tmp_path)
+    assert values(r, "batch2", "loss") == [-84]
+    assert values(r, "batch2", "w.grad") == CANDLE_CPU_1D  # the known bug
+    assert values(r, "batch1", "w.grad") == BATCH1_1D
+    r = run_candle(candle_binary, load(REPO / "probes/conv1d_contiguity.yaml"), dtype, tmp_path)
+    # The kernel c.transpose(0, 1) is strided unless made contiguous.
+    assert values(r, "both_strided", "y") == CANDLE_CPU_1D
+    assert values(r, "input_contiguous", "y") == CANDLE_CPU_1D
+    assert values(r, "kernel_contiguous", "y") == RIGHT_1D
+    assert values(r, "both_contiguous", "y") == RIGHT_1D
+    r = run_candle(candle_binary, load(REPO / "probes/conv2d_grad.yaml"), dtype, tmp_path)
+    assert values(r, "batch2", "w.grad") == RIGHT_2D
+
+
+def test_candle_reports_missing_gradients_and_errors_as_outcomes(candle_binary, tmp_path):
+    probe = load(REPO / "probes/layer_norm_softmax.yaml")
+    f32 = run_candle(candle_binary, probe, "f32", tmp_path)
+    assert f32[("softmax_fused", "x.grad")].status == verdicts.MISSING_GRADIENT
+    assert f32[("softmax_slow", "x.grad")].status == "ok"
+    f64 = run_candle(candle_binary, probe, "f64", tmp_path)
+    err = f64[("layer_norm_fused", "y")]
+    assert err.status == verdicts.FRAMEWORK_ERROR and "F64" in err.message
+
+
+# A probe of ops no repository probe uses (views, add) and an SGD step, with hand-derived
+# values: r = x.T flattened = [0, 3, 1, 4, 2, 5]; a = 2r; loss = Σ a·w = 130;
+# dloss/dx[k, j] = 2·w[2j + k]; θ after SGD(lr 0.5) = x − grad/2.
+NEW_PROBE = """
+description: Views, add and SGD, for the no-code-change test.
+inputs:
+  x: {arange: {start: 0}, shape: [2, 3], requires_grad: true}
+  w: {arange: {start: 1}, shape: [6]}
+cases:
+  views:
+    steps:
+      - transpose: {in: x, dim0: 0, dim1: 1, out: xt}
+      - reshape: {in: xt, shape: [6], out: r}
+      - unsqueeze: {in: r, dim: 0, out: u}
+      - squeeze: {in: u, dim: 0, out: s}
+      - add: {in: [s, s], out: a}
+    loss: {weighted_sum: [a, w]}
+    optimizer: {sgd: {lr: 0.5}}
+    compare: [r, a, loss, x.grad, x.after_step]
+    exact:
+      r: [0, 3, 1, 4, 2, 5]
+      a: [0, 6, 2, 8, 4, 10]
+      loss: 130
+      x.grad: [[2, 6, 10], [4, 8, 12]]
+      x.after_step: [[-1, -2, -3], [1, 0, -1]]
+"""
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_new_probe_file_runs_without_code_changes(candle_binary, tmp_path, dtype):
+    path = tmp_path / "views_and_sgd.yaml"
+    path.write_text(NEW_PROBE)
+    probe = load(path)
+    results = {
+        "torch": run_torch(probe, dtype),
+        "candle": run_candle(candle_binary, probe, dtype, tmp_path),
+    }
+    for framework, outcomes in results.items():
+        key = ProbeKey(probe.name, framework, dtype, "cpu")
+        for case, q in probe.quantities():
+            j = judge(probe, key, outcomes[(case, q)], results["torch"][(case, q)])
+            assert (j.verdict, j.max_diff) == (verdicts.PASS, 0.0), (framework, q, j)
+
+
+def test_every_op_is_exercised_by_some_probe():
+    """Each op of the schema runs on both frameworks in the repository's probes or above."""
+    used = set()
+    for path in [*sorted((REPO / "probes").glob("*.yaml")), None]:
+        doc = yaml.safe_load(NEW_PROBE if path is None else path.read_text())
+        for case in doc["cases"].values():
+            used |= {next(iter(step)) for step in case["steps"]}
+    assert used == set(op_names())

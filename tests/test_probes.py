@@ -1,0 +1,371 @@
+"""The probe format, the probe plan, the result schema and the judging (no frameworks)."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from parity import verdicts
+from parity.probe_results import (
+    Outcome,
+    ProbeResultError,
+    judge,
+    max_diff,
+    read_results,
+    scaled_tolerance,
+    write_results,
+)
+from parity.probes import (
+    ProbeError,
+    ProbeKey,
+    ProbePlan,
+    discover,
+    load,
+    op_defaults,
+    op_names,
+    parse,
+)
+from parity.tables import number, values_text
+
+from conftest import REPO, load_config
+
+PROBES = REPO / "probes"
+
+CONV1D = {
+    "description": "conv1d kernel gradient",
+    "inputs": {
+        "x": {"arange": {"start": 0}, "shape": [2, 1, 6]},
+        "w": {"values": [[[1, -1, 2]], [[0.5, 0.25, -2]]], "requires_grad": True},
+        "c": {"arange": {"start": 1}, "shape": [2, 2, 4]},
+    },
+    "cases": {
+        "batch2": {
+            "steps": [{"conv1d": {"in": ["x", "w"], "out": "y"}}],
+            "loss": {"weighted_sum": ["y", "c"]},
+            "compare": ["loss", "w.grad"],
+        }
+    },
+}
+
+
+def write_probe(folder, name, doc):
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+def test_repository_probes_load_and_normalize():
+    probes = discover(PROBES)
+    assert {"conv1d_grad", "conv1d_contiguity", "conv2d_grad"} <= set(probes)
+    p = probes["conv1d_grad"]
+    x = next(i for i in p.spec["inputs"] if i["name"] == "x")
+    assert x["shape"] == [2, 1, 6] and x["values"] == [float(i) for i in range(12)]
+    w = next(i for i in p.spec["inputs"] if i["name"] == "w")
+    assert w["shape"] == [2, 1, 3] and w["requires_grad"] is True
+    step = p.case("batch2")["steps"][0]
+    assert step == {
+        "out": "y",
+        "inputs": ["x", "w"],
+        "op": {"name": "conv1d", "padding": 0, "stride": 1, "dilation": 1, "groups": 1},
+    }
+    assert p.case("batch2")["exact"]["w.grad"] == {
+        "values": [340.0, 392.0, 444.0, 484.0, 568.0, 652.0]
+    }
+    bug = p.case("batch2")["known_bug"]["candle"]["cpu"]["w.grad"]
+    assert bug == {"values": [220.0, 256.0, 292.0, 508.0, 608.0, 708.0]}
+    assert p.quantities() == [("batch2", "loss"), ("batch2", "w.grad"), ("batch1", "w.grad")]
+
+
+def test_runner_spec_carries_only_the_computation():
+    spec = load(PROBES / "conv1d_grad.yaml").runner_spec("f64", "cpu")
+    assert spec["dtype"] == "f64" and spec["device"] == "cpu"
+    assert set(spec["cases"][0]) == {"name", "steps", "loss", "optimizer", "compare"}
+    assert spec["cases"][0]["loss"] == [{"kind": "weighted_sum", "input": "y", "weights": "c"}]
+
+
+def test_defaults_come_from_the_schema():
+    assert op_defaults("conv2d") == {"padding": 0, "stride": 1, "dilation": 1, "groups": 1}
+    assert op_defaults("softmax") == {"dim": -1, "candle": "fused"}
+    assert op_defaults("layer_norm") == {"eps": 1e-5, "candle": "fused"}
+    assert op_defaults("matmul") == {}
+
+
+def test_torch_implements_exactly_the_schema_ops():
+    from parity.probe_torch import OPS
+
+    assert set(OPS) == set(op_names())
+
+
+def test_arange_scale_and_single_number_reference(tmp_path):
+    doc = copy.deepcopy(CONV1D)
+    doc["inputs"]["x"] = {"arange": {"start": 1, "scale": 0.1}, "shape": [2, 1, 6]}
+    doc["cases"]["batch2"]["exact"] = {"loss": -84}
+    p = parse(tmp_path / "p.yaml", doc)
+    x = p.spec["inputs"][0]["values"]
+    assert x[3] == 1 + 0.1 * 3  # float64 arithmetic, as both sides get it
+    assert p.case("batch2")["exact"]["loss"] == {"fill": -84.0}
+
+
+# ----- malformed probe files are refused, naming the file and the field -----------------
+
+
+def _edit(path, value):
+    def apply(doc):
+        target = doc
+        for k in path[:-1]:
+            target = target[k]
+        if value is _DELETE:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+
+    return apply
+
+
+_DELETE = object()
+STEP = ("cases", "batch2", "steps", 0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "words"),
+    [
+        (_edit((*STEP, "conv1d", "paddin"), 1), "cases.batch2.steps[0].conv1d", "paddin"),
+        (
+            _edit(STEP, {"conv3d": {"in": ["x", "w"], "out": "y"}}),
+            "cases.batch2.steps[0]",
+            "conv3d",
+        ),
+        (_edit((*STEP, "conv1d", "padding"), -1), "cases.batch2.steps[0].conv1d.padding", "-1"),
+        (_edit((*STEP, "conv1d", "in"), ["x", "k"]), "cases.batch2.steps[0].conv1d.in[1]", "'k'"),
+        (_edit((*STEP, "conv1d", "in"), ["x"]), "cases.batch2.steps[0].conv1d.in", "short"),
+        (_edit((*STEP, "conv1d", "out"), "x"), "cases.batch2.steps[0].conv1d.out", "already"),
+        (_edit((*STEP, "conv1d", "out"), "loss"), "cases.batch2.steps[0].conv1d.out", "loss"),
+        (_edit(("cases", "batch2", "compare"), ["x.grad"]), "cases.batch2.compare[0]", "x.grad"),
+        (_edit(("cases", "batch2", "compare"), ["w.gard"]), "cases.batch2.compare[0]", "w.gard"),
+        (_edit(("cases", "batch2", "compare"), ["z"]), "cases.batch2.compare[0]", "'z'"),
+        (
+            _edit(("cases", "batch2", "exact"), {"w.grad": [1, 2], "y": 1}),
+            "cases.batch2.exact.y",
+            "not in compare",
+        ),
+        (
+            _edit(("cases", "batch2", "known_bug"), {"candle": {"tpu": {"w.grad": 1}}}),
+            "cases.batch2.known_bug.candle",
+            "tpu",
+        ),
+        (_edit(("inputs", "w", "ones"), [2, 1, 3]), "inputs.w", "Exactly one of values"),
+        (_edit(("inputs", "x", "shape"), _DELETE), "inputs.x", "Exactly one of values"),
+        (_edit(("inputs", "w", "values"), [[1, 2], [3]]), "inputs.w.values[1]", "ragged"),
+        (_edit(("inputs", "w", "values"), [1, "a"]), "inputs.w.values[1]", "number"),
+        (_edit(("inputs", "w", "shape"), [4]), "inputs.w.shape", "holds 4 values"),
+        (_edit(("description",), _DELETE), "(top level)", "description"),
+        (_edit(("cases", "batch2", "loss"), _DELETE), "cases.batch2.compare[0]", "no loss"),
+        (
+            _edit(("cases", "batch2", "optimizer"), {"adamw": {"lr": 0.1}}),
+            "cases.batch2.optimizer.adamw",
+            "betas",
+        ),
+        (
+            _edit(STEP, {"softmax": {"in": "x", "out": "y", "dim": 0}}),
+            "cases.batch2.steps[0].softmax.dim",
+            "last dimension",
+        ),
+    ],
+)
+def test_malformed_probe_is_refused_naming_file_and_field(tmp_path, edit, field, words):
+    doc = copy.deepcopy(CONV1D)
+    edit(doc)
+    path = write_probe(tmp_path, "bad_probe", doc)
+    with pytest.raises(ProbeError) as e:
+        load(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}: {field}: "), message
+    assert words in message, message
+    assert e.value.field == field
+
+
+def test_unreadable_yaml_and_bad_file_names_are_refused(tmp_path):
+    path = write_probe(tmp_path, "broken", "inputs: [unclosed\n")
+    with pytest.raises(ProbeError, match=r"broken\.yaml: not valid YAML"):
+        load(path)
+    path = write_probe(tmp_path, "Conv", CONV1D)
+    with pytest.raises(ProbeError, match="file name 'Conv'"):
+        load(path)
+
+
+def test_discover_refuses_a_missing_folder_or_selection(tmp_path):
+    with pytest.raises(ProbeError, match="does not exist"):
+        discover(tmp_path / "nope")
+    write_probe(tmp_path, "one", CONV1D)
+    assert list(discover(tmp_path)) == ["one"]
+    with pytest.raises(ProbeError, match="'two' has no file"):
+        discover(tmp_path, ["two"])
+
+
+# ----- the plan: jobs per (probe, framework, dtype, device) -------------------------------
+
+
+def test_plan_follows_the_validity_matrix(tmp_path):
+    write_probe(tmp_path, "one", CONV1D)
+    config = load_config()
+    config.update(devices=["cpu", "metal"], probes={"folder": str(tmp_path)})
+    plan = ProbePlan.from_config(config, REPO)
+    jobs = set(plan.jobs())
+    assert ProbeKey("one", "candle", "f32", "metal") in jobs
+    assert ProbeKey("one", "candle", "f64", "metal") not in jobs
+    assert ProbeKey("one", "torch", "f64", "metal") not in jobs
+    assert "Metal" in plan.unsupported(ProbeKey("one", "candle", "f64", "metal"))
+    assert len(plan.cells()) == 8 and len(jobs) == 6
+    assert ProbeKey("one", "candle", "f32", "cpu").result == (
+        "results/probes/one/candle-f32-cpu.parquet"
+    )
+    # The reference runs on the CPU even when only another device is configured.
+    config["devices"] = ["metal"]
+    plan = ProbePlan.from_config(config, REPO)
+    assert ProbeKey("one", "torch", "f64", "cpu") in plan.jobs()
+    again = ProbePlan.from_params(plan.to_params())
+    assert again.jobs() == plan.jobs() and again.probe("one").hash == plan.probe("one").hash
+
+
+def test_plan_default_folder_and_disabling():
+    config = load_config()
+    assert set(ProbePlan.from_config(config, REPO).probes) == {
+        p.stem for p in PROBES.glob("*.yaml")
+    }
+    config["probes"] = {"select": ["conv2d_grad"]}
+    assert list(ProbePlan.from_config(config, REPO).probes) == ["conv2d_grad"]
+    config["probes"] = {"enabled": False}
+    plan = ProbePlan.from_config(config, REPO)
+    assert plan.jobs() == [] and plan.outputs() == []
+
+
+# ----- the result schema ------------------------------------------------------------------
+
+
+def _conv1d_probe(tmp_path, **case_over):
+    doc = copy.deepcopy(CONV1D)
+    doc["cases"]["batch2"].update(case_over)
+    return load(write_probe(tmp_path, "conv", doc))
+
+
+META = {"framework_version": "test", "host": "h", "runner": {}}
+
+
+def test_results_round_trip_with_every_status(tmp_path):
+    probe = _conv1d_probe(tmp_path)
+    key = ProbeKey("conv", "candle", "f32", "cpu")
+    outcomes = [
+        Outcome.ok("batch2", "loss", np.float32(-84.0), ()),
+        Outcome.missing_gradient("batch2", "w.grad"),
+    ]
+    path = tmp_path / "r.parquet"
+    write_results(path, probe, key, outcomes, META)
+    meta, got = read_results(path, probe, key)
+    assert meta["probe_hash"] == probe.hash and meta["framework"] == "candle"
+    assert got[("batch2", "loss")].values.tolist() == [-84.0]
+    assert got[("batch2", "loss")].shape == ()
+    assert got[("batch2", "w.grad")].status == verdicts.MISSING_GRADIENT
+    with pytest.raises(ProbeResultError, match="'dtype' is 'f32', expected 'f64'"):
+        read_results(path, probe, ProbeKey("conv", "candle", "f64", "cpu"))
+
+
+def test_results_refuse_missing_rows_and_wrong_sizes(tmp_path):
+    probe = _conv1d_probe(tmp_path)
+    key = ProbeKey("conv", "torch", "f32", "cpu")
+    with pytest.raises(ProbeResultError, match=r"'w\.grad'\) is missing"):
+        write_results(
+            tmp_path / "r.parquet", probe, key, [Outcome.ok("batch2", "loss", [1], ())], META
+        )
+    bad = [Outcome.ok("batch2", "loss", [1, 2], ()), Outcome.ok("batch2", "w.grad", [0] * 6, (6,))]
+    with pytest.raises(ProbeResultError, match="2 values for shape"):
+        write_results(tmp_path / "r.parquet", probe, key, bad, META)
+    assert not (tmp_path / "r.parquet").exists()
+
+
+# ----- judging ----------------------------------------------------------------------------
+
+
+def test_max_diff_handles_non_finite_values():
+    a = np.array([1.0, math.inf, math.nan, 2.0])
+    assert max_diff(a, a.copy()) == 0.0
+    assert max_diff(np.array([1.0, math.nan]), np.array([1.0, 2.0])) == math.inf
+    assert max_diff(np.array([1.0, 3.5]), np.array([1.0, 2.0])) == 1.5
+    assert math.isnan(max_diff(np.array([1.0]), np.array([1.0, 2.0])))
+
+
+def test_tolerance_scales_with_the_reference():
+    assert scaled_tolerance(1e-6, np.array([0.1, -0.2])) == 1e-6
+    assert scaled_tolerance(1e-6, np.array([3000.0, math.inf])) == pytest.approx(3e-3)
+    assert scaled_tolerance(0.0, np.array([340.0])) == 0.0
+
+
+def _judge(tmp_path, values, framework="candle", status=None, **case_over):
+    probe = _conv1d_probe(tmp_path, **case_over)
+    key = ProbeKey("conv", framework, "f32", "cpu")
+    if status == verdicts.MISSING_GRADIENT:
+        outcome = Outcome.missing_gradient("batch2", "w.grad")
+    elif status == verdicts.FRAMEWORK_ERROR:
+        outcome = Outcome.error("batch2", "w.grad", "RuntimeError: boom")
+    else:
+        outcome = Outcome.ok("batch2", "w.grad", values, (2, 1, 3))
+    reference = Outcome.ok("batch2", "w.grad", RIGHT, (2, 1, 3))
+    return judge(probe, key, outcome, None if key.is_reference else reference)
+
+
+RIGHT = [340, 392, 444, 484, 568, 652]
+WRONG = [220, 256, 292, 508, 608, 708]
+BUG = {"candle": {"cpu": {"w.grad": WRONG}}}
+
+
+def test_judge_against_the_reference_run_and_exact_values(tmp_path):
+    assert _judge(tmp_path, RIGHT).verdict == verdicts.PASS
+    j = _judge(tmp_path, WRONG)
+    assert (j.verdict, j.max_diff, j.reference) == (verdicts.FAIL, 152.0, "torch f32 cpu")
+    assert _judge(tmp_path, RIGHT, framework="torch").verdict == verdicts.REFERENCE
+    # With exact values, PyTorch on the CPU is judged too.
+    j = _judge(tmp_path, WRONG, framework="torch", exact={"w.grad": RIGHT})
+    assert (j.verdict, j.reference) == (verdicts.FAIL, "exact")
+
+
+def test_judge_known_bugs_reproduced_and_fixed(tmp_path):
+    assert _judge(tmp_path, WRONG, known_bug=BUG).verdict == verdicts.KNOWN_BUG
+    assert _judge(tmp_path, RIGHT, known_bug=BUG).verdict == verdicts.KNOWN_BUG_FIXED
+    other = [0, 0, 0, 0, 0, 0]
+    assert _judge(tmp_path, other, known_bug=BUG).verdict == verdicts.FAIL
+    # A known bug of another device does not apply.
+    metal = {"candle": {"metal": {"w.grad": WRONG}}}
+    assert _judge(tmp_path, WRONG, known_bug=metal).verdict == verdicts.FAIL
+
+
+def test_judge_outcomes_without_values(tmp_path):
+    j = _judge(tmp_path, None, status=verdicts.MISSING_GRADIENT)
+    assert j.verdict == verdicts.MISSING_GRADIENT and j.max_diff is None
+    j = _judge(tmp_path, None, status=verdicts.FRAMEWORK_ERROR)
+    assert j.verdict == verdicts.FRAMEWORK_ERROR and j.note == "RuntimeError: boom"
+    j = _judge(tmp_path, [340, math.nan, 444, 484, 568, math.inf])
+    assert j.verdict == verdicts.NON_FINITE and j.max_diff == math.inf
+
+
+@pytest.mark.parametrize(
+    ("verdict", "ok"),
+    [
+        (verdicts.REFERENCE, True),
+        (verdicts.KNOWN_BUG, True),
+        (verdicts.KNOWN_BUG_FIXED, False),
+        (verdicts.MISSING_GRADIENT, False),
+        (verdicts.FRAMEWORK_ERROR, False),
+        (verdicts.NON_FINITE, False),
+    ],
+)
+def test_probe_verdicts_and_the_check(verdict, ok):
+    assert verdicts.meets_expectation(verdict) is ok
+
+
+def test_table_number_format():
+    assert number(340.0) == "340" and number(-84.0) == "-84"
+    assert number(0.1) == "0.1" and number(math.inf) == "inf" and number(math.nan) == "nan"
+    assert values_text([1.0, 2.5, 3.0]) == "[1, 2.5, 3]"
+    assert values_text(list(range(10)), limit=3) == "[0, 1, 2, … (10 values)]"
+    assert values_text(None) == ""
