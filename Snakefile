@@ -21,6 +21,7 @@ include: "rules/compare.smk"
 include: "rules/figures.smk"
 include: "rules/summary.smk"
 include: "rules/probes.smk"
+include: "rules/devices.smk"
 
 
 onerror:
@@ -30,4 +31,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        lambda wc: all_outputs(),

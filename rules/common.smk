@@ -14,8 +14,10 @@ from parity.experiments import (  # noqa: E402
     COMPARE_LOG,
     TRACE,
     TRAIN_LOG,
+    DEVICES,
     ConfigError,
     Plan,
+    host_device_problem,
     unsupported_reason,
 )
 from parity.probes import ProbeError, ProbePlan  # noqa: E402
@@ -38,6 +40,26 @@ except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 
 
+def require_device(device):
+    """Refuse, while the DAG is built, a device this host lacks, when jobs would run here:
+    not for a dry run and not when an executor sends them elsewhere (Slurm)."""
+    if device in PLAN.imported_devices:
+        return
+    if workflow.is_main_process and workflow.local_exec and not workflow.dryrun:
+        problem = host_device_problem(device)
+        if problem:
+            raise WorkflowError(
+                f"device {device} cannot run on this host: {problem}. Leave it out "
+                f"(--config devices='[\"cpu\"]'), run it where it exists (e.g. "
+                f"--profile profiles/slurm) and import its traces (imported_devices), or "
+                f"dry-run with -n."
+            )
+
+
+#: Devices whose runs this host makes; imported devices' traces are only compared.
+LOCAL_DEVICES = "|".join(PLAN.local_devices())
+
+
 wildcard_constraints:
     experiment="[a-z][a-z0-9_]*",
     dtype="f32|f64",
@@ -45,6 +67,35 @@ wildcard_constraints:
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
     kind="perstep|split|diagnosis",
     probe="[a-z][a-z0-9_]*",
+
+
+PARITY_DIR = Path(workflow.basedir) / "scripts" / "parity"
+#: Modules that shape a trace; a change to them reruns the training jobs.
+TRACE_MODULES = (
+    "experiments",
+    "fileio",
+    "frames",
+    "provenance",
+    "rust_runner",
+    "schema",
+    "torch_runner",
+)
+
+
+def code_version(modules=None):
+    """SHA-256 of the parity modules a job runs (all when None). Given as a param, so
+    Snakemake reruns a job when its code changes, not only when its script does."""
+    import hashlib
+
+    names = modules or sorted(p.stem for p in PARITY_DIR.glob("*.py"))
+    h = hashlib.sha256()
+    for name in names:
+        h.update((PARITY_DIR / f"{name}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+ANALYSIS_CODE = code_version()
+TRACE_CODE = code_version(TRACE_MODULES)
 
 
 def compare_log(kind):
@@ -117,11 +168,7 @@ def figure_inputs(wildcards):
 
 def all_tables():
     """Every per-comparison table and figure of the plan."""
-    out = []
-    for c in PLAN.comparisons():
-        for kind in table_kinds(c):
-            out += [c.table(kind), c.table(kind, "md"), c.figure(kind)]
-    return out
+    return tables_and_figures(PLAN.comparisons())
 
 
 def all_results():
@@ -129,10 +176,40 @@ def all_results():
     return [c.result(kind) for c in PLAN.comparisons() for kind in table_kinds(c)]
 
 
+def tables_and_figures(comparisons):
+    """Every table and figure of these comparisons."""
+    out = []
+    for c in comparisons:
+        for kind in table_kinds(c):
+            out += [c.table(kind), c.table(kind, "md"), c.figure(kind)]
+    return out
+
+
+def device_outputs(device):
+    """A per-device target: that device's comparisons and probe results (with the
+    reference runs they need, which are reused where present)."""
+    require_device(device)
+    probes = ProbePlan(PROBES.probes, [device], PLAN.dtypes)
+    return (
+        tables_and_figures(PLAN.for_devices([device]).comparisons()) + probes.results()
+    )
+
+
+def check_inputs(wildcards):
+    """The tables whose verdicts the check target gates on."""
+    out = {"summary": "results/tables/summary.csv"}
+    if PROBES.probes:
+        out["probes"] = "results/tables/probes.csv"
+    return out
+
+
 def all_outputs():
-    """Targets of the default rule."""
+    """Targets of the default rule (refusing configured devices this host lacks)."""
+    for device in PLAN.devices:
+        require_device(device)
     return (
         all_tables()
+        + [k.trace for k in PLAN.runs()]
         + [
             "results/tables/summary.csv",
             "results/tables/summary.md",

@@ -19,6 +19,7 @@ rule perstep:
         "../envs/analysis.yaml"
     params:
         comparison=comparison_params,
+        code=ANALYSIS_CODE,
     script:
         "../scripts/compare_perstep.py"
 
@@ -40,6 +41,7 @@ rule split:
         "../envs/analysis.yaml"
     params:
         comparison=comparison_params,
+        code=ANALYSIS_CODE,
     script:
         "../scripts/compare_split.py"
 
@@ -61,6 +63,7 @@ rule diagnosis:
         "../envs/analysis.yaml"
     params:
         comparison=comparison_params,
+        code=ANALYSIS_CODE,
         diagnosis=PLAN.diagnosis,
     script:
         "../scripts/compare_diagnosis.py"

@@ -13,5 +13,6 @@ rule figure:
     params:
         tolerance=lambda wc: comparison(wc).tolerance,
         title=lambda wc: f"{wc.experiment} {wc.kind} {wc.tag}",
+        code=ANALYSIS_CODE,
     script:
         "../scripts/figure.py"

@@ -12,6 +12,8 @@ rule probe_torch:
         "results/logs/probes/{probe}/torch-{dtype}-{device}.log",
     benchmark:
         "results/benchmarks/probes/{probe}/torch-{dtype}-{device}.tsv"
+    wildcard_constraints:
+        device=LOCAL_DEVICES,
     conda:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)
@@ -34,6 +36,8 @@ rule probe_candle:
         "results/logs/probes/{probe}/candle-{dtype}-{device}.log",
     benchmark:
         "results/benchmarks/probes/{probe}/candle-{dtype}-{device}.tsv"
+    wildcard_constraints:
+        device=LOCAL_DEVICES,
     conda:
         "../envs/analysis.yaml"
     threads: config.get("threads", 1)
@@ -61,5 +65,6 @@ rule probes_table:
         "../envs/analysis.yaml"
     params:
         plan=PROBES.to_params(),
+        code=ANALYSIS_CODE,
     script:
         "../scripts/probes_table.py"

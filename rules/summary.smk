@@ -15,6 +15,8 @@ rule summary:
         "results/benchmarks/summary.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=ANALYSIS_CODE,
     script:
         "../scripts/summary.py"
 
@@ -32,6 +34,8 @@ rule framework_summary:
         "results/benchmarks/framework_summary.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=ANALYSIS_CODE,
     script:
         "../scripts/framework_summary.py"
 
@@ -80,14 +84,17 @@ rule optimizer_defaults:
         "results/benchmarks/defaults/table.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=ANALYSIS_CODE,
     script:
         "../scripts/defaults_table.py"
 
 
 rule check:
-    """Exits non-zero when any verdict differs from its expectation (for CI gates)."""
+    """Exits non-zero when any verdict, of a comparison or of a probe, differs from its
+    expectation (for CI gates)."""
     input:
-        "results/tables/summary.csv",
+        unpack(check_inputs),
     log:
         "results/logs/check.log",
     localrule: True

@@ -13,6 +13,7 @@ rule train_torch:
         "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
     wildcard_constraints:
         run="torch(_[a-z0-9]+)*",
+        device=LOCAL_DEVICES,
     conda:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)
@@ -20,6 +21,7 @@ rule train_torch:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
+        code=TRACE_CODE,
     script:
         "../scripts/train_torch.py"
 
@@ -37,6 +39,7 @@ rule train_candle:
         "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
     wildcard_constraints:
         run="candle(_[a-z0-9]+)*",
+        device=LOCAL_DEVICES,
     conda:
         "../envs/analysis.yaml"
     threads: config.get("threads", 1)
@@ -44,5 +47,6 @@ rule train_candle:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
+        code=TRACE_CODE,
     script:
         "../scripts/train_rust.py"

@@ -1,4 +1,5 @@
-"""Snakemake job: fail when any verdict differs from its expectation."""
+"""Snakemake job: fail when any verdict, of a comparison or a probe, differs from its
+expectation."""
 
 import sys
 
@@ -7,6 +8,6 @@ from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-bad = jobs.check_job(sm.input[0], log)
+bad = jobs.check_job(sm.input.summary, log, sm.input.get("probes"))
 if bad:
-    sys.exit(f"{len(bad)} comparison(s) differ from their expectation; see {sm.log[0]}")
+    sys.exit(f"{len(bad)} verdict(s) differ from their expectation; see {sm.log[0]}")

@@ -63,15 +63,22 @@ def load_config(path=REPO / "config.yaml") -> dict:
 
 
 def run_workflow(
-    workdir: Path, config: dict | None, *args: str, check=True, timeout=1800, env=None
+    workdir: Path,
+    config: dict | None,
+    *args: str,
+    check=True,
+    timeout=1800,
+    env=None,
+    snakefile=None,
 ):
     """Run the real workflow in ``workdir`` (config written there as test-config.yaml).
 
-    ``env`` replaces the environment (default: this process's). Returns the
-    CompletedProcess (stdout+stderr merged in ``stdout``).
+    ``env`` replaces the environment (default: this process's); ``snakefile`` runs another
+    checkout's workflow. Returns the CompletedProcess (stdout+stderr merged in ``stdout``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    snakefile = snakefile or REPO / "Snakefile"
+    cmd = [SNAKEMAKE, "--snakefile", str(snakefile), "--directory", str(workdir)]
     if config is not None:
         cfg = workdir / "test-config.yaml"
         cfg.write_text(yaml.safe_dump(config))

@@ -23,8 +23,11 @@ import copy
 import hashlib
 import json
 import math
+import platform
 import re
-from collections.abc import Mapping
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +86,33 @@ def framework_of(run: str) -> str:
 def unsupported_reason(framework: str, device: str, dtype: str) -> str | None:
     """Why (framework, device, dtype) cannot run, or None when it can."""
     return UNSUPPORTED.get((framework, device, dtype))
+
+
+def host_device_problem(device: str) -> str | None:
+    """Why this host cannot run jobs on ``device``, or None. Cheap: no torch import.
+
+    cuda needs an NVIDIA driver that lists a GPU (``nvidia-smi -L``); metal needs an
+    Apple-silicon Mac.
+    """
+    if device == "cpu":
+        return None
+    if device == "cuda":
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            return "no NVIDIA driver on this host (nvidia-smi not found)"
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"nvidia-smi failed ({e})"
+        if out.returncode != 0 or "GPU" not in out.stdout:
+            return f"nvidia-smi lists no GPU ({(out.stderr or out.stdout).strip()})"
+        return None
+    if device == "metal":
+        if platform.system() == "Darwin" and platform.machine() == "arm64":
+            return None
+        host = f"{platform.system()} {platform.machine()}"
+        return f"Metal needs an Apple-silicon Mac; this host is {host}"
+    return f"unknown device {device!r}"
 
 
 def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
@@ -230,7 +260,14 @@ class Plan:
         self.tolerance: float = float(self.config["tolerance"])
         self.diagnosis: dict = _merge(DIAGNOSIS_DEFAULTS, self.config.get("diagnosis", {}))
         self.experiments: dict[str, dict] = {}
-        self._comparisons: list[Comparison] | None = None
+        self._comparisons: dict[tuple[str, ...], list[Comparison]] = {}
+        self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
+        for i, dev in enumerate(self.imported_devices):
+            if dev not in self.devices:
+                raise ConfigError(
+                    f"imported_devices[{i}]",
+                    f"{dev!r} is not in devices {self.devices}: its traces would not be compared",
+                )
         for name, exp in self.config["experiments"].items():
             if exp.get("enabled", True):
                 self.experiments[name] = self._resolve_experiment(name, exp)
@@ -426,11 +463,24 @@ class Plan:
                             cells.append((key, reason))
         return cells
 
-    def comparisons(self) -> list[Comparison]:
-        """Every comparison of the enabled experiments on every configured device."""
-        if self._comparisons is None:
-            self._comparisons = self._build_comparisons()
-        return list(self._comparisons)
+    def comparisons(self, devices: Sequence[str] | None = None) -> list[Comparison]:
+        """Every comparison of the enabled experiments on ``devices`` (default: the
+        configured ones)."""
+        devices = tuple(self.devices if devices is None else devices)
+        if devices not in self._comparisons:
+            self._comparisons[devices] = self._build_comparisons(devices)
+        return list(self._comparisons[devices])
+
+    def for_devices(self, devices: Sequence[str]) -> Plan:
+        """The same plan restricted to ``devices`` (a per-device target)."""
+        other = copy.copy(self)
+        other.devices = list(devices)
+        other._comparisons = {}
+        return other
+
+    def local_devices(self) -> list[str]:
+        """Devices whose runs this host makes (every device but the imported ones)."""
+        return [d for d in DEVICES if d not in self.imported_devices]
 
     def framework_summary_rows(self) -> list[dict]:
         """The study's "burn vs PyTorch | candle vs PyTorch" table, as configured
@@ -471,12 +521,12 @@ class Plan:
                         out.append(comp.result("split"))
         return out
 
-    def _build_comparisons(self) -> list[Comparison]:
+    def _build_comparisons(self, devices: Sequence[str]) -> list[Comparison]:
         out = []
         primary = "f32" if "f32" in self.dtypes else self.dtypes[0]
         for e, exp in self.experiments.items():
             for name, comp in exp["comparisons"].items():
-                for dev in self.devices:
+                for dev in devices:
                     ref_dev = dev if self.reference_device == "same" else self.reference_device
                     ref = self._pair_key(e, comp["reference"], primary, ref_dev)
                     cand = self._pair_key(e, comp["candidate"], primary, dev)
@@ -492,8 +542,9 @@ class Plan:
         return out
 
     def comparison(self, experiment: str, tag: str) -> Comparison:
-        """The comparison with this file-name tag. Raises ``KeyError`` if none."""
-        for c in self.comparisons():
+        """The comparison with this file-name tag, on any device (per-device targets may
+        ask for devices the config does not list). Raises ``KeyError`` if none."""
+        for c in self.comparisons(DEVICES):
             if c.experiment == experiment and c.tag == tag:
                 return c
         raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}")

@@ -519,8 +519,9 @@ def partial_summary_job(plan: Plan, out_csv: str, out_md: str) -> int:
     return len(errors)
 
 
-def check_job(summary_csv: str, log: logging.Logger) -> list[dict]:
-    """Rows of ``summary.csv`` whose verdict does not meet its expectation (logged)."""
+def check_job(summary_csv: str, log: logging.Logger, probes_csv: str | None = None) -> list[dict]:
+    """Rows of ``summary.csv`` (and ``probes.csv``) whose verdict does not meet its
+    expectation, each logged with what it means."""
     with open(summary_csv, encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
@@ -528,8 +529,24 @@ def check_job(summary_csv: str, log: logging.Logger) -> list[dict]:
         msg = f"{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}"
         if r["verdict"] == verdicts.UNEXPECTED_PASS:
             msg += " -- a negative control passed: the harness can no longer see this fault"
+        if r["verdict"] == verdicts.ERROR:
+            msg += f" ({r['status']})"
         log.error(msg)
     log.info("%d comparisons, %d differ from their expectation", len(rows), len(bad))
+    if probes_csv is not None:
+        with open(probes_csv, encoding="utf-8") as f:
+            probe_rows = list(csv.DictReader(f))
+        probe_bad = [r for r in probe_rows if not verdicts.meets_expectation(r["verdict"])]
+        for r in probe_bad:
+            msg = (
+                f"probe {r['probe']} {r['case']} {r['quantity']} {r['framework']} "
+                f"{r['device']} {r['dtype']}: {r['verdict']}"
+            )
+            if r["verdict"] == verdicts.KNOWN_BUG_FIXED:
+                msg += " -- the recorded known bug is gone: update the probe file"
+            log.error(msg)
+        log.info("%d probe rows, %d differ from their expectation", len(probe_rows), len(probe_bad))
+        bad += probe_bad
     return bad
 
 

@@ -293,11 +293,15 @@ def judge(
     case = probe.case(outcome.case)
     q = outcome.quantity
     exact = case["exact"].get(q)
-    bug = case["known_bug"].get(key.framework, {}).get(key.device, {}).get(q)
-    if outcome.status == verdicts.FRAMEWORK_ERROR:
-        return Judgement("", None, None, None, verdicts.FRAMEWORK_ERROR, outcome.message or "")
-    if outcome.status == verdicts.MISSING_GRADIENT:
-        return Judgement("", None, None, None, verdicts.MISSING_GRADIENT, outcome.message or "")
+    devices = case["known_bug"].get(key.framework, {})
+    bug = devices.get(f"{key.device}-{key.dtype}", {}).get(q, devices.get(key.device, {}).get(q))
+    # A known bug is either the values it produces or the outcome it has instead.
+    bug_outcome = bug if isinstance(bug, str) else None
+    if bug_outcome is not None:
+        bug = None
+    if outcome.status in (verdicts.FRAMEWORK_ERROR, verdicts.MISSING_GRADIENT):
+        verdict = verdicts.KNOWN_BUG if bug_outcome == outcome.status else outcome.status
+        return Judgement("", None, None, None, verdict, outcome.message or "")
     values = outcome.values
     if exact is not None:
         label, ref = "exact", expand(exact, values.size)
@@ -318,4 +322,9 @@ def judge(
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
     non_finite = bool((~np.isfinite(values) & finite_ref).any())
     verdict = verdicts.judge_probe(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
+    if bug_outcome is not None:
+        if verdict == verdicts.PASS:
+            verdict = verdicts.KNOWN_BUG_FIXED
+        elif verdict == bug_outcome:
+            verdict = verdicts.KNOWN_BUG
     return Judgement(label, ref, worst, tol, verdict, "; ".join(notes))

@@ -270,7 +270,9 @@ def _case(path: Path, name: str, case: Mapping, inputs: Mapping[str, dict]) -> d
                 where = f"{field}.known_bug.{fw}.{dev}.{q}"
                 if q not in compared:
                     raise ProbeError(path, where, f"{q!r} is not in compare")
-                known_bug.setdefault(fw, {}).setdefault(dev, {})[q] = _values(path, where, v)
+                known_bug.setdefault(fw, {}).setdefault(dev, {})[q] = (
+                    v if isinstance(v, str) else _values(path, where, v)
+                )
     return {
         "name": name,
         "note": " ".join(case.get("note", "").split()),

@@ -1,0 +1,198 @@
+"""Bad files, diverging runs, interrupted jobs, failing jobs and determinism, on the real
+workflow. README "Bad input" lists what the user sees in each case."""
+
+import copy
+import csv
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import fixtures, jobs
+from parity.compare import ComparisonError
+from parity.experiments import Plan
+from parity.schema import TraceReader
+
+from conftest import REPO, SNAKEMAKE, load_config, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+
+def only(*names, steps=8, **over):
+    """The default config reduced to some experiments, with few steps."""
+    config = copy.deepcopy(load_config())
+    config["experiments"] = {k: copy.deepcopy(config["experiments"][k]) for k in names}
+    for e in config["experiments"].values():
+        e["steps"] = steps
+    config["framework_summary"] = []
+    config["probes"] = {"enabled": False}
+    config.update(over)
+    return config
+
+
+def summary(workdir):
+    with open(workdir / "results/tables/summary.csv", encoding="utf-8") as f:
+        return {(r["experiment"], r["comparison"]): r for r in csv.DictReader(f)}
+
+
+def test_diverging_training_is_recorded_and_reported_not_a_crash(tmp_path):
+    config = only("a3_sgd", steps=12)
+    config["experiments"]["a3_sgd"]["optimizer"]["lr"] = 1.0e3
+    run_workflow(tmp_path, config, "--cores", "2")
+    trace = TraceReader(tmp_path / "results/traces/a3_sgd/torch-f32-cpu.parquet")
+    assert trace.meta["status"] == "diverged"
+    step = trace.diverged_step
+    assert step is not None and 1 <= step <= 12
+    row = summary(tmp_path)[("a3_sgd", "main")]
+    assert "torch f32 diverged at step" in row["status"]
+    assert "candle f32 diverged at step" in row["status"]
+    assert row["verdict"] == "fail"
+    md = (tmp_path / "results/tables/a3_sgd/perstep-cpu.md").read_text()
+    assert "diverged at step" in md
+
+
+@pytest.fixture(scope="module")
+def det_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("determinism")
+    config = only("a3_adamw", "a3_sgd", steps=10, determinism={"experiments": ["a3_adamw"]})
+    # keep a3_adamw small: its default runs plus the repeats
+    config["experiments"]["a3_adamw"]["runs"] = {"torch": {}, "candle": {}}
+    config["experiments"]["a3_adamw"]["comparisons"] = {
+        "main": {"reference": "torch", "candidate": "candle"}
+    }
+    run_workflow(workdir, config, "--cores", "2")
+    return workdir, config
+
+
+def test_same_job_twice_gives_bit_identical_traces_in_both_frameworks(det_run):
+    workdir, _ = det_run
+    rows = summary(workdir)
+    for run in ("torch", "candle"):
+        r = rows[("a3_adamw", f"determinism_{run}")]
+        assert r["pair"] == f"{run} f32 cpu vs {run}_repeat f32 cpu"
+        assert r["bitwise_identical"] == "True"
+        assert r["verdict"] == "pass"
+    a = workdir / "results/traces/a3_adamw/candle-f64-cpu.parquet"
+    b = workdir / "results/traces/a3_adamw/candle_repeat-f64-cpu.parquet"
+    ra, rb = TraceReader(a), TraceReader(b)
+    for x, y in zip(ra.iter_steps(), rb.iter_steps(), strict=True):
+        for n in ra.layout.names:
+            assert x.tensors[n].tobytes() == y.tensors[n].tobytes()
+
+
+def test_comparison_refuses_traces_of_another_fixture(det_run, tmp_path):
+    workdir, config = det_run
+    plan = Plan(config)
+    comp = plan.comparison("a3_sgd", "cpu")
+    altered = dict(plan.fixture_settings("a3_sgd"))
+    altered["data"] = {**altered["data"], "seed": altered["data"]["seed"] + 1}
+    other = tmp_path / "altered.safetensors"
+    fixtures.write(other, altered)
+    with pytest.raises(ComparisonError, match="another fixture than the current one"):
+        jobs.perstep_job(
+            plan,
+            comp,
+            str(workdir / comp.reference.trace),
+            str(workdir / comp.candidate.trace),
+            str(other),
+            tmp_path / "p.csv",
+            tmp_path / "p.md",
+            tmp_path / "p.json",
+            logging.getLogger("test"),
+        )
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_a_missing_fixture_is_redrawn_identically_and_the_run_completes(det_run):
+    workdir, config = det_run
+    path = workdir / "results/fixtures/a3_sgd.safetensors"
+    before = path.read_bytes()
+    path.unlink()
+    run_workflow(workdir, config, "--cores", "2")
+    assert path.read_bytes() == before
+    assert summary(workdir)[("a3_sgd", "main")]["verdict"] == "pass"
+
+
+def test_keep_going_summarises_what_ran_and_names_the_failed_job(tmp_path):
+    config = only("a3_sgd", "a1_adam", steps=5)
+    run_workflow(tmp_path, config, "--cores", "1", "results/fixtures/a1_adam.safetensors")
+    fixture = tmp_path / "results/fixtures/a1_adam.safetensors"
+    fixture.write_bytes(fixture.read_bytes()[:100])  # truncated
+    proc = run_workflow(tmp_path, config, "--cores", "2", "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert "could not be made; results/tables/summary.md lists them" in proc.stdout
+    rows = summary(tmp_path)
+    assert rows[("a3_sgd", "main")]["verdict"] == "pass"  # what could run, ran
+    bad = rows[("a1_adam", "main")]
+    assert bad["verdict"] == "error"
+    log = re.search(r"see (\S+\.log)", bad["status"]).group(1)
+    assert log.startswith("results/logs/train/a1_adam/")
+    text = (tmp_path / log).read_text()
+    assert "a1_adam.safetensors" in text
+    assert "not a readable safetensors file" in text or "reading fixture" in text
+    check = run_workflow(tmp_path, config, "--cores", "1", "check", check=False)
+    assert check.returncode != 0
+
+
+def test_a_killed_job_leaves_nothing_a_rerun_would_trust(tmp_path):
+    config = only("a3_sgd", steps=60000)
+    target = "results/traces/a3_sgd/torch-f32-cpu.parquet"
+    cfg = tmp_path / "test-config.yaml"
+    run_workflow(tmp_path, config, "--cores", "1", "results/fixtures/a3_sgd.safetensors")
+    cmd = [
+        SNAKEMAKE,
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(cfg),
+        "--cores",
+        "1",
+        target,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log = tmp_path / "results/logs/train/a3_sgd/torch-f32-cpu.log"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait until the run is writing its trace
+        if log.exists() and "step 6000/60000" in log.read_text():
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the run never reached step 6000")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = tmp_path / target
+    assert not out.exists(), "a killed job left a trace a rerun would trust"
+    assert list(out.parent.glob(".tmp-*")), "expected the killed writer's temporary file"
+    # The user's next steps: unlock the working directory, rerun.
+    run_workflow(tmp_path, config, "--unlock")
+    run_workflow(tmp_path, config, "--cores", "1", target)
+    assert TraceReader(out).steps[-1] == 60000
+    assert not list(out.parent.glob(".tmp-*"))
+
+
+def test_only_safe_loaders_are_used():
+    """Tensors come from safetensors and Parquet, YAML through safe loading: no pickle."""
+    pattern = re.compile(r"\bpickle\b|torch\.load\(|yaml\.load\(|allow_pickle=True|np\.load\(")
+    offenders = []
+    for path in [
+        *Path(REPO, "scripts").rglob("*.py"),
+        *Path(REPO, "rules").glob("*.smk"),
+        Path(REPO, "Snakefile"),
+    ]:
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
+    assert offenders == []
