@@ -13,8 +13,6 @@ rule build_candle:
         "results/logs/build/candle-{device}.log",
     benchmark:
         "results/benchmarks/build/candle-{device}.tsv"
-    wildcard_constraints:
-        device=LOCAL_DEVICES,
     localrule: True
     conda:
         "../envs/rust.yaml"
