@@ -13,6 +13,9 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/fixtures.smk"
 include: "rules/build.smk"

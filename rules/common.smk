@@ -160,7 +160,7 @@ def table_kinds(c):
 def figure_inputs(wildcards):
     """A figure's table, and for a diagnosis also its localised findings."""
     c = comparison(wildcards)
-    out = {"csv": c.table(wildcards.kind)}
+    out = {"csv": c.table(wildcards.kind), "perstep": c.result("perstep")}
     if wildcards.kind == "diagnosis":
         out["result"] = c.result("diagnosis")
     return out
@@ -215,6 +215,8 @@ def all_outputs():
             "results/tables/summary.md",
             "results/tables/framework_summary.csv",
             "results/tables/optimizer_defaults.csv",
+            "results/tables/provenance.csv",
+            "results/report/training_loop.html",
         ]
         + PROBES.outputs()
     )

@@ -10,6 +10,13 @@ rule perstep:
     output:
         csv="results/tables/{experiment}/perstep-{tag}.csv",
         md="results/tables/{experiment}/perstep-{tag}.md",
+        html=report(
+            "results/tables/{experiment}/perstep-{tag}.html",
+            caption="../report/captions/table.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{tag}", "table": "perstep", "kind": "table"},
+        ),
         result="results/compare/{experiment}/perstep-{tag}.json",
     log:
         compare_log("perstep"),
@@ -32,6 +39,13 @@ rule split:
     output:
         csv="results/tables/{experiment}/split-{tag}.csv",
         md="results/tables/{experiment}/split-{tag}.md",
+        html=report(
+            "results/tables/{experiment}/split-{tag}.html",
+            caption="../report/captions/table.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{tag}", "table": "split", "kind": "table"},
+        ),
         result="results/compare/{experiment}/split-{tag}.json",
     log:
         compare_log("split"),
@@ -54,6 +68,13 @@ rule diagnosis:
     output:
         csv="results/tables/{experiment}/diagnosis-{tag}.csv",
         md="results/tables/{experiment}/diagnosis-{tag}.md",
+        html=report(
+            "results/tables/{experiment}/diagnosis-{tag}.html",
+            caption="../report/captions/table.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{tag}", "table": "diagnosis", "kind": "table"},
+        ),
         result="results/compare/{experiment}/diagnosis-{tag}.json",
     log:
         compare_log("diagnosis"),

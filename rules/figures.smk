@@ -3,7 +3,14 @@ rule figure:
     input:
         unpack(figure_inputs),
     output:
-        png="results/figures/{experiment}/{kind}-{tag}.png",
+        png=report(
+            "results/figures/{experiment}/{kind}-{tag}.png",
+            caption="../report/captions/figure.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{tag}", "table": "{kind}", "kind": "figure"},
+        ),
+        svg="results/figures/{experiment}/{kind}-{tag}.svg",
     log:
         "results/logs/figure/{experiment}/{kind}-{tag}.log",
     benchmark:

@@ -57,6 +57,12 @@ rule probes_table:
     output:
         csv="results/tables/probes.csv",
         md="results/tables/probes.md",
+        html=report(
+            "results/tables/probes.html",
+            caption="../report/captions/probes.rst",
+            category="3 Probes",
+            labels={"table": "probes"},
+        ),
     log:
         "results/logs/probes/table.log",
     benchmark:

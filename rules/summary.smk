@@ -9,6 +9,12 @@ rule summary:
     output:
         csv="results/tables/summary.csv",
         md="results/tables/summary.md",
+        html=report(
+            "results/tables/summary.html",
+            caption="../report/captions/summary.rst",
+            category="1 Summary",
+            labels={"table": "summary of verdicts"},
+        ),
     log:
         "results/logs/summary.log",
     benchmark:
@@ -28,6 +34,12 @@ rule framework_summary:
     output:
         csv="results/tables/framework_summary.csv",
         md="results/tables/framework_summary.md",
+        html=report(
+            "results/tables/framework_summary.html",
+            caption="../report/captions/framework_summary.rst",
+            category="1 Summary",
+            labels={"table": "the study's framework table"},
+        ),
     log:
         "results/logs/framework_summary.log",
     benchmark:
@@ -78,6 +90,12 @@ rule optimizer_defaults:
     output:
         csv="results/tables/optimizer_defaults.csv",
         md="results/tables/optimizer_defaults.md",
+        html=report(
+            "results/tables/optimizer_defaults.html",
+            caption="../report/captions/optimizer_defaults.rst",
+            category="4 Training loop",
+            labels={"page": "optimizer defaults"},
+        ),
     log:
         "results/logs/defaults/table.log",
     benchmark:
@@ -88,6 +106,55 @@ rule optimizer_defaults:
         code=ANALYSIS_CODE,
     script:
         "../scripts/defaults_table.py"
+
+
+rule training_loop_page:
+    """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
+    input:
+        text=os.path.join(workflow.basedir, "report", "training_loop.rst"),
+        defaults="results/tables/optimizer_defaults.csv",
+    output:
+        html=report(
+            "results/report/training_loop.html",
+            caption="../report/captions/training_loop.rst",
+            category="4 Training loop",
+            labels={"page": "correspondence"},
+        ),
+    log:
+        "results/logs/training_loop_page.log",
+    benchmark:
+        "results/benchmarks/training_loop_page.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=ANALYSIS_CODE,
+    script:
+        "../scripts/training_loop_page.py"
+
+
+rule provenance:
+    """Where and with what every trace was made, read from the traces."""
+    input:
+        lambda wc: [k.trace for k in PLAN.runs()],
+    output:
+        csv="results/tables/provenance.csv",
+        md="results/tables/provenance.md",
+        html=report(
+            "results/tables/provenance.html",
+            caption="../report/captions/provenance.rst",
+            category="5 Provenance",
+            labels={"table": "traces"},
+        ),
+    log:
+        "results/logs/provenance.log",
+    benchmark:
+        "results/benchmarks/provenance.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=ANALYSIS_CODE,
+    script:
+        "../scripts/provenance_table.py"
 
 
 rule check:

@@ -3,7 +3,7 @@
 import json
 
 from parity import defaults, tables
-from parity.fileio import job_logger, write_text_atomic
+from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
@@ -13,6 +13,6 @@ for path in sm.input:
         parts.append(json.load(f))
 rows = defaults.merge(parts)
 tables.write_csv(sm.output.csv, rows, defaults.COLUMNS)
-write_text_atomic(
+tables.write_twins(
     sm.output.md, "# Optimizer defaults\n\n" + tables.markdown_table(rows, defaults.COLUMNS)
 )

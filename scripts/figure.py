@@ -1,4 +1,4 @@
-"""Snakemake job: draw one table (see parity.figures)."""
+"""Snakemake job: draw one table as PNG and SVG (see parity.figures)."""
 
 import json
 
@@ -11,9 +11,11 @@ sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 frame = pd.read_csv(sm.input.csv)
 rows = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
+with open(sm.input.perstep, encoding="utf-8") as f:
+    scale = json.load(f)["param_scale"]
 markers = {}
 if sm.wildcards.kind == "perstep":
-    columns = {"max_dparam": "max|dparam|", "dloss": "|dloss|"}
+    columns = {"max_dparam": "max|ref32 − cand32|", "dloss": "|dloss|"}
 elif sm.wildcards.kind == "split":
     columns = {
         "max_dparam": "max|ref32 − cand32|",
@@ -36,6 +38,12 @@ else:
         f"ReLU flip {found['relu_flip_unit']}": found["relu_flip_step"],
     }
 figures.plot_columns(
-    sm.output.png, rows, columns, sm.params.title, sm.params.tolerance, markers=markers
+    [sm.output.png, sm.output.svg],
+    rows,
+    columns,
+    sm.params.title,
+    sm.params.tolerance,
+    markers=markers,
+    rounding_level=figures.ulp32(scale) if scale else None,
 )
-log.info("wrote %s", sm.output.png)
+log.info("wrote %s and %s", sm.output.png, sm.output.svg)

@@ -2,7 +2,8 @@
 runs a shortened workflow through snakemake-executor-plugin-slurm with
 ``--profile profiles/slurm``.
 
-Needs root and Debian's slurm-wlm and munge (.ci/run installs them); skipped, with the
+Needs root and Debian's slurm-wlm and munge (`scripts/bootstrap --test` installs them);
+skipped, with the
 reason, where they are missing. Everything the test starts is stopped in the fixture's
 teardown, also when the run fails.
 """
@@ -46,13 +47,15 @@ TEST_ONLY_FLAGS = (
 
 
 def short_config():
-    """The two A3 experiments of the default config, CPU only, with few steps."""
+    """The two A3 experiments of the default config, CPU only, with few steps, no probes."""
     config = copy.deepcopy(load_config())
     config["experiments"] = {k: config["experiments"][k] for k in EXPERIMENTS}
     for exp in config["experiments"].values():
         exp["steps"] = STEPS
     config["devices"] = ["cpu"]
     config["dtypes"] = ["f32", "f64"]
+    config["framework_summary"] = []  # its experiments are not in this config
+    config["probes"] = {"enabled": False}  # training jobs are what this test sends to Slurm
     return config
 
 

@@ -145,6 +145,9 @@ class PerStep:
     step0_identical: bool
     #: every recorded step identical bit for bit (what a tolerance of 0 demands)
     bitwise_identical: bool
+    #: largest finite |parameter| of the reference over all steps (the figures mark one
+    #: float32 ULP at this magnitude as the rounding level)
+    param_scale: float = 0.0
 
 
 def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
@@ -157,8 +160,11 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
     """
     check_comparable([reference, candidate])
     names = reference.layout.names
-    rows, step0, identical = [], False, True
+    rows, step0, identical, scale = [], False, True, 0.0
     for a, b in aligned([reference, candidate]):
+        for n in names:
+            finite = np.abs(a.tensors[n][np.isfinite(a.tensors[n])])
+            scale = max(scale, float(finite.max(initial=0.0)))
         same = bitwise_equal(a.tensors, b.tensors, names) and _same_loss(a.loss, b.loss)
         identical = identical and same
         if a.step == 0:
@@ -174,7 +180,7 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
                 "where": d.where,
             }
         )
-    return PerStep(rows, step0, identical)
+    return PerStep(rows, step0, identical, scale)
 
 
 def split(

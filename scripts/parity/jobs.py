@@ -95,7 +95,7 @@ def perstep_job(
         ),
     ]
     tables.write_csv(out_csv, rows, tables.PERSTEP_COLUMNS)
-    write_text_atomic(
+    tables.write_twins(
         out_md,
         tables.perstep_markdown(rows, f"{comp.experiment}: {comp.name} on {comp.device}", notes),
     )
@@ -109,6 +109,7 @@ def perstep_job(
         "step0_identical": result.step0_identical,
         "bitwise_identical": result.bitwise_identical,
         "status": status,
+        "param_scale": result.param_scale,
         "worst_dparam": _json_number(worst),
         "worst_step": worst_step,
         "worst_where": worst_where,
@@ -152,7 +153,7 @@ def split_job(
         "max|ref64 − cand64|"
     )
     tables.write_csv(out_csv, rows, tables.SPLIT_COLUMNS)
-    write_text_atomic(
+    tables.write_twins(
         out_md,
         tables.split_markdown(
             rows,
@@ -342,7 +343,7 @@ def diagnosis_job(
         "f64_rounding_factor": diag["f64_rounding_factor"],
     }
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
-    write_text_atomic(out_md, tables.diagnosis_markdown(rows, result, comp))
+    tables.write_twins(out_md, tables.diagnosis_markdown(rows, result, comp))
     write_text_atomic(out_result, json.dumps(result, indent=1, sort_keys=True))
     log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, result)
     return result
@@ -482,7 +483,7 @@ def summary_job(
         head += "\n"
     if bad:
         head += "\n"
-    write_text_atomic(out_md, head + tables.markdown_table(rows, md_cols, fmt))
+    tables.write_twins(out_md, head + tables.markdown_table(rows, md_cols, fmt))
     return rows
 
 
@@ -592,7 +593,7 @@ def framework_summary_job(plan: Plan, out_csv: str, out_md: str) -> list[dict]:
         c: (lambda v: v if isinstance(v, str) else tables.sci(v))
         for c in ("candle_vs_pytorch", "burn_vs_pytorch")
     }
-    write_text_atomic(
+    tables.write_twins(
         out_md,
         "# Framework summary\n\n"
         + tables.markdown_table(rows, ("quantity", "burn_vs_pytorch", "candle_vs_pytorch"), fmt),
@@ -666,9 +667,116 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
         name: [f"{c['name']}: {c['note']}" for c in p.cases if c["note"]]
         for name, p in plan.probes.items()
     }
-    write_text_atomic(out_md, tables.probes_markdown(rows, descriptions, notes))
+    tables.write_twins(out_md, tables.probes_markdown(rows, descriptions, notes))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     log.info("%d probe rows: %s", len(rows), counts)
     return rows
+
+
+PROVENANCE_COLUMNS = (
+    "experiment",
+    "run",
+    "dtype",
+    "device",
+    "framework",
+    "framework_version",
+    "compiler",
+    "python",
+    "host",
+    "cpu",
+    "platform",
+    "threads",
+    "device_detail",
+    "features",
+    "optimizer_impl",
+    "optimizer_path",
+    "status",
+    "fixture_sha256",
+    "config_hash",
+    "schema_version",
+    "trace",
+)
+
+
+def provenance_job(plan: Plan, traces: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
+    """Where and how every trace was made, read from the traces themselves (so traces
+    imported from another host show that host)."""
+    rows = []
+    for path in traces:
+        m = TraceReader(path).meta
+        runner = m["runner"]
+        rows.append(
+            {
+                **{k: m[k] for k in ("experiment", "run", "dtype", "device", "framework")},
+                "framework_version": m["framework_version"],
+                "compiler": runner.get("compiler", ""),
+                "python": runner.get("python", ""),
+                "host": m["host"],
+                "cpu": runner.get("cpu", ""),
+                "platform": runner.get("platform", ""),
+                "threads": runner.get("threads", ""),
+                "device_detail": runner.get("device_detail", ""),
+                "features": runner.get("features", ""),
+                "optimizer_impl": runner.get("optimizer_impl", ""),
+                "optimizer_path": runner.get("optimizer_path", ""),
+                "status": m["status"],
+                "fixture_sha256": m["fixture_sha256"],
+                "config_hash": m["config_hash"],
+                "schema_version": m["schema_version"],
+                "trace": path,
+            }
+        )
+    tables.write_csv(out_csv, rows, PROVENANCE_COLUMNS)
+    short = [{**r, "fixture_sha256": r["fixture_sha256"][:12]} for r in rows]
+    md_cols = (
+        "experiment",
+        "run",
+        "dtype",
+        "device",
+        "framework_version",
+        "compiler",
+        "python",
+        "host",
+        "cpu",
+        "threads",
+        "optimizer_impl",
+        "optimizer_path",
+        "status",
+        "fixture_sha256",
+    )
+    tables.write_twins(
+        out_md,
+        "# Provenance of every trace\n\n"
+        f"- fixtures (sha256): {len({r['fixture_sha256'] for r in rows})} distinct\n"
+        f"- hosts: {', '.join(sorted({r['host'] for r in rows}))}\n\n"
+        + tables.markdown_table(short, md_cols),
+    )
+    return rows
+
+
+def training_loop_page_job(rst_path: str, defaults_csv: str, out_html: str) -> None:
+    """The report's training-loop page: our text (``report/training_loop.rst``) followed by
+    the optimizer defaults both frameworks printed, rendered to HTML with docutils."""
+    from docutils.core import publish_string
+
+    with open(rst_path, encoding="utf-8") as f:
+        text = f.read()
+    with open(defaults_csv, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    cols = ("framework", "version", "optimizer", "lr", "betas", "eps", "weight_decay", "momentum")
+
+    def cell(v: str) -> str:
+        return f"``{v}``" if v else "—"
+
+    lines = [".. list-table::", "   :header-rows: 1", ""]
+    lines.append("   * - " + "\n     - ".join(cols))
+    for r in rows:
+        lines.append("   * - " + "\n     - ".join(cell(r[c]) for c in cols))
+    page = publish_string(
+        text + "\n".join(lines) + "\n",
+        writer_name="html5",
+        settings_overrides={"report_level": 2, "halt_level": 2, "output_encoding": "unicode"},
+    )
+    write_text_atomic(out_html, page)

@@ -8,9 +8,12 @@ with its number formats (losses to 8 decimals, differences as ``%.2e``).
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from .fileio import write_text_atomic
 from .verdicts import PROBE_WORDING
@@ -280,3 +283,71 @@ def diagnosis_markdown(rows: Sequence[Mapping], result: Mapping, comp) -> str:
         notes,
         _markdown(header, body),
     )
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f0f0f0; }
+td:first-child, th:first-child { text-align: left; }
+code { background: #f5f5f5; padding: 0 0.2em; }
+li { margin: 0.2em 0; }
+"""
+
+
+def _inline(text: str) -> str:
+    """Markdown inline code and bold to HTML, everything else escaped."""
+    out = html.escape(text.replace("\\|", "|"))
+    out = re.sub(r"`([^`]*)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]*)\*\*", r"<b>\1</b>", out)
+
+
+def markdown_to_html(md: str) -> str:
+    """A standalone HTML page from the Markdown twins this module writes (headings, bullet
+    lists, paragraphs and pipe tables); the report shows these."""
+    body, title = [], "table"
+    lines = md.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            text = line[level:].strip()
+            title = text if level == 1 else title
+            body.append(f"<h{level}>{_inline(text)}</h{level}>")
+        elif line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline(lines[i][2:])}</li>")
+                i += 1
+            body.append("<ul>" + "".join(items) + "</ul>")
+            continue
+        elif line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(lines[i])
+                i += 1
+            cells = [re.split(r"(?<!\\)\|", r.strip())[1:-1] for r in rows]
+            head = "".join(f"<th>{_inline(c.strip())}</th>" for c in cells[0])
+            trs = [
+                "<tr>" + "".join(f"<td>{_inline(c.strip())}</td>" for c in r) + "</tr>"
+                for r in cells[2:]
+            ]
+            body.append(
+                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(trs)}</tbody></table>"
+            )
+            continue
+        elif line.strip():
+            body.append(f"<p>{_inline(line)}</p>")
+        i += 1
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>{''.join(body)}</body></html>\n"
+    )
+
+
+def write_twins(md_path: str, md_text: str) -> None:
+    """Write a Markdown twin and its HTML rendering (same path, ``.html``) atomically."""
+    write_text_atomic(md_path, md_text)
+    write_text_atomic(str(Path(md_path).with_suffix(".html")), markdown_to_html(md_text))
