@@ -116,6 +116,8 @@ def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
                 writer.write_step(int(frame.meta["step"]), loss, t)
             elif frame.kind == "end":
                 ended = True
+                if "train_seconds" in frame.meta:
+                    writer.meta["runner"]["train_seconds"] = float(frame.meta["train_seconds"])
         status = proc.wait()
         if status != 0 or not ended:
             raise RunnerError(

@@ -13,7 +13,8 @@ use crate::model::{self, Net};
 use crate::optim::Stepper;
 
 /// Runs `spec` and writes its frames to `sink`: a header, one `step` frame per recorded
-/// step (step 0 = initial parameters, no loss), and an `end` frame. Progress goes to stderr
+/// step (step 0 = initial parameters, no loss), and an `end` frame (with `train_seconds`,
+/// the wall time of the steps and their recording). Progress goes to stderr
 /// about ten times per run.
 ///
 /// Each `step` frame holds, after that step's update: every recorded parameter (flattened,
@@ -38,6 +39,8 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
 
     write_step(&mut out, spec, &net, &opt, 0, None, None)?;
     let progress_every = (spec.steps / 10).max(1);
+    // Wall time of the training steps, recording included (benchmarks read it).
+    let started = std::time::Instant::now();
     for t in 1..=spec.steps {
         let (x, y) = data.batch(t)?;
         let output = net.forward(&x)?;
@@ -63,6 +66,7 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     out.write_meta(meta([
         ("kind", "end".into()),
         ("status", "complete".into()),
+        ("train_seconds", started.elapsed().as_secs_f64().to_string()),
     ]))?;
     Ok(())
 }

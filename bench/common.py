@@ -1,0 +1,83 @@
+"""Helpers shared by the benchmarks: where things are and how to time them."""
+
+from __future__ import annotations
+
+import copy
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+#: Where benchmark runs keep their working folders (ignored by git, reused between runs).
+WORK = REPO / "results" / "bench"
+
+
+def machine() -> str:
+    """One line naming the machine the figures come from."""
+    from parity.provenance import cpu_model
+
+    return f"{platform.node()}: {cpu_model()}, {os.cpu_count()} cores, {platform.platform()}"
+
+
+def wall(cmd, cwd=REPO, env=None) -> tuple[float, str]:
+    """(seconds, combined output) of one command; raises on failure."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return seconds, proc.stdout + proc.stderr
+
+
+def median_wall(cmd, repeat=5, cwd=REPO) -> float:
+    """Median wall time of ``repeat`` runs (after one warm-up run)."""
+    wall(cmd, cwd)
+    return statistics.median(wall(cmd, cwd)[0] for _ in range(repeat))
+
+
+def scale_config(**record) -> dict:
+    """The default config reduced to the scale experiment, enabled, with ``record`` merged."""
+    with open(REPO / "config.yaml", encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    exp = copy.deepcopy(config["experiments"]["scale_mlp"])
+    exp["enabled"] = True
+    exp["record"] = {**exp.get("record", {}), **record}
+    config["experiments"] = {"scale_mlp": exp}
+    config["framework_summary"] = []
+    config["probes"] = {"enabled": False}
+    return config
+
+
+def run_workflow(workdir: Path, config: dict, *targets: str, cores: int = 1) -> str:
+    """Run the workflow in ``workdir`` with ``config`` (replacing config.yaml)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg = workdir / "bench-config.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    cmd = [
+        SNAKEMAKE,
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(cfg),
+        "--cores",
+        str(cores),
+        *targets,
+    ]
+    return wall(cmd, cwd=workdir)[1]
+
+
+def table(rows, columns) -> str:
+    """A Markdown table of dict rows."""
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(out)

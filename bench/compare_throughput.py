@@ -1,0 +1,100 @@
+"""Comparing the scale experiment's four traces (the float64 split: torch and candle,
+f32 and f64) with the workflow's streaming comparison, against numpy's
+max(abs(a - b)) on the same arrays already in memory.
+
+Targets: throughput ratio (numpy time / our time) ≥ 0.5; peak memory of the streaming
+comparison ≤ 2 × one step's data of the four traces + 300 MB.
+
+    .venv/bin/python bench/compare_throughput.py
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+from common import REPO, WORK, machine, run_workflow, scale_config, table
+
+from parity.experiments import Plan
+from parity.schema import TraceReader
+
+WORKDIR = WORK / "scale"
+
+CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from parity import compare
+from parity.schema import TraceReader
+start = time.perf_counter()
+rows = compare.split(*(TraceReader(p) for p in sys.argv[2:6]))
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "steps": len(rows),
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def main():
+    config = scale_config()
+    plan = Plan(config)
+    comp = plan.comparison("scale_mlp", "cpu")
+    keys = [comp.reference, comp.candidate, *comp.f64_pair]
+    run_workflow(WORKDIR, config, *[k.trace for k in keys], cores=2)
+    paths = [str(WORKDIR / k.trace) for k in keys]
+
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(REPO / "scripts"), *paths],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    ours = json.loads(out)
+
+    # numpy on the same data, all of it loaded first (not timed)
+    readers = [TraceReader(p) for p in paths]
+    names = readers[0].layout.names
+    steps = [
+        [np.concatenate([r.tensors[n] for n in names]) for r in reader.iter_steps()]
+        for reader in readers
+    ]
+    r32, c32, r64, c64 = steps
+    start = time.perf_counter()
+    for a, b, c, d in zip(r32, c32, r64, c64, strict=True):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        np.max(np.abs(a64 - b64))
+        np.max(np.abs(a64 - c))
+        np.max(np.abs(b64 - d))
+        np.max(np.abs(c - d))
+    numpy_s = time.perf_counter() - start
+    one_step_mb = sum(s[0].nbytes for s in steps) / 2**20
+    print(machine())
+    print(
+        f"{len(names)} tensors, {r32[0].size} parameters, {ours['steps']} recorded steps, "
+        f"one step of the four traces = {one_step_mb:.0f} MB"
+    )
+    print(
+        table(
+            [
+                {
+                    "ours (s)": f"{ours['seconds']:.2f}",
+                    "numpy in memory (s)": f"{numpy_s:.2f}",
+                    "throughput ratio": f"{numpy_s / ours['seconds']:.2f}",
+                    "target": "≥ 0.5",
+                    "peak memory (MB)": f"{ours['peak_mb']:.0f}",
+                    "memory target (MB)": f"{2 * one_step_mb + 300:.0f}",
+                }
+            ],
+            [
+                "ours (s)",
+                "numpy in memory (s)",
+                "throughput ratio",
+                "target",
+                "peak memory (MB)",
+                "memory target (MB)",
+            ],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
