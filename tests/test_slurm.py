@@ -26,7 +26,7 @@ EXPERIMENTS = ("a3_adamw", "a3_sgd")
 STEPS = 5
 #: Rules that run on the submit host, never through sbatch (rules/: `localrule: True`;
 #: `all` only collects files).
-LOCAL_RULES = {"all", "build_candle", "check"}
+LOCAL_RULES = {"all", "build_candle", "build_burn", "check"}
 
 #: Flags this test adds to the profile, because its cluster is not a real one:
 TEST_ONLY_FLAGS = (
@@ -136,6 +136,7 @@ def test_every_non_local_job_ran_as_a_slurm_job(slurm_run):
     expected = {r: n for r, n in planned_jobs(proc.stdout).items() if r not in LOCAL_RULES}
     assert Counter(rule_of(comment) for _, comment in jobs.values()) == expected
     assert expected["train_torch"] == expected["train_candle"] == 2 * len(EXPERIMENTS)
+    assert expected["train_burn"] == 2 * len(EXPERIMENTS)
 
 
 def test_slurm_logged_each_job_and_its_exit_status(cluster, slurm_run):
@@ -154,6 +155,8 @@ def test_build_ran_on_the_submit_host(slurm_run):
     assert not any(rule_of(c) == "build_candle" for _, c in jobs.values())
     assert (workdir / "results" / "bin" / "candle-parity-cpu").stat().st_size > 0
     assert "localrule build_candle:" in proc.stdout
+    assert not any(rule_of(c) == "build_burn" for _, c in jobs.values())
+    assert "localrule build_burn:" in proc.stdout
 
 
 def test_summary_passes(slurm_run):
