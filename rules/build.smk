@@ -6,7 +6,7 @@ rule build_candle:
     it builds serves every node."""
     input:
         manifest=RUST_MANIFEST,
-        sources=RUST_SOURCES,
+        sources=rust_sources("candle-parity"),
     output:
         runner_binary("candle", "{device}"),
     log:
@@ -24,4 +24,35 @@ rule build_candle:
         " -p candle-parity --target-dir {params.target_dir:q} {params.features:q}"
         " > {log:q} 2>&1"
         " && cp {params.target_dir:q}/release/candle-parity {output:q}.tmp"
+        " && mv {output:q}.tmp {output:q}"
+
+
+rule build_burn:
+    """cargo build --release --locked of the burn runner (burn's ndarray backend: CPU only,
+    so the validity matrix schedules no other device), in its own target directory so the
+    candle build never waits for it.
+
+    A local rule, like build_candle: the submit host reaches crates.io and has the Rust
+    toolchain."""
+    input:
+        manifest=RUST_MANIFEST,
+        sources=rust_sources("burn-parity"),
+    output:
+        runner_binary("burn", "{device}"),
+    log:
+        "results/logs/build/burn-{device}.log",
+    benchmark:
+        "results/benchmarks/build/burn-{device}.tsv"
+    wildcard_constraints:
+        device="cpu",
+    localrule: True
+    conda:
+        "../envs/rust.yaml"
+    params:
+        target_dir=BURN_TARGET_DIR,
+    shell:
+        "cargo build --release --locked --manifest-path {input.manifest:q}"
+        " -p burn-parity --target-dir {params.target_dir:q}"
+        " > {log:q} 2>&1"
+        " && cp {params.target_dir:q}/release/burn-parity {output:q}.tmp"
         " && mv {output:q}.tmp {output:q}"

@@ -148,7 +148,8 @@ def split_traces(wildcards):
 
 
 def runner_binary(framework, device):
-    """The Rust runner of a framework (candle-parity), built for a device's features."""
+    """The Rust runner of a framework (candle-parity, burn-parity), built for a device's
+    features."""
     return f"results/bin/{framework}-parity-{device}"
 
 
@@ -257,6 +258,17 @@ RUST_SOURCES = sorted(
 )
 
 
+def rust_sources(crate):
+    """What one runner's build reads: the workspace manifest and lock, parity-common and
+    the crate itself, so editing one runner does not rebuild (and rerun) the other."""
+    return [
+        p
+        for p in RUST_SOURCES
+        if Path(p).parent == RUST_DIR
+        or Path(p).relative_to(RUST_DIR).parts[0] in ("parity-common", crate)
+    ]
+
+
 def cargo_target_dir(device):
     """One target directory per feature set, so a CPU build survives a GPU build.
 
@@ -270,3 +282,12 @@ def cargo_features(device):
     """cargo's --features arguments for a device, from config candle.features."""
     features = config.get("candle", {}).get("features", {}).get(device, [])
     return ["--features", ",".join(features)] if features else []
+
+
+# ----- the burn build ---------------------------------------------------------------
+
+#: burn-parity's own target directory: cargo locks a target directory while it builds, so
+#: a shared one would make the candle build wait for burn's (and burn has no features).
+BURN_TARGET_DIR = os.path.join(
+    os.environ.get("CARGO_TARGET_DIR") or str(RUST_DIR / "target"), "burn"
+)

@@ -82,11 +82,28 @@ rule optimizer_defaults_candle:
         "../scripts/defaults_candle.py"
 
 
+rule optimizer_defaults_burn:
+    """burn's optimizer defaults, printed by the burn-parity binary from burn's configs."""
+    input:
+        binary=runner_binary("burn", "cpu"),
+    output:
+        "results/defaults/burn.json",
+    log:
+        "results/logs/defaults/burn.log",
+    benchmark:
+        "results/benchmarks/defaults/burn.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/defaults_burn.py"
+
+
 rule optimizer_defaults:
     """One table of every framework's optimizer defaults."""
     input:
         "results/defaults/torch.json",
         "results/defaults/candle.json",
+        "results/defaults/burn.json",
     output:
         csv="results/tables/optimizer_defaults.csv",
         md="results/tables/optimizer_defaults.md",

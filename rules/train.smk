@@ -50,3 +50,27 @@ rule train_candle:
         code=TRACE_CODE,
     script:
         "../scripts/train_rust.py"
+
+
+rule train_burn:
+    """A burn run (the burn-parity binary; CPU only), written as a Parquet trace."""
+    input:
+        fixture="results/fixtures/{experiment}.safetensors",
+        binary=runner_binary("burn", "{device}"),
+    output:
+        trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
+    log:
+        "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
+    benchmark:
+        "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+    wildcard_constraints:
+        run="burn(_[a-z0-9]+)*",
+    conda:
+        "../envs/analysis.yaml"
+    threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
+    params:
+        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
+    script:
+        "../scripts/train_rust.py"

@@ -132,3 +132,71 @@ def test_config_errors_name_the_key_path(config, mutate, message):
     mutate(config)
     with pytest.raises(ConfigError, match=message):
         Plan(config)
+
+
+# ----- burn (issue 10) ---------------------------------------------------------------
+
+
+def test_burn_runs_on_the_cpu_only(config):
+    config["devices"] = ["cpu", "cuda", "metal"]
+    plan = Plan(config)
+    assert "CPU only" in unsupported_reason("burn", "cuda", "f32")
+    assert unsupported_reason("burn", "cpu", "f64") is None
+    burn = [k for k in plan.runs() if k.framework == "burn"]
+    assert burn and {k.device for k in burn} == {"cpu"}
+    cells = {(k.run, k.device, k.dtype) for k, _ in plan.unsupported_cells()}
+    assert ("burn", "cuda", "f32") in cells and ("burn", "metal", "f64") in cells
+    # A burn comparison on cuda takes burn's runs from the CPU, like Metal's float64.
+    c = plan.comparison("a1_adam", "cuda-burn")
+    assert c.candidate == RunKey("a1_adam", "burn", "f32", "cpu")
+
+
+def test_burn_runner_spec_uses_burns_own_optimizers(config):
+    plan = Plan(config)
+    adam = plan.runner_spec(RunKey("a1_adam", "burn", "f64", "cpu"), "f.safetensors")
+    assert adam["optimizer"] == {
+        "name": "adam",
+        "lr": 0.01,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+    }
+    adamw = plan.runner_spec(RunKey("a3_adamw", "burn", "f32", "cpu"), "f.safetensors")
+    assert adamw["optimizer"]["implementation"] == "burn"
+    assert adamw["optimizer"]["bias_correction"] == "f32"
+    assert adamw["optimizer"]["weight_decay"] == 0.01
+    sgd = plan.runner_spec(RunKey("a3_sgd", "burn", "f32", "cpu"), "f.safetensors")
+    assert sgd["optimizer"] == {"name": "sgd", "lr": 0.1}
+    cnn = plan.runner_spec(RunKey("cnn_adam", "burn", "f32", "cpu"), "f.safetensors")
+    assert cnn["model"]["conv_impl"] == "conv1d"
+
+
+def test_framework_summary_finds_the_burn_comparison(config):
+    rows = Plan(config).framework_summary_rows()
+    for row in rows:
+        burn = row["comparisons"]["burn"]
+        assert burn is not None and burn.reference.run == "torch" and burn.candidate.run == "burn"
+        assert burn.device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"optimizer": {"implementation": "manual"}}, r"candle-side settings"),
+        ({"record": {"moments": True}}, r"burn-parity does not record them"),
+    ],
+)
+def test_burn_refuses_what_it_does_not_run(config, override, message):
+    config["experiments"]["a3_adamw"]["runs"]["burn_x"] = override
+    with pytest.raises(ConfigError, match=r"experiments.a3_adamw.runs.burn_x.*" + message):
+        Plan(config)
+
+
+def test_burn_sgd_momentum_is_refused(config):
+    config["experiments"]["a3_sgd"]["optimizer"]["momentum"] = 0.9
+    config["experiments"]["a3_sgd"]["runs"] = {"torch": None, "burn": None}
+    config["experiments"]["a3_sgd"]["comparisons"] = {
+        "main": {"reference": "torch", "candidate": "burn"}
+    }
+    with pytest.raises(ConfigError, match=r"runs.burn.optimizer: burn runs plain SGD"):
+        Plan(config)

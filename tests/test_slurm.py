@@ -27,7 +27,7 @@ EXPERIMENTS = ("a3_adamw", "a3_sgd")
 STEPS = 5
 #: Rules that run on the submit host, never through sbatch (rules/: `localrule: True`;
 #: `all` only collects files).
-LOCAL_RULES = {"all", "build_candle", "check"}
+LOCAL_RULES = {"all", "build_candle", "build_burn", "check"}
 
 #: Flags this test adds to the profile, because its cluster is not a real one:
 TEST_ONLY_FLAGS = (
@@ -50,6 +50,10 @@ def short_config():
     """The two A3 experiments of the default config, CPU only, with few steps, no probes."""
     config = copy.deepcopy(load_config())
     config["experiments"] = {k: config["experiments"][k] for k in EXPERIMENTS}
+    # The framework table's rows name experiments left out here (a1_adam, cnn_adam).
+    config["framework_summary"] = [
+        row for row in config.get("framework_summary", []) if row["experiment"] in EXPERIMENTS
+    ]
     for exp in config["experiments"].values():
         exp["steps"] = STEPS
     config["devices"] = ["cpu"]
@@ -138,7 +142,11 @@ def test_every_non_local_job_ran_as_a_slurm_job(slurm_run):
     assert {state for state, _ in jobs.values()} == {"COMPLETED"}
     expected = {r: n for r, n in planned_jobs(proc.stdout).items() if r not in LOCAL_RULES}
     assert Counter(rule_of(comment) for _, comment in jobs.values()) == expected
-    assert expected["train_torch"] == expected["train_candle"] == 2 * len(EXPERIMENTS)
+    # One job per run and dtype (f32, f64); a3_adamw has three torch runs (code paths).
+    runs = [r for e in short_config()["experiments"].values() for r in e["runs"]]
+    for framework in ("torch", "candle", "burn"):
+        assert expected[f"train_{framework}"] == 2 * sum(r.startswith(framework) for r in runs)
+    assert expected["train_burn"] == 2 * len(EXPERIMENTS)
 
 
 def test_slurm_logged_each_job_and_its_exit_status(cluster, slurm_run):
@@ -157,6 +165,8 @@ def test_build_ran_on_the_submit_host(slurm_run):
     assert not any(rule_of(c) == "build_candle" for _, c in jobs.values())
     assert (workdir / "results" / "bin" / "candle-parity-cpu").stat().st_size > 0
     assert "localrule build_candle:" in proc.stdout
+    assert not any(rule_of(c) == "build_burn" for _, c in jobs.values())
+    assert "localrule build_burn:" in proc.stdout
 
 
 def test_summary_passes(slurm_run):

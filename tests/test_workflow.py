@@ -1,13 +1,17 @@
-"""End-to-end: the real workflow (real torch, real candle) on a shortened config."""
+"""End-to-end: the real workflow (real torch, candle and burn) on a shortened config."""
 
 import copy
 import csv
+import re
 
+import pyarrow.parquet as pq
 import pytest
 
+from parity.schema import TraceReader
 from parity.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
 
-from conftest import load_config, run_workflow
+import burn_adam
+from conftest import REPO, load_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
@@ -102,6 +106,8 @@ def test_every_job_left_a_log_and_a_benchmark(short_run):
     assert any("train" in str(p) for p in logs) and len(benches) == len(logs)
     candle_log = (workdir / "results/logs/train/a3_adamw/candle-f32-cpu.log").read_text()
     assert "step 12/12 loss" in candle_log
+    burn_log = (workdir / "results/logs/train/a3_adamw/burn-f64-cpu.log").read_text()
+    assert "step 12/12 loss" in burn_log
 
 
 def test_rerun_is_a_no_op_and_check_passes(short_run):
@@ -124,7 +130,8 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
     assert counts["fixture"] == len(experiments)
     assert counts["train_torch"] == 2 * sum(r.startswith("torch") for r in runs)  # f32, f64
     assert counts["train_candle"] == 2 * sum(r.startswith("candle") for r in runs)
-    assert counts["build_candle"] == 1
+    assert counts["train_burn"] == 2 * sum(r.startswith("burn") for r in runs) > 0
+    assert counts["build_candle"] == counts["build_burn"] == 1
     assert counts["perstep"] == counts["split"] == counts["diagnosis"] == comparisons
     assert counts["figure"] == 3 * comparisons
 
@@ -146,7 +153,13 @@ def test_adam_equals_adamw_with_zero_decay_exactly_at_every_step(short_run):
     assert all(r["dloss"] == "0.0" for r in rows[1:])
 
 
-def test_optimizer_defaults_come_from_both_frameworks(short_run):
+def burn_version():
+    """burn's version as Cargo.lock pins it."""
+    lock = (REPO / "rust" / "Cargo.lock").read_text()
+    return re.search(r'name = "burn"\nversion = "([^"]+)"', lock).group(1)
+
+
+def test_optimizer_defaults_come_from_every_framework(short_run):
     workdir, _, _ = short_run
     rows = {
         (r["framework"], r["optimizer"]): r
@@ -159,9 +172,18 @@ def test_optimizer_defaults_come_from_both_frameworks(short_run):
     assert rows[("candle", "AdamW")]["version"] == "0.11.0"
     assert rows[("torch", "SGD")]["lr"] == "0.001"
     assert rows[("candle", "SGD")]["lr"].startswith("required")
+    # burn's own defaults differ from PyTorch's: ε 1e-5, AdamW decay 1e-4, Adam no decay.
+    assert {o for f, o in rows if f == "burn"} == {"SGD", "Adam", "AdamW"}
+    assert all(rows[("burn", o)]["version"] == burn_version() for o in ("SGD", "Adam", "AdamW"))
+    assert rows[("burn", "Adam")]["eps"] == rows[("burn", "AdamW")]["eps"] == "1e-05"
+    assert rows[("burn", "Adam")]["betas"] == "[0.9, 0.999]"
+    assert rows[("burn", "AdamW")]["weight_decay"] == "0.0001"
+    assert rows[("burn", "Adam")]["weight_decay"] == "none"
+    assert rows[("burn", "SGD")]["momentum"] == "none"
+    assert rows[("burn", "Adam")]["lr"].startswith("required")
 
 
-def test_framework_summary_has_computed_candle_and_no_burn_numbers(short_run):
+def test_framework_summary_has_computed_candle_and_burn_numbers(short_run):
     workdir, _, _ = short_run
     rows = read_csv(workdir / "results/tables/framework_summary.csv")
     assert [r["experiment"] for r in rows] == ["a1_adam", "a1_adam", "cnn_adam", "cnn_adam"]
@@ -169,11 +191,72 @@ def test_framework_summary_has_computed_candle_and_no_burn_numbers(short_run):
         (r["experiment"], r["comparison"]): r
         for r in read_csv(workdir / "results/tables/summary.csv")
     }
-    assert float(rows[0]["candle_vs_pytorch"]) == float(
-        summary[("a1_adam", "main")]["final_dparam"]
-    )
-    assert float(rows[1]["candle_vs_pytorch"]) <= 1e-12
-    assert all(r["burn_vs_pytorch"] == "not run" for r in rows)
+    for f32, f64 in (rows[0:2], rows[2:4]):
+        e = f32["experiment"]
+        assert float(f32["candle_vs_pytorch"]) == float(summary[(e, "main")]["final_dparam"])
+        assert float(f64["candle_vs_pytorch"]) <= 1e-12
+        # burn's column is computed from the burn-vs-torch comparison, never typed in.
+        assert float(f32["burn_vs_pytorch"]) == float(summary[(e, "burn")]["final_dparam"])
+        assert float(f64["burn_vs_pytorch"]) == float(summary[(e, "burn")]["f64_f64"])
+        # The study: burn's two float64 runs differ from PyTorch's far beyond float64
+        # rounding, because burn computes Adam's bias correction in float32.
+        assert float(f64["burn_vs_pytorch"]) > 1e-9
+
+
+def test_burn_traces_exist_and_start_from_the_same_fixture(short_run):
+    workdir, config, _ = short_run
+    burn = [
+        (e, r)
+        for e, exp in config["experiments"].items()
+        for r in exp.get("runs", {})
+        if r.startswith("burn")
+    ]
+    assert {e for e, _ in burn} == {"a1_adam", "cnn_adam", "a3_adamw", "a3_sgd"}
+    for e, r in burn:
+        losses = {}
+        for fw, dtype in ((r, "f32"), (r, "f64"), ("torch", "f64")):
+            table = pq.read_table(workdir / f"results/traces/{e}/{fw}-{dtype}-cpu.parquet")
+            assert table.num_rows == config["experiments"][e]["steps"] + 1
+            losses[(fw, dtype)] = table.column("loss")[1].as_py()
+            if fw == r:
+                path = workdir / f"results/traces/{e}/{fw}-{dtype}-cpu.parquet"
+                meta = TraceReader(path).meta
+                assert meta["framework"] == "burn"
+                assert meta["framework_version"] == burn_version()
+                assert meta["runner"]["optimizer_impl"].startswith("burn::optim::")
+        # Step 1's loss is the forward pass of the fixture's weights: in float64 burn's
+        # (Linear weights converted from PyTorch's [out, in] layout) equals PyTorch's.
+        b, t = losses[(r, "f64")], losses[("torch", "f64")]
+        assert abs(b - t) <= 1e-14 * abs(t), (e, b, t)
+
+
+def test_burn_sgd_is_pytorchs_formula_and_burn_adam_is_not(short_run):
+    workdir, _, _ = short_run
+    rows = {
+        (r["experiment"], r["comparison"]): r
+        for r in read_csv(workdir / "results/tables/summary.csv")
+    }
+    # Plain SGD has no bias correction: burn's float64 run stays at float64 rounding.
+    assert float(rows[("a3_sgd", "burn")]["f64_f64"]) <= 1e-14
+    assert rows[("a3_sgd", "burn")]["f64_divergence_step"] == ""
+    # burn's Adam and AdamW: a formula difference from the first steps (the diagnosis's
+    # float64-rounding threshold), against PyTorch and against candle alike.
+    for e in ("a1_adam", "cnn_adam", "a3_adamw"):
+        for name in ("burn", "burn_candle"):
+            assert rows[(e, name)]["f64_divergence_step"] in ("1", "2"), (e, name)
+            assert float(rows[(e, name)]["f64_f64"]) > 1e-9
+
+
+def test_burn_float64_drift_is_its_float32_bias_correction(short_run):
+    """A float64 replay of burn's Adam formula reproduces burn's float64 trace; with only
+    burn's float32 betas and ε (factors in float64) it stays close to PyTorch's."""
+    workdir, config, _ = short_run
+    for e in ("a1_adam", "cnn_adam"):
+        exp = config["experiments"][e]
+        d = burn_adam.decomposition(workdir / "results", e, exp["steps"], exp["optimizer"]["lr"])
+        assert d["torch"]["vs_torch"] <= 1e-14
+        assert d["burn"]["vs_burn"] <= 1e-14
+        assert d["f32_betas"]["vs_torch"] * 10 < d["torch_vs_burn"]
 
 
 def test_hand_written_adamw_equals_candle_adamw_bit_for_bit(short_run):

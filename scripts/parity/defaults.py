@@ -10,6 +10,8 @@ import json
 import subprocess
 from collections.abc import Sequence
 
+import numpy as np
+
 COLUMNS = (
     "framework",
     "version",
@@ -74,6 +76,44 @@ def candle_defaults(binary: str) -> list[dict]:
         _row("candle", version, "SGD", sgd, s["source"]),
         _row("candle", version, "AdamW", adamw, a["source"]),
     ]
+
+
+def burn_defaults(binary: str) -> list[dict]:
+    """What ``burn-parity defaults`` prints: burn-optim's ``AdamConfig::new()``,
+    ``AdamWConfig::new()`` and ``SgdConfig::new()`` serialised by burn itself; the Adams' fields
+    are float32 (``float_type``) and are written in their shortest float32 spelling (0.9, not the
+    widened 0.8999999761581421). No burn config holds a learning rate (it is an
+    argument of ``ModuleOptimizer::step``); a disabled option (``None`` in burn) reads
+    ``none``. Raises ``subprocess.CalledProcessError`` on failure."""
+    out = json.loads(subprocess.run([binary, "defaults"], check=True, capture_output=True).stdout)
+    version = out["burn_version"]
+
+    def none(v):
+        return "none" if v is None else v
+
+    def f32(v):
+        return float(str(np.float32(v))) if isinstance(v, float) else v
+
+    rows = []
+    for name in ("SGD", "Adam", "AdamW"):
+        c = dict(out[name]["config"])
+        values = {"lr": "required (no default)", "note": out["lr"]}
+        if name == "SGD":
+            values["momentum"] = none(c.pop("momentum"))
+            values["weight_decay"] = none(c.pop("weight_decay"))
+            c["momentum_config_when_enabled"] = out[name]["momentum_config"]
+        else:
+            values["betas"] = [c.pop("beta_1"), c.pop("beta_2")]
+            values["eps"] = c.pop("epsilon")
+            wd = c.pop("weight_decay")
+            values["weight_decay"] = wd["penalty"] if isinstance(wd, dict) else none(wd)
+            values["betas"] = [f32(b) for b in values["betas"]]
+            values["eps"] = f32(values["eps"])
+            values["weight_decay"] = f32(values["weight_decay"])
+            values["float_type"] = "f32"  # of beta_1, beta_2, epsilon and the weight decay
+        values.update(c)
+        rows.append(_row("burn", version, name, values, out[name]["source"]))
+    return rows
 
 
 def merge(parts: Sequence[Sequence[dict]]) -> list[dict]:

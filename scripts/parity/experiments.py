@@ -9,7 +9,7 @@ Terms:
 * *experiment*: a model, a loss, fixture data, an optimizer and a step count (config key
   ``experiments.<name>``);
 * *run*: one side of an experiment, named after its framework (``torch``, ``candle``,
-  ``candle_f32factors``); it may override the optimizer or a framework option;
+  ``candle_f32factors``, ``burn``); it may override the optimizer or a framework option;
 * *run key*: (experiment, run, dtype, device), one job and one trace;
 * *comparison*: a reference run against a candidate run on one device; ``main`` is the
   study's pair and writes the SPEC paths.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Frameworks, the reference first. A run's name starts with its framework.
-FRAMEWORKS = ("torch", "candle")
+FRAMEWORKS = ("torch", "candle", "burn")
 #: Frameworks whose runs are Rust binaries speaking the frame protocol.
 RUST_FRAMEWORKS = tuple(f for f in FRAMEWORKS if f != "torch")
 DEVICES = ("cpu", "cuda", "metal")
@@ -45,6 +45,12 @@ MAIN = "main"
 UNSUPPORTED: dict[tuple[str, str, str], str] = {
     ("torch", "metal", "f64"): "PyTorch's MPS backend has no float64",
     ("candle", "metal", "f64"): "candle's Metal backend has no float64",
+    # burn-parity is built with burn's ndarray backend only.
+    **{
+        ("burn", dev, dt): "burn-parity runs burn's ndarray backend, which is CPU only"
+        for dev in ("cuda", "metal")
+        for dt in ("f32", "f64")
+    },
 }
 
 #: What a recorded step holds when the config says nothing (see config.yaml ``record``).
@@ -183,7 +189,7 @@ class RunKey:
 
     @property
     def framework(self) -> str:
-        """``torch`` or ``candle``."""
+        """``torch``, ``candle`` or ``burn``."""
         return framework_of(self.run)
 
     @property
@@ -362,6 +368,8 @@ class Plan:
                     f"{where}.optimizer",
                     "implementation and bias_correction are candle-side settings",
                 )
+        elif framework == "burn":
+            self._resolve_burn_run(where, exp, settings, override)
         else:
             if name == "adam":
                 raise ConfigError(
@@ -403,6 +411,42 @@ class Plan:
                 "candle-nn keeps AdamW's moments private; use implementation: manual",
             )
         return settings
+
+    def _resolve_burn_run(self, where: str, exp: Mapping, settings: dict, override: Mapping):
+        """burn's side of :meth:`_resolve_run`: burn-optim 0.22's own SGD, Adam (L2 weight
+        decay, as torch.optim.Adam) and AdamW (decoupled), all with every hyperparameter
+        explicit; both Adams compute their bias-correction factors in float32, which the
+        resolved settings say (``implementation: burn``, ``bias_correction: f32``). The
+        convolution is burn's own conv1d. Raises :class:`ConfigError` for candle-side
+        settings, SGD momentum or weight decay (the run spec carries neither) and moments
+        (burn keeps them in its optimizer record)."""
+        optimizer = settings["optimizer"]
+        if "implementation" in optimizer or "bias_correction" in optimizer:
+            raise ConfigError(
+                f"{where}.optimizer",
+                "implementation and bias_correction are candle-side settings; burn runs its "
+                "own optimizers (bias correction in float32)",
+            )
+        if optimizer["name"] == "sgd" and (
+            optimizer.get("momentum", 0) or optimizer.get("weight_decay", 0)
+        ):
+            raise ConfigError(
+                f"{where}.optimizer",
+                "burn runs plain SGD here: the run spec carries no SGD momentum or weight decay",
+            )
+        if optimizer["name"] in ("adam", "adamw"):
+            optimizer.update(implementation="burn", bias_correction="f32")
+        if "conv_impl" in override:
+            raise ConfigError(
+                f"{where}.conv_impl", "conv_impl is a candle-side setting; burn calls its conv1d"
+            )
+        if exp["model"]["family"] == "cnn1d":
+            settings["model"]["conv_impl"] = "conv1d"
+        if settings["record"].get("moments"):
+            raise ConfigError(
+                f"{where}.record.moments",
+                "burn keeps its optimizer moments in its record; burn-parity does not record them",
+            )
 
     # ----- queries -----------------------------------------------------------------------
 
@@ -575,6 +619,14 @@ class Plan:
         opt = s["optimizer"]
         if opt["name"] == "sgd":
             optimizer = {"name": "sgd", "lr": opt["lr"]}
+        elif opt["name"] == "adam":  # burn only; Plan refuses Adam for candle
+            optimizer = {
+                "name": "adam",
+                "lr": opt["lr"],
+                "betas": list(opt["betas"]),
+                "eps": opt["eps"],
+                "weight_decay": opt["weight_decay"],
+            }
         else:
             optimizer = {
                 "name": "adamw",

@@ -110,7 +110,8 @@ impl Stepper {
     ///
     /// # Errors
     /// When `want_moments` is set for an optimizer that does not expose them (SGD, or
-    /// candle-nn's AdamW, whose moments are private).
+    /// candle-nn's AdamW, whose moments are private), and for what candle-nn 0.11.0 lacks:
+    /// Adam, or an AdamW implementation that is not candle's.
     pub fn new(spec: &Optimizer, vars: Vec<Var>, want_moments: bool) -> Result<Self> {
         Ok(match spec {
             Optimizer::Sgd { lr } => {
@@ -144,8 +145,12 @@ impl Stepper {
                     AdamWImpl::Manual => {
                         Stepper::Manual(ManualAdamW::new(vars, params, *bias_correction)?)
                     }
+                    AdamWImpl::Burn => bail!("implementation \"burn\" is burn's AdamW; candle-parity runs candle-nn's (\"candle\") or the hand-written copy (\"manual\")"),
                 }
             }
+            Optimizer::Adam { .. } => bail!(
+                "candle-nn 0.11.0 has no Adam; use AdamW with weight_decay 0 (PyTorch's Adam equals AdamW(weight_decay=0) bit for bit)"
+            ),
         })
     }
 
@@ -175,6 +180,30 @@ impl Stepper {
 mod tests {
     use super::*;
     use candle_core::{DType, Device};
+
+    /// candle-parity refuses what candle cannot run instead of substituting something else.
+    #[test]
+    fn adam_and_burn_adamw_are_refused() {
+        let var = Var::new(&[1.0f32], &Device::Cpu).unwrap();
+        let adam = Optimizer::Adam {
+            lr: 0.01,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.0,
+        };
+        let err = Stepper::new(&adam, vec![var.clone()], false).err().unwrap();
+        assert!(err.to_string().contains("no Adam"), "{err:#}");
+        let burn = Optimizer::Adamw {
+            lr: 0.01,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.01,
+            implementation: AdamWImpl::Burn,
+            bias_correction: FactorType::F32,
+        };
+        let err = Stepper::new(&burn, vec![var], false).err().unwrap();
+        assert!(err.to_string().contains("burn's AdamW"), "{err:#}");
+    }
 
     #[test]
     fn f64_factors_match_candle_nn_formula() {

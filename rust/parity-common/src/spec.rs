@@ -59,7 +59,8 @@ pub enum Activation {
     Relu,
 }
 
-/// How the candle runner computes a 1-D convolution.
+/// How a runner computes the 1-D convolution. candle-parity does either; burn-parity calls
+/// burn's own `conv1d` and accepts `Conv1d` only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConvImpl {
@@ -98,7 +99,7 @@ pub enum Model {
         classes: usize,
         /// Activation after the convolution.
         activation: Activation,
-        /// How candle computes the convolution.
+        /// How the runner computes the convolution (see [`ConvImpl`]).
         conv_impl: ConvImpl,
     },
 }
@@ -113,15 +114,17 @@ pub enum Loss {
     CrossEntropy,
 }
 
-/// Where the AdamW update comes from on the candle side.
+/// Where the AdamW update comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AdamWImpl {
-    /// `candle_nn::AdamW` itself.
+    /// `candle_nn::AdamW` itself (candle-parity).
     Candle,
-    /// The hand-written copy of candle-nn 0.11.0's `AdamW::step` in this crate, which also
+    /// The hand-written copy of candle-nn 0.11.0's `AdamW::step` in candle-parity, which also
     /// exposes `exp_avg`/`exp_avg_sq` and can compute bias correction in float32.
     Manual,
+    /// `burn::optim::AdamW` itself (burn-parity); its bias-correction factors are float32.
+    Burn,
 }
 
 /// Type in which the bias-correction factors `1/(1−β₁ᵗ)` and `1/(1−β₂ᵗ)` are computed.
@@ -130,7 +133,7 @@ pub enum AdamWImpl {
 pub enum FactorType {
     /// float64, as candle-nn and PyTorch do.
     F64,
-    /// float32, as burn does (the study's ablation).
+    /// float32, as burn does (burn-parity, and candle-parity's ablation).
     F32,
 }
 
@@ -156,8 +159,23 @@ pub enum Optimizer {
         weight_decay: f64,
         /// Which implementation steps.
         implementation: AdamWImpl,
-        /// Type of the bias-correction factors (only `f64` with the candle implementation).
+        /// Type of the bias-correction factors (only `f64` with the candle implementation,
+        /// only `f32` with burn's).
         bias_correction: FactorType,
+    },
+    /// Adam (Kingma & Ba 2015) with L2 weight decay folded into the gradient,
+    /// g ← g + λθ, as `torch.optim.Adam` does it; no decay at all when λ is 0. Each runner
+    /// uses its framework's own Adam (burn's `AdamConfig`); candle-nn 0.11.0 has none, so
+    /// candle-parity refuses it.
+    Adam {
+        /// Learning rate.
+        lr: f64,
+        /// (β₁, β₂).
+        betas: [f64; 2],
+        /// ε added to √v̂.
+        eps: f64,
+        /// L2 penalty λ added to the gradient (coupled, unlike AdamW's).
+        weight_decay: f64,
     },
 }
 
@@ -220,8 +238,8 @@ impl RunSpec {
     ///
     /// # Errors
     /// Malformed JSON, an unknown field, or values that cannot run (no steps, a record
-    /// interval of 0, float32 factors with candle's own AdamW, a `Record::tensors` name
-    /// that is not a parameter).
+    /// interval of 0, float32 factors with candle's own AdamW or float64 factors with burn's,
+    /// a `Record::tensors` name that is not a parameter).
     pub fn from_json(text: &str) -> Result<Self> {
         let spec: RunSpec = serde_json::from_str(text).context("parsing the run spec JSON")?;
         spec.check()?;
@@ -252,6 +270,14 @@ impl RunSpec {
         } = self.optimizer
         {
             bail!("candle-nn's AdamW computes bias correction in float64 only; use implementation \"manual\" for float32 factors");
+        }
+        if let Optimizer::Adamw {
+            implementation: AdamWImpl::Burn,
+            bias_correction: FactorType::F64,
+            ..
+        } = self.optimizer
+        {
+            bail!("burn's AdamW computes its bias-correction factors in float32 only (bias_correction \"f32\")");
         }
         if let Some(names) = &self.record.tensors {
             for n in names {
@@ -316,6 +342,33 @@ mod tests {
         v["optimizer"]["bias_correction"] = serde_json::json!("f32");
         let err = RunSpec::from_json(&v.to_string()).unwrap_err();
         assert!(format!("{err:#}").contains("manual"), "{err:#}");
+    }
+
+    #[test]
+    fn burn_adamw_needs_f32_factors() {
+        let mut v = base();
+        v["optimizer"]["implementation"] = serde_json::json!("burn");
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("float32 only"), "{err:#}");
+        v["optimizer"]["bias_correction"] = serde_json::json!("f32");
+        RunSpec::from_json(&v.to_string()).unwrap();
+    }
+
+    #[test]
+    fn adam_is_explicit_and_has_no_implementation_field() {
+        let mut v = base();
+        v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
+                                            "eps": 1e-8, "weight_decay": 0.0});
+        let spec = RunSpec::from_json(&v.to_string()).unwrap();
+        assert!(
+            matches!(spec.optimizer, Optimizer::Adam { weight_decay, .. } if weight_decay == 0.0)
+        );
+        v["optimizer"]["implementation"] = serde_json::json!("burn");
+        assert!(RunSpec::from_json(&v.to_string()).is_err());
+        v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
+                                            "weight_decay": 0.0});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("eps"), "{err:#}");
     }
 
     #[test]

@@ -1,0 +1,21 @@
+//! burn side of the parity workflow: one training run per invocation.
+//!
+//! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
+//! `burn-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
+//! Parquet trace, exactly as for `candle-parity`. burn runs on its ndarray backend (CPU only,
+//! single-threaded: the `rayon` feature is off) with autodiff, in float32 or float64.
+//!
+//! Modules: [`device`] opens the ndarray device in the run's float type and reads tensors
+//! back; [`layout`] converts Linear weights between PyTorch's `[out, in]` and burn's
+//! `[in, out]`; [`model`] builds burn's `Linear`/`Conv1d` modules from the fixture;
+//! [`optim`] configures burn's optimizers with every hyperparameter from the spec; [`train`]
+//! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`).
+
+pub mod device;
+pub mod layout;
+pub mod model;
+pub mod optim;
+pub mod train;
+
+/// The burn version this binary was built against, read from Cargo.lock at build time.
+pub const BURN_VERSION: &str = env!("BURN_VERSION");

@@ -1,0 +1,62 @@
+//! `burn-parity`: one training run per invocation; the workflow decides which.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use parity_common::spec::RunSpec;
+
+#[derive(Parser)]
+#[command(version, about = "burn side of the training-step parity workflow")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train as the run spec says and write frames (see parity_common::frames).
+    Train {
+        /// Run spec JSON written by the workflow.
+        #[arg(long)]
+        spec: PathBuf,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Print burn's optimizer defaults as JSON, serialised from burn's config types.
+    Defaults,
+    /// Print the burn version this binary was built with.
+    Version,
+}
+
+fn sink(path: &PathBuf) -> Result<Box<dyn Write>> {
+    Ok(if path.as_os_str() == "-" {
+        Box::new(BufWriter::new(io::stdout().lock()))
+    } else {
+        Box::new(BufWriter::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ))
+    })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Train { spec, out } => {
+            let spec = RunSpec::from_path(&spec)?;
+            burn_parity::train::run(&spec, sink(&out)?)
+        }
+        Command::Defaults => {
+            let json = burn_parity::optim::defaults_json()?;
+            println!("{}", serde_json::to_string_pretty(&json)?);
+            Ok(())
+        }
+        Command::Version => {
+            println!("{}", burn_parity::BURN_VERSION);
+            Ok(())
+        }
+    }
+}

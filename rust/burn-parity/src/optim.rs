@@ -1,0 +1,178 @@
+//! burn's optimizers, configured from the run spec with every hyperparameter explicit.
+//!
+//! burn-optim 0.22's defaults differ from PyTorch's (ε 1e-5 for Adam and AdamW, AdamW weight
+//! decay 1e-4, SGD momentum dampening 0.1 when momentum is enabled), so nothing is left to
+//! them; [`defaults_json`] prints them, read from burn's config types.
+//!
+//! What stays burn's by construction, and is part of what the workflow measures:
+//!
+//! * β₁, β₂, ε and the weight decay are `f32` fields of burn's configs, so they are rounded
+//!   to float32 (0.9 becomes 0.89999997615814…); a float64 run multiplies by those values.
+//! * The bias-correction factors are computed in float32 from those betas
+//!   (burn-optim 0.22 `adam.rs` `AdaptiveMomentum::transform`: `(1 − β₂ᵗ)^½ / (1 − β₁ᵗ)`
+//!   with ε scaled by `(1 − β₂ᵗ)^½`; `adamw.rs` `AdaptiveMomentumW::transform`: `m / (1 − β₁ᵗ)`
+//!   and `v / (1 − β₂ᵗ)`), whatever the tensors' float type.
+//! * The learning rate is an `f64` argument of `ModuleOptimizer::step`.
+
+use anyhow::{bail, Result};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
+use parity_common::spec::{AdamWImpl, FactorType, Optimizer};
+
+use crate::model::Net;
+
+/// The optimizer of one run and its learning rate.
+pub struct Stepper {
+    optim: ModuleOptimizer,
+    lr: f64,
+    name: &'static str,
+}
+
+impl Stepper {
+    /// Builds burn's optimizer named by `spec`:
+    ///
+    /// * `sgd`: `SgdConfig` without momentum, weight decay or gradient clipping;
+    /// * `adam`: `AdamConfig` with β₁, β₂, ε from the spec, AMSGrad off, no clipping, and L2
+    ///   weight decay `WeightDecayConfig { penalty }` when the spec's λ is above 0 (none at 0,
+    ///   as `torch.optim.Adam` adds nothing then);
+    /// * `adamw`: `AdamWConfig` with β₁, β₂, ε and the decoupled weight decay from the spec,
+    ///   cautious weight decay and AMSGrad off, no clipping.
+    ///
+    /// # Errors
+    /// When `want_moments` is set (burn keeps Adam's moments inside its optimizer record;
+    /// recording them is not wired up), or for an AdamW that is not burn's own
+    /// (`implementation` other than `burn`, or float64 bias-correction factors).
+    pub fn new(spec: &Optimizer, want_moments: bool) -> Result<Self> {
+        if want_moments {
+            bail!("burn keeps the optimizer moments in its record; burn-parity does not record exp_avg/exp_avg_sq");
+        }
+        Ok(match spec {
+            Optimizer::Sgd { lr } => Stepper {
+                optim: SgdConfig::new()
+                    .with_momentum(None)
+                    .with_weight_decay(None)
+                    .with_gradient_clipping(None)
+                    .init(),
+                lr: *lr,
+                name: "burn::optim::Sgd",
+            },
+            Optimizer::Adam {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+            } => Stepper {
+                optim: AdamConfig::new()
+                    .with_beta_1(betas[0] as f32)
+                    .with_beta_2(betas[1] as f32)
+                    .with_epsilon(*eps as f32)
+                    .with_amsgrad(false)
+                    .with_weight_decay(
+                        (*weight_decay > 0.0).then(|| WeightDecayConfig::new(*weight_decay as f32)),
+                    )
+                    .with_grad_clipping(None)
+                    .init(),
+                lr: *lr,
+                name: "burn::optim::Adam",
+            },
+            Optimizer::Adamw {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+                implementation,
+                bias_correction,
+            } => {
+                if *implementation != AdamWImpl::Burn || *bias_correction != FactorType::F32 {
+                    bail!("burn-parity runs burn's own AdamW (implementation \"burn\", bias_correction \"f32\"), not {implementation:?} with {bias_correction:?} factors");
+                }
+                Stepper {
+                    optim: AdamWConfig::new()
+                        .with_beta_1(betas[0] as f32)
+                        .with_beta_2(betas[1] as f32)
+                        .with_epsilon(*eps as f32)
+                        .with_weight_decay(*weight_decay as f32)
+                        .with_cautious_weight_decay(false)
+                        .with_amsgrad(false)
+                        .with_grad_clipping(None)
+                        .init(),
+                    lr: *lr,
+                    name: "burn::optim::AdamW",
+                }
+            }
+        })
+    }
+
+    /// `optim.step(lr, net, grads)`: one update of every parameter that has a gradient.
+    pub fn step(&mut self, net: Net, grads: GradientsParams) -> Net {
+        self.optim.step(self.lr, net, grads)
+    }
+
+    /// burn's type that steps (`burn::optim::AdamW`, …), for the trace's provenance.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// burn's optimizer defaults as JSON, serialised from the config types themselves
+/// (`AdamConfig::new()`, `AdamWConfig::new()`, `SgdConfig::new()`, `MomentumConfig::new()`):
+/// `{"burn_version", "Adam": {"source", "config"}, "AdamW": …, "SGD": {…, "momentum_config"},
+/// "lr"}`. No config holds a learning rate; `lr` says so.
+///
+/// # Errors
+/// Only if serialisation fails.
+pub fn defaults_json() -> Result<serde_json::Value> {
+    Ok(serde_json::json!({
+        "burn_version": crate::BURN_VERSION,
+        "Adam": {
+            "source": "burn::optim::AdamConfig::new()",
+            "config": serde_json::to_value(AdamConfig::new())?,
+        },
+        "AdamW": {
+            "source": "burn::optim::AdamWConfig::new()",
+            "config": serde_json::to_value(AdamWConfig::new())?,
+        },
+        "SGD": {
+            "source": "burn::optim::SgdConfig::new()",
+            "config": serde_json::to_value(SgdConfig::new())?,
+            "momentum_config": serde_json::to_value(MomentumConfig::new())?,
+        },
+        "lr": "required: an argument of ModuleOptimizer::step, held by no config",
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_come_from_burn_and_differ_from_pytorch() {
+        let d = defaults_json().unwrap();
+        // Read back as burn stores them (f32), not compared with typed-in f64 literals.
+        let eps = d["Adam"]["config"]["epsilon"].as_f64().unwrap() as f32;
+        assert_eq!(eps, 1e-5f32, "burn's Adam epsilon is not PyTorch's 1e-8");
+        let wd = d["AdamW"]["config"]["weight_decay"].as_f64().unwrap() as f32;
+        assert_eq!(
+            wd, 1e-4f32,
+            "burn's AdamW weight decay is not PyTorch's 0.01"
+        );
+        assert!(d["SGD"]["config"]["momentum"].is_null());
+    }
+
+    #[test]
+    fn moments_and_foreign_adamw_are_refused() {
+        let sgd = Optimizer::Sgd { lr: 0.1 };
+        assert!(Stepper::new(&sgd, true).is_err());
+        let candle = Optimizer::Adamw {
+            lr: 0.01,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.01,
+            implementation: AdamWImpl::Candle,
+            bias_correction: FactorType::F64,
+        };
+        let err = Stepper::new(&candle, false).err().unwrap();
+        assert!(err.to_string().contains("burn's own AdamW"), "{err:#}");
+    }
+}

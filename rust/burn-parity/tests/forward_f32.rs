@@ -1,0 +1,13 @@
+//! Layout checks of the f32 forward pass (see common/mod.rs); one process per float type.
+
+mod common;
+
+#[test]
+fn linear_from_a_fixture_computes_torch_linear() {
+    common::linear_from_a_fixture_computes_torch_linear("f32");
+}
+
+#[test]
+fn cnn_from_a_fixture_computes_torch_conv1d_relu_flatten_linear() {
+    common::cnn_from_a_fixture_computes_torch_conv1d_relu_flatten_linear("f32");
+}
