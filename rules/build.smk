@@ -17,14 +17,12 @@ rule build_candle:
     conda:
         "../envs/rust.yaml"
     params:
+        crate="candle-parity",
         target_dir=lambda wc: cargo_target_dir(wc.device),
         features=lambda wc: cargo_features(wc.device),
-    shell:
-        "cargo build --release --locked --manifest-path {input.manifest:q}"
-        " -p candle-parity --target-dir {params.target_dir:q} {params.features:q}"
-        " > {log:q} 2>&1"
-        " && cp {params.target_dir:q}/release/candle-parity {output:q}.tmp"
-        " && mv {output:q}.tmp {output:q}"
+        source_id=lambda wc: rust_source_id("candle-parity", cargo_features(wc.device)),
+    script:
+        "../scripts/build_runner.py"
 
 
 rule build_burn:
@@ -49,10 +47,9 @@ rule build_burn:
     conda:
         "../envs/rust.yaml"
     params:
+        crate="burn-parity",
         target_dir=BURN_TARGET_DIR,
-    shell:
-        "cargo build --release --locked --manifest-path {input.manifest:q}"
-        " -p burn-parity --target-dir {params.target_dir:q}"
-        " > {log:q} 2>&1"
-        " && cp {params.target_dir:q}/release/burn-parity {output:q}.tmp"
-        " && mv {output:q}.tmp {output:q}"
+        features=[],
+        source_id=rust_source_id("burn-parity", []),
+    script:
+        "../scripts/build_runner.py"

@@ -269,6 +269,19 @@ def rust_sources(crate):
     ]
 
 
+def rust_source_id(crate, features):
+    """Hash of what a runner's binary is built from (its sources and cargo features),
+    embedded in the binary so the build rule can tell its own build from another
+    checkout's (scripts/build_runner.py)."""
+    import hashlib
+
+    h = hashlib.sha256(" ".join(features).encode())
+    for path in rust_sources(crate):
+        h.update(str(Path(path).relative_to(RUST_DIR)).encode())
+        h.update(Path(path).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def cargo_target_dir(device):
     """One target directory per feature set, so a CPU build survives a GPU build.
 

@@ -26,6 +26,19 @@ def open_trace(plan: Plan, key: RunKey, path: str | None = None) -> TraceReader:
     return TraceReader(path or key.trace, expect=plan.trace_expectation(key))
 
 
+def open_split(
+    plan: Plan, comp: Comparison, traces: Mapping[str, str], fixture: str
+) -> tuple[dict[str, RunKey], dict[str, TraceReader]]:
+    """The four traces of a float64 split (``ref32``, ``cand32``, ``ref64``, ``cand64`` →
+    path), each checked against the config, all against each other and the fixture.
+    Returns (run keys, readers), both keyed like ``traces``."""
+    ref64, cand64 = comp.f64_pair
+    keys = {"ref32": comp.reference, "cand32": comp.candidate, "ref64": ref64, "cand64": cand64}
+    readers = {k: open_trace(plan, keys[k], traces[k]) for k in keys}
+    compare.check_comparable(list(readers.values()), sha256_file(fixture))
+    return keys, readers
+
+
 def _provenance(r: TraceReader) -> dict:
     m = r.meta
     return {
@@ -141,10 +154,7 @@ def split_job(
     ``traces`` has ``ref32``, ``cand32``, ``ref64``, ``cand64`` paths. Raises like
     :func:`perstep_job`.
     """
-    ref64, cand64 = comp.f64_pair
-    keys = {"ref32": comp.reference, "cand32": comp.candidate, "ref64": ref64, "cand64": cand64}
-    readers = {k: open_trace(plan, keys[k], traces[k]) for k in keys}
-    compare.check_comparable(list(readers.values()), sha256_file(fixture))
+    keys, readers = open_split(plan, comp, traces, fixture)
     rows = compare.split(readers["ref32"], readers["cand32"], readers["ref64"], readers["cand64"])
     worst = {c: compare.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
     notes = [f"{k}: {keys[k].label}" for k in keys]
@@ -246,10 +256,8 @@ def diagnosis_job(
 
     from . import activations
 
-    ref64, cand64 = comp.f64_pair
-    keys = {"ref32": comp.reference, "cand32": comp.candidate, "ref64": ref64, "cand64": cand64}
-    readers = [open_trace(plan, keys[k], traces[k]) for k in keys]
-    compare.check_comparable(readers, sha256_file(fixture))
+    _, opened = open_split(plan, comp, traces, fixture)
+    readers = list(opened.values())
     settings = plan.run_settings(comp.experiment, comp.reference.run)
     model = settings["model"]
     diag = plan.diagnosis

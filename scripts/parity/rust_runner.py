@@ -9,6 +9,7 @@ as a list.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -34,6 +35,23 @@ def _tail(path: str, lines: int = 20) -> str:
         return "".join(Path(path).read_text(errors="replace").splitlines(True)[-lines:])
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def _invocation(spec: dict, threads: int, log_path: str | None):
+    """One runner invocation's spec file (temporary JSON), environment
+    (``RAYON_NUM_THREADS``: the Rust runners' CPU thread pool) and stderr sink (the job's
+    log); the file is removed afterwards."""
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f, indent=1)
+    stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
+    try:
+        yield f.name, env, stderr
+    finally:
+        os.unlink(f.name)
+        if stderr:
+            stderr.close()
 
 
 def train(
@@ -63,13 +81,8 @@ def train(
     shapes = dict(model_params(s["model"]))
     layout = TraceLayout.of(key.dtype, [(n, shapes[n]) for n in names], extras)
 
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f, indent=1)
-        spec_path = f.name
     log.info("run spec %s", json.dumps(spec, sort_keys=True))
-    stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
-    try:
+    with _invocation(spec, threads, log_path) as (spec_path, env, stderr):
         proc = subprocess.Popen(
             [binary, "train", "--spec", spec_path, "--out", "-"],
             stdout=subprocess.PIPE,
@@ -87,10 +100,6 @@ def train(
             proc.kill()
             proc.wait()
             raise
-    finally:
-        os.unlink(spec_path)
-        if stderr:
-            stderr.close()
 
 
 def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
@@ -154,12 +163,7 @@ def probe(
     malformed; nothing is written then.
     """
     spec = probe.runner_spec(key.dtype, key.device)
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f, indent=1)
-        spec_path = f.name
-    stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
-    try:
+    with _invocation(spec, threads, log_path) as (spec_path, env, stderr):
         proc = subprocess.run(
             [binary, "probe", "--spec", spec_path, "--out", "-"],
             stdout=subprocess.PIPE,
@@ -167,10 +171,6 @@ def probe(
             env=env,
             check=False,
         )
-    finally:
-        os.unlink(spec_path)
-        if stderr:
-            stderr.close()
     tail = _tail(log_path) if log_path else ""
     if proc.returncode != 0:
         raise RunnerError(

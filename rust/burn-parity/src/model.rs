@@ -15,44 +15,10 @@ use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::nn::{Linear, PaddingConfig1d};
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
-use parity_common::spec::{Activation, ConvImpl, FloatType, Loss, Model, ParamSpec, RunSpec};
+use parity_common::spec::{Activation, ConvImpl, FloatType, Loss, Model, RunSpec};
 
 use crate::device::{float_tensor, Host};
 use crate::layout;
-
-/// The parameters a model family declares, in state_dict order, with PyTorch shapes (the
-/// same list as `scripts/parity/experiments.py` `model_params` and candle-parity's).
-pub fn expected_params(model: &Model) -> Vec<ParamSpec> {
-    let p = |name: String, shape: Vec<usize>| ParamSpec { name, shape };
-    match model {
-        Model::Mlp { sizes, .. } => sizes
-            .windows(2)
-            .enumerate()
-            .flat_map(|(i, w)| {
-                [
-                    p(format!("fc{}.weight", i + 1), vec![w[1], w[0]]),
-                    p(format!("fc{}.bias", i + 1), vec![w[1]]),
-                ]
-            })
-            .collect(),
-        Model::Cnn1d {
-            in_channels,
-            channels,
-            kernel,
-            length,
-            classes,
-            ..
-        } => {
-            let out_len = length + 1 - kernel;
-            vec![
-                p("conv.weight".into(), vec![*channels, *in_channels, *kernel]),
-                p("conv.bias".into(), vec![*channels]),
-                p("fc.weight".into(), vec![*classes, channels * out_len]),
-                p("fc.bias".into(), vec![*classes]),
-            ]
-        }
-    }
-}
 
 /// `fc1 … fcN` with ReLU between them (none after the last).
 #[derive(Module, Debug)]
@@ -218,7 +184,7 @@ impl Net {
     /// or holds it with another shape or dtype (parameters and `x` float32, `y` float32 for
     /// MSE or int64 for cross-entropy), or the CNN asks for candle's conv2d workaround.
     pub fn load(spec: &RunSpec, device: &Device) -> Result<(Net, Data)> {
-        let expected = expected_params(&spec.model);
+        let expected = spec.model.params();
         if expected != spec.params {
             bail!(
                 "the spec's parameters {:?} differ from what the {:?} family declares {:?}",
@@ -467,31 +433,5 @@ pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) ->
             .init(device)
             .forward(out, y[i].clone()),
         _ => unreachable!("Net::load pairs each loss with its targets"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mlp_params_follow_the_state_dict() {
-        let m = Model::Mlp {
-            sizes: vec![8, 16, 4],
-            activation: Activation::Relu,
-        };
-        let names: Vec<(String, Vec<usize>)> = expected_params(&m)
-            .into_iter()
-            .map(|p| (p.name, p.shape))
-            .collect();
-        assert_eq!(
-            names,
-            vec![
-                ("fc1.weight".to_string(), vec![16, 8]),
-                ("fc1.bias".to_string(), vec![16]),
-                ("fc2.weight".to_string(), vec![4, 16]),
-                ("fc2.bias".to_string(), vec![4]),
-            ]
-        );
     }
 }

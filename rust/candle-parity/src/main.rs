@@ -1,10 +1,8 @@
 //! `candle-parity`: one training run or one op probe per invocation; the workflow decides which.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use parity_common::probe_spec::ProbeSpec;
 use parity_common::spec::RunSpec;
@@ -41,16 +39,9 @@ enum Command {
     Defaults,
     /// Print the candle-core version this binary was built with.
     Version,
-}
-
-fn sink(path: &PathBuf) -> Result<Box<dyn Write>> {
-    Ok(if path.as_os_str() == "-" {
-        Box::new(BufWriter::new(io::stdout().lock()))
-    } else {
-        Box::new(BufWriter::new(
-            File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        ))
-    })
+    /// Print the source id the workflow's build rule embedded (a hash of this runner's
+    /// sources), so the rule can check it copied this checkout's binary.
+    SourceId,
 }
 
 fn main() -> Result<()> {
@@ -58,11 +49,11 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Train { spec, out } => {
             let spec = RunSpec::from_path(&spec)?;
-            candle_parity::train::run(&spec, sink(&out)?)
+            candle_parity::train::run(&spec, parity_common::frames::open_sink(&out)?)
         }
         Command::Probe { spec, out } => {
             let spec = ProbeSpec::from_path(&spec)?;
-            candle_parity::probe::run(&spec, sink(&out)?)
+            candle_parity::probe::run(&spec, parity_common::frames::open_sink(&out)?)
         }
         Command::Defaults => {
             let d = candle_nn::ParamsAdamW::default();
@@ -80,6 +71,10 @@ fn main() -> Result<()> {
                 },
             });
             println!("{}", serde_json::to_string_pretty(&json)?);
+            Ok(())
+        }
+        Command::SourceId => {
+            println!("{}", env!("PARITY_SOURCE_ID"));
             Ok(())
         }
         Command::Version => {

@@ -7,42 +7,9 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
-use parity_common::spec::{Activation, ConvImpl, Loss, Model, ParamSpec, RunSpec};
+use parity_common::spec::{Activation, ConvImpl, Loss, Model, RunSpec};
 
 use crate::device;
-
-/// The parameters a model family declares, in state_dict order, with PyTorch shapes.
-pub fn expected_params(model: &Model) -> Vec<ParamSpec> {
-    let p = |name: String, shape: Vec<usize>| ParamSpec { name, shape };
-    match model {
-        Model::Mlp { sizes, .. } => sizes
-            .windows(2)
-            .enumerate()
-            .flat_map(|(i, w)| {
-                [
-                    p(format!("fc{}.weight", i + 1), vec![w[1], w[0]]),
-                    p(format!("fc{}.bias", i + 1), vec![w[1]]),
-                ]
-            })
-            .collect(),
-        Model::Cnn1d {
-            in_channels,
-            channels,
-            kernel,
-            length,
-            classes,
-            ..
-        } => {
-            let out_len = length + 1 - kernel;
-            vec![
-                p("conv.weight".into(), vec![*channels, *in_channels, *kernel]),
-                p("conv.bias".into(), vec![*channels]),
-                p("fc.weight".into(), vec![*classes, channels * out_len]),
-                p("fc.bias".into(), vec![*classes]),
-            ]
-        }
-    }
-}
 
 /// A model: its family and its trainable parameters in state_dict order.
 pub struct Net {
@@ -93,7 +60,7 @@ impl Net {
     /// When the spec's parameter list differs from the family's, or the fixture lacks a
     /// tensor, holds it with another shape, or not as float32 (int64 for class labels).
     pub fn load(spec: &RunSpec, dev: &Device) -> Result<(Net, Data)> {
-        let expected = expected_params(&spec.model);
+        let expected = spec.model.params();
         if expected != spec.params {
             bail!(
                 "the spec's parameters {:?} differ from what the {:?} family declares {:?}",
@@ -232,52 +199,4 @@ pub fn loss(kind: Loss, out: &Tensor, y: &Tensor) -> Result<Tensor> {
         Loss::Mse => candle_nn::loss::mse(out, y)?,
         Loss::CrossEntropy => candle_nn::loss::cross_entropy(out, y)?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use parity_common::spec::Activation;
-
-    #[test]
-    fn mlp_params_follow_the_state_dict() {
-        let m = Model::Mlp {
-            sizes: vec![8, 16, 4],
-            activation: Activation::Relu,
-        };
-        let names: Vec<(String, Vec<usize>)> = expected_params(&m)
-            .into_iter()
-            .map(|p| (p.name, p.shape))
-            .collect();
-        assert_eq!(
-            names,
-            vec![
-                ("fc1.weight".to_string(), vec![16, 8]),
-                ("fc1.bias".to_string(), vec![16]),
-                ("fc2.weight".to_string(), vec![4, 16]),
-                ("fc2.bias".to_string(), vec![4]),
-            ]
-        );
-        let total: usize = expected_params(&m)
-            .iter()
-            .map(|p| p.shape.iter().product::<usize>())
-            .sum();
-        assert_eq!(total, 212, "the study's A3 MLP has 212 parameters");
-    }
-
-    #[test]
-    fn cnn_fc_input_is_channels_times_output_length() {
-        let m = Model::Cnn1d {
-            in_channels: 1,
-            channels: 4,
-            kernel: 5,
-            length: 16,
-            classes: 3,
-            activation: Activation::Relu,
-            conv_impl: ConvImpl::Conv2d,
-        };
-        let p = expected_params(&m);
-        assert_eq!(p[2].name, "fc.weight");
-        assert_eq!(p[2].shape, vec![3, 48]);
-    }
 }

@@ -65,6 +65,20 @@ impl<W: Write> FrameWriter<W> {
     }
 }
 
+/// The sink a runner writes frames to: standard output for `-`, else a new file (buffered).
+///
+/// # Errors
+/// When the file cannot be created.
+pub fn open_sink(path: &std::path::Path) -> Result<Box<dyn Write>> {
+    Ok(if path.as_os_str() == "-" {
+        Box::new(std::io::BufWriter::new(std::io::stdout().lock()))
+    } else {
+        Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ))
+    })
+}
+
 /// A plain little-endian tensor for runners whose own tensor type does not implement
 /// [`safetensors::View`] (for example burn's), or for small host-side values.
 #[derive(Debug, Clone)]

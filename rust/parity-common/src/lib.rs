@@ -6,9 +6,12 @@
 //! * [`frames`]: the stream of length-prefixed safetensors buffers a runner writes and
 //!   `scripts/parity/frames.py` reads; the Parquet trace itself is written on the Python side,
 //!   where the trace schema is defined once.
+//! * [`build_info`]: helpers for the runners' build scripts (locked versions, compiler, the
+//!   source id the workflow's build rule passes in).
 //! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probes.py`, which every
 //!   Rust runner interprets with its own framework.
 
+pub mod build_info;
 pub mod frames;
 pub mod probe_spec;
 pub mod spec;

@@ -104,6 +104,44 @@ pub enum Model {
     },
 }
 
+impl Model {
+    /// The parameters this family declares, in state_dict order, with PyTorch shapes
+    /// (`fc1.weight` is `[out, in]`; `conv.weight` is `[out, in, k]`). The same list as
+    /// `scripts/parity/experiments.py` `model_params`; every runner refuses a spec whose
+    /// `params` differ.
+    pub fn params(&self) -> Vec<ParamSpec> {
+        let p = |name: String, shape: Vec<usize>| ParamSpec { name, shape };
+        match self {
+            Model::Mlp { sizes, .. } => sizes
+                .windows(2)
+                .enumerate()
+                .flat_map(|(i, w)| {
+                    [
+                        p(format!("fc{}.weight", i + 1), vec![w[1], w[0]]),
+                        p(format!("fc{}.bias", i + 1), vec![w[1]]),
+                    ]
+                })
+                .collect(),
+            Model::Cnn1d {
+                in_channels,
+                channels,
+                kernel,
+                length,
+                classes,
+                ..
+            } => {
+                let out_len = length + 1 - kernel;
+                vec![
+                    p("conv.weight".into(), vec![*channels, *in_channels, *kernel]),
+                    p("conv.bias".into(), vec![*channels]),
+                    p("fc.weight".into(), vec![*classes, channels * out_len]),
+                    p("fc.bias".into(), vec![*classes]),
+                ]
+            }
+        }
+    }
+}
+
 /// Scalar training loss, averaged over the batch like PyTorch's default `reduction="mean"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -318,6 +356,47 @@ mod tests {
             "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
             "params": [{"name": "fc1.weight", "shape": [16, 8]}]
         })
+    }
+
+    #[test]
+    fn mlp_params_follow_the_state_dict() {
+        let m = Model::Mlp {
+            sizes: vec![8, 16, 4],
+            activation: Activation::Relu,
+        };
+        let names: Vec<(String, Vec<usize>)> =
+            m.params().into_iter().map(|p| (p.name, p.shape)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("fc1.weight".to_string(), vec![16, 8]),
+                ("fc1.bias".to_string(), vec![16]),
+                ("fc2.weight".to_string(), vec![4, 16]),
+                ("fc2.bias".to_string(), vec![4]),
+            ]
+        );
+        let total: usize = m
+            .params()
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        assert_eq!(total, 212, "the study's A3 MLP has 212 parameters");
+    }
+
+    #[test]
+    fn cnn_fc_input_is_channels_times_output_length() {
+        let m = Model::Cnn1d {
+            in_channels: 1,
+            channels: 4,
+            kernel: 5,
+            length: 16,
+            classes: 3,
+            activation: Activation::Relu,
+            conv_impl: ConvImpl::Conv2d,
+        };
+        let p = m.params();
+        assert_eq!(p[2].name, "fc.weight");
+        assert_eq!(p[2].shape, vec![3, 48]);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use burn::tensor::Tensor;
 use burn_parity::device::{self, Host};
-use burn_parity::model::{expected_params, Net};
+use burn_parity::model::Net;
 use parity_common::frames::RawTensor;
 use parity_common::spec::{DeviceKind, FloatType, Model, RunSpec};
 
@@ -43,7 +43,8 @@ fn fixture_spec(
     }
     std::fs::write(&path, safetensors::serialize(raw, None).unwrap()).unwrap();
     let m: Model = serde_json::from_value(model.clone()).unwrap();
-    let params: Vec<_> = expected_params(&m)
+    let params: Vec<_> = m
+        .params()
         .into_iter()
         .map(|p| serde_json::json!({"name": p.name, "shape": p.shape}))
         .collect();
