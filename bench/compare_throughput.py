@@ -9,6 +9,7 @@ comparison ≤ 2 × one step's data of the four traces + 300 MB.
 """
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -20,16 +21,19 @@ from parity.experiments import Plan
 from parity.schema import TraceReader
 
 WORKDIR = WORK / "scale"
+REPEAT = 3
 
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from parity import compare
 from parity.schema import TraceReader
+import numpy, pyarrow.parquet
+base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 start = time.perf_counter()
 rows = compare.split(*(TraceReader(p) for p in sys.argv[2:6]))
 seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "steps": len(rows),
+print(json.dumps({"seconds": seconds, "steps": len(rows), "base_mb": base_mb,
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -58,42 +62,32 @@ def main():
         for reader in readers
     ]
     r32, c32, r64, c64 = steps
-    start = time.perf_counter()
-    for a, b, c, d in zip(r32, c32, r64, c64, strict=True):
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        np.max(np.abs(a64 - b64))
-        np.max(np.abs(a64 - c))
-        np.max(np.abs(b64 - d))
-        np.max(np.abs(c - d))
-    numpy_s = time.perf_counter() - start
+    numpy_s = math.inf
+    for _ in range(REPEAT):
+        start = time.perf_counter()
+        for a, b, c, d in zip(r32, c32, r64, c64, strict=True):
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            np.max(np.abs(a64 - b64))
+            np.max(np.abs(a64 - c))
+            np.max(np.abs(b64 - d))
+            np.max(np.abs(c - d))
+        numpy_s = min(numpy_s, time.perf_counter() - start)
     one_step_mb = sum(s[0].nbytes for s in steps) / 2**20
     print(machine())
     print(
         f"{len(names)} tensors, {r32[0].size} parameters, {ours['steps']} recorded steps, "
         f"one step of the four traces = {one_step_mb:.0f} MB"
     )
-    print(
-        table(
-            [
-                {
-                    "ours (s)": f"{ours['seconds']:.2f}",
-                    "numpy in memory (s)": f"{numpy_s:.2f}",
-                    "throughput ratio": f"{numpy_s / ours['seconds']:.2f}",
-                    "target": "≥ 0.5",
-                    "peak memory (MB)": f"{ours['peak_mb']:.0f}",
-                    "memory target (MB)": f"{2 * one_step_mb + 300:.0f}",
-                }
-            ],
-            [
-                "ours (s)",
-                "numpy in memory (s)",
-                "throughput ratio",
-                "target",
-                "peak memory (MB)",
-                "memory target (MB)",
-            ],
-        )
-    )
+    row = {
+        "ours (s)": f"{ours['seconds']:.2f}",
+        "numpy in memory (s)": f"{numpy_s:.2f}",
+        "throughput ratio": f"{numpy_s / ours['seconds']:.2f}",
+        "target": "≥ 0.5",
+        "peak memory (MB)": f"{ours['peak_mb']:.0f}",
+        "of which Python and libraries (MB)": f"{ours['base_mb']:.0f}",
+        "memory target (MB)": f"{2 * one_step_mb + 300:.0f}",
+    }
+    print(table([row], list(row)))
 
 
 if __name__ == "__main__":

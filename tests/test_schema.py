@@ -46,7 +46,9 @@ def test_schema_columns_and_types(tmp_path):
     schema = TraceLayout.of("f64", SHAPES.items()).arrow_schema()
     assert schema.field("step").type == pa.int32()
     assert schema.field("loss").type == pa.float64()
-    assert schema.field("fc1.weight").type == pa.list_(pa.float64(), 4)
+    element = pa.field("element", pa.float64(), nullable=False)
+    assert schema.field("fc1.weight").type == pa.list_(element, 4)
+    assert not schema.field("fc1.weight").nullable
 
 
 def test_recorded_steps_keep_first_and_last():
@@ -77,6 +79,7 @@ def test_wrong_dtype_column_is_named(tmp_path):
     table = pq.read_table(path)
     i = table.schema.get_field_index("fc1.bias")
     table = table.set_column(i, "fc1.bias", table.column(i).cast(pa.list_(pa.float64(), 2)))
+    # the values as float64: the trace's layout says float32
     rewrite(path, table, meta)
     with pytest.raises(
         TraceError,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,17 +54,18 @@ def max_abs_diff(
     """
     best = MaxDiff(0.0, names[0], 0)
     for name in names:
-        x = np.asarray(a[name], dtype=np.float64)
-        y = np.asarray(b[name], dtype=np.float64)
+        x, y = np.asarray(a[name]), np.asarray(b[name])
         if x.shape != y.shape:
             raise ValueError(f"{name}: shapes {x.shape} and {y.shape} differ")
         if x.size == 0:
             continue
-        d = np.abs(x - y)
-        nan = np.isnan(d)
-        if nan.any():
-            return MaxDiff(math.nan, name, int(np.argmax(nan)))
+        # One float64 buffer, one pass each: the subtraction casts as it goes, and argmax
+        # returns the first NaN when there is one.
+        d = np.subtract(x, y, dtype=np.float64)
+        np.abs(d, out=d)
         i = int(np.argmax(d))
+        if np.isnan(d[i]):
+            return MaxDiff(math.nan, name, i)
         if d[i] > best.value:
             best = MaxDiff(float(d[i]), name, i)
     return best
@@ -116,13 +118,30 @@ def check_comparable(readers: Sequence[TraceReader], fixture_sha256: str | None 
 
 
 def aligned(readers: Sequence[TraceReader]) -> Iterator[tuple[StepRecord, ...]]:
-    """Yield one record per trace for each recorded step, streaming all traces together."""
+    """Yield one record per trace for each recorded step, streaming all traces together.
+
+    The next step is read in a background thread while the caller works on this one
+    (pyarrow and numpy release the GIL), so at most two steps of data are held at once.
+    Raises :class:`ComparisonError` when the traces are out of step or of unequal length.
+    """
     iters = [r.iter_steps() for r in readers]
-    for records in zip(*iters, strict=True):
-        steps = {rec.step for rec in records}
-        if len(steps) != 1:
-            raise ComparisonError(f"traces are out of step: {sorted(steps)}")
-        yield records
+
+    def fetch():
+        return tuple(next(it, None) for it in iters)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-reader") as pool:
+        pending = pool.submit(fetch)
+        while True:
+            records = pending.result()
+            if all(rec is None for rec in records):
+                return
+            if any(rec is None for rec in records):
+                raise ComparisonError("traces record different numbers of steps")
+            pending = pool.submit(fetch)
+            steps = {rec.step for rec in records}
+            if len(steps) != 1:
+                raise ComparisonError(f"traces are out of step: {sorted(steps)}")
+            yield records
 
 
 def _same_loss(a: float | None, b: float | None) -> bool:
