@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from .fileio import atomic_path
 
@@ -59,7 +60,7 @@ def plot_columns(
         y = np.array([np.nan if r[col] is None else r[col] for r in rows], dtype=float)
         zeros = int(np.sum(y == 0))
         y[y <= 0] = np.nan
-        suffix = f" ({zeros} steps exactly 0)" if zeros else ""
+        suffix = f" ({zeros} step{'s' if zeros > 1 else ''} exactly 0)" if zeros else ""
         ax.plot(
             steps,
             y,
@@ -90,6 +91,7 @@ def plot_columns(
                 label=f"{label} (step {step})",
             )
     ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step", fontsize=11)
     ax.set_ylabel(ylabel, fontsize=11)
     ax.set_title(title, fontsize=12)

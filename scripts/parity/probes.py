@@ -38,7 +38,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .experiments import DEVICES, DTYPES, FRAMEWORKS, canonical_hash, unsupported_reason
+from .experiments import DEVICES, DTYPES, canonical_hash, unsupported_reason
+
+#: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle: the
+#: ``candle-parity probe`` subcommand). burn runs training only.
+PROBE_FRAMEWORKS = ("torch", "candle")
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "probe.schema.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -494,7 +498,7 @@ class ProbePlan:
         for p in self.probes:
             for dtype in self.dtypes:
                 for device in self.devices:
-                    for fw in FRAMEWORKS:
+                    for fw in PROBE_FRAMEWORKS:
                         out.add(ProbeKey(p, fw, dtype, device))
                 out.add(ProbeKey(p, REFERENCE_FRAMEWORK, dtype, REFERENCE_DEVICE))
         return sorted(out, key=_cell_order)
@@ -522,5 +526,5 @@ def _cell_order(k: ProbeKey) -> tuple:
         k.probe,
         DTYPES.index(k.dtype),
         DEVICES.index(k.device),
-        FRAMEWORKS.index(k.framework),
+        PROBE_FRAMEWORKS.index(k.framework),
     )
