@@ -21,17 +21,11 @@ use candle_core::{Device, Tensor, Var};
 use candle_nn::{AdamW, Module, Optimizer as _, ParamsAdamW, SGD};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::probe_spec::{
-    CandleImpl, CaseSpec, LossTerm, Op, ProbeOptimizer, ProbeSpec, Quantity,
+    dim_index, result_meta, CandleImpl, CaseSpec, LossTerm, Op, ProbeOptimizer, ProbeSpec,
+    Quantity, Status,
 };
 
 use crate::device::{self, to_raw};
-
-/// Statuses of a `result` frame (the Python side's `probe_results.STATUSES`).
-pub const OK: &str = "ok";
-/// The framework gave no gradient for the quantity.
-pub const MISSING_GRADIENT: &str = "missing-gradient";
-/// The framework raised an error (or panicked) before the quantity was known.
-pub const FRAMEWORK_ERROR: &str = "framework-error";
 
 /// What candle reported for one quantity.
 #[derive(Debug)]
@@ -78,14 +72,8 @@ fn guarded<T>(f: impl FnOnce() -> Step<T>) -> Step<T> {
 
 /// A signed dimension (negative counts from the end) as an index below `rank`.
 fn dim(d: i64, rank: usize) -> Step<usize> {
-    let r = rank as i64;
-    let i = if d < 0 { d + r } else { d };
-    if i < 0 || i >= r {
-        return Err(Fault::Framework(format!(
-            "dimension {d} out of range for rank {rank}"
-        )));
-    }
-    Ok(i as usize)
+    dim_index(d, rank)
+        .ok_or_else(|| Fault::Framework(format!("dimension {d} out of range for rank {rank}")))
 }
 
 /// Applies one op to its inputs (their count is checked by [`ProbeSpec`]).
@@ -317,9 +305,9 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
 /// Runs every case of `spec` and writes its frames to `sink`: a header, one `result` frame
 /// per (case, quantity) in order, and an `end` frame.
 ///
-/// A `result` frame's metadata has `case`, `quantity`, `status` ([`OK`],
-/// [`MISSING_GRADIENT`] or [`FRAMEWORK_ERROR`]) and `message` (empty unless an error); with
-/// status `ok` it holds one tensor `values` in the run dtype with the quantity's shape.
+/// A `result` frame's metadata is [`result_meta`] (status `ok`, `missing-gradient` or
+/// `framework-error`: candle-parity maps every op); with status `ok` it holds one tensor
+/// `values` in the run dtype with the quantity's shape.
 ///
 /// # Errors
 /// An unavailable device, a spec that cannot run, or a failing sink.
@@ -331,18 +319,12 @@ pub fn run<W: Write>(spec: &ProbeSpec, sink: W) -> Result<()> {
         let outcomes = run_case(spec, case, &dev)?;
         for (q, outcome) in case.compare.iter().zip(outcomes) {
             let (status, message, tensor) = match outcome {
-                Outcome::Ok(t) => (OK, String::new(), Some(t)),
-                Outcome::MissingGradient => (MISSING_GRADIENT, String::new(), None),
-                Outcome::FrameworkError(m) => (FRAMEWORK_ERROR, m, None),
+                Outcome::Ok(t) => (Status::Ok, String::new(), Some(t)),
+                Outcome::MissingGradient => (Status::MissingGradient, String::new(), None),
+                Outcome::FrameworkError(m) => (Status::FrameworkError, m, None),
             };
-            eprintln!("{} {q}: {status} {message}", case.name);
-            let m = meta([
-                ("kind", "result".into()),
-                ("case", case.name.clone()),
-                ("quantity", q.clone()),
-                ("status", status.into()),
-                ("message", message),
-            ]);
+            eprintln!("{} {q}: {} {message}", case.name, status.name());
+            let m = result_meta(&case.name, q, status, &message);
             let mut tensors = Vec::new();
             if let Some(t) = tensor {
                 let mut raw = to_raw(&t)?;

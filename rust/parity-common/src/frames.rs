@@ -12,7 +12,8 @@
 //!   to one dimension in PyTorch layout, in the run's dtype; `loss` is a one-element F64
 //!   tensor (absent at step 0); gradients and optimizer moments use the prefixes
 //!   `grad:`, `exp_avg:` and `exp_avg_sq:`.
-//! * `result`: the outcome of a probe (see the candle crate's `probe` module).
+//! * `result`: the outcome of one (case, quantity) of an op probe; metadata and statuses in
+//!   [`crate::probe_spec::result_meta`].
 //! * `end`: the last frame; metadata `status` is `complete` or `diverged`.
 //!
 //! The reader is `scripts/parity/frames.py`.

@@ -5,14 +5,74 @@
 //! float64 values with their shape, every op argument explicit, the loss as a list of terms.
 //! Nothing here has a default and unknown fields are an error, so a drift between the two
 //! sides fails loudly. Reference values and known bugs stay on the Python side, which judges.
+//!
+//! Every runner reports its outcomes the same way: one `result` frame per (case, quantity)
+//! whose metadata is [`result_meta`] with a [`Status`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
+use crate::frames::meta;
 use crate::spec::{DeviceKind, FloatType};
+
+/// What a runner reports for one (case, quantity): the `status` of its `result` frame, one of
+/// the Python side's `probe_results.STATUSES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The values, in the run dtype, are in the frame's `values` tensor.
+    Ok,
+    /// The framework gave no gradient for the input.
+    MissingGradient,
+    /// The framework raised an error (or panicked) before the quantity was known; the
+    /// message says what.
+    FrameworkError,
+    /// The framework's API offers no way to compute the case (an op or an argument it
+    /// lacks, or one the runner's interpreter does not map); the message says which.
+    Unsupported,
+}
+
+impl Status {
+    /// The name in the frame and in the result file: `ok`, `missing-gradient`,
+    /// `framework-error`, `unsupported`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::MissingGradient => "missing-gradient",
+            Status::FrameworkError => "framework-error",
+            Status::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// Metadata of the `result` frame of one (case, quantity): `kind` `result`, `case`,
+/// `quantity`, `status` ([`Status::name`]) and `message` (empty unless the framework raised
+/// or cannot run the case). With [`Status::Ok`] the frame holds one tensor `values` in the
+/// run dtype with the quantity's shape; otherwise none.
+pub fn result_meta(
+    case: &str,
+    quantity: &str,
+    status: Status,
+    message: &str,
+) -> HashMap<String, String> {
+    meta([
+        ("kind", "result".into()),
+        ("case", case.into()),
+        ("quantity", quantity.into()),
+        ("status", status.name().into()),
+        ("message", message.into()),
+    ])
+}
+
+/// A signed dimension (negative counts from the end, as in PyTorch) as an index below
+/// `rank`, or `None` when it is out of range.
+pub fn dim_index(d: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let i = if d < 0 { d + r } else { d };
+    (0..r).contains(&i).then_some(i as usize)
+}
 
 /// A named input tensor.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -29,7 +89,8 @@ pub struct InputSpec {
     pub requires_grad: bool,
 }
 
-/// Which candle function computes an op that candle has twice.
+/// Which candle function computes an op that candle has twice. Runners of frameworks with
+/// one function for the op (burn) ignore it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CandleImpl {
@@ -439,6 +500,36 @@ mod tests {
             let op: Op = serde_json::from_str(json).unwrap();
             assert!(format!("{op:?}").starts_with(want), "{json} → {op:?}");
         }
+    }
+
+    #[test]
+    fn signed_dimensions_count_from_the_end() {
+        assert_eq!(dim_index(-1, 3), Some(2));
+        assert_eq!(dim_index(-3, 3), Some(0));
+        assert_eq!(dim_index(2, 3), Some(2));
+        assert_eq!(dim_index(3, 3), None);
+        assert_eq!(dim_index(-4, 3), None);
+        assert_eq!(dim_index(0, 0), None);
+    }
+
+    #[test]
+    fn statuses_are_the_python_names() {
+        let m = result_meta("c", "w.grad", Status::Unsupported, "why");
+        assert_eq!(m["kind"], "result");
+        assert_eq!(m["status"], "unsupported");
+        assert_eq!(m["message"], "why");
+        let names: Vec<_> = [
+            Status::Ok,
+            Status::MissingGradient,
+            Status::FrameworkError,
+            Status::Unsupported,
+        ]
+        .map(Status::name)
+        .to_vec();
+        assert_eq!(
+            names,
+            ["ok", "missing-gradient", "framework-error", "unsupported"]
+        );
     }
 
     #[test]
