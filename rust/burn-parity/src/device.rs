@@ -85,6 +85,26 @@ pub fn float_tensor<const D: usize>(
     Tensor::from_data(data, (device, dtype(ty)))
 }
 
+/// A float tensor of `shape` from float64 host values (row-major), rounded once to the run
+/// dtype (to nearest, as PyTorch's `.to(float32)`): a probe's inputs.
+///
+/// # Panics
+/// When `values.len()` is not the product of `shape` (burn's own check).
+pub fn float_tensor_from_f64<const D: usize>(
+    values: &[f64],
+    shape: [usize; D],
+    ty: FloatType,
+    device: &Device,
+) -> Tensor<D> {
+    let data = match ty {
+        FloatType::F32 => {
+            TensorData::new(values.iter().map(|&v| v as f32).collect::<Vec<_>>(), shape)
+        }
+        FloatType::F64 => TensorData::new(values.to_vec(), shape),
+    };
+    Tensor::from_data(data, (device, dtype(ty)))
+}
+
 /// Host values of a float tensor, in the run's own type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Host {
@@ -139,6 +159,14 @@ impl Host {
             Host::F32(v) if v.len() == 1 => Ok(f64::from(v[0])),
             Host::F64(v) if v.len() == 1 => Ok(v[0]),
             _ => bail!("expected one element, got {}", self.len()),
+        }
+    }
+
+    /// The values widened exactly to f64.
+    pub fn widened(&self) -> Vec<f64> {
+        match self {
+            Host::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            Host::F64(v) => v.clone(),
         }
     }
 

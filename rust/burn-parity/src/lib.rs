@@ -1,4 +1,4 @@
-//! burn side of the parity workflow: one training run per invocation.
+//! burn side of the parity workflow: one training run or one op probe per invocation.
 //!
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
 //! `burn-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
@@ -9,12 +9,14 @@
 //! back; [`layout`] converts Linear weights between PyTorch's `[out, in]` and burn's
 //! `[in, out]`; [`model`] builds burn's `Linear`/`Conv1d` modules from the fixture;
 //! [`optim`] configures burn's optimizers with every hyperparameter from the spec; [`train`]
-//! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`).
+//! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`); [`probe`]
+//! interprets an op probe ([`parity_common::probe_spec`]) with burn's tensor API.
 
 pub mod device;
 pub mod layout;
 pub mod model;
 pub mod optim;
+pub mod probe;
 pub mod train;
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.

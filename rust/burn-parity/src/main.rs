@@ -1,9 +1,10 @@
-//! `burn-parity`: one training run per invocation; the workflow decides which.
+//! `burn-parity`: one training run or one op probe per invocation; the workflow decides which.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use parity_common::probe_spec::ProbeSpec;
 use parity_common::spec::RunSpec;
 
 #[derive(Parser)]
@@ -18,6 +19,17 @@ enum Command {
     /// Train as the run spec says and write frames (see parity_common::frames).
     Train {
         /// Run spec JSON written by the workflow.
+        #[arg(long)]
+        spec: PathBuf,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Run an op probe (normalized by the workflow) and write one `result` frame per
+    /// (case, quantity); burn's panics, missing gradients and ops its API lacks are results,
+    /// not failures.
+    Probe {
+        /// Probe spec JSON written by the workflow.
         #[arg(long)]
         spec: PathBuf,
         /// Where to write the frames; `-` is standard output.
@@ -39,6 +51,10 @@ fn main() -> Result<()> {
         Command::Train { spec, out } => {
             let spec = RunSpec::from_path(&spec)?;
             burn_parity::train::run(&spec, parity_common::frames::open_sink(&out)?)
+        }
+        Command::Probe { spec, out } => {
+            let spec = ProbeSpec::from_path(&spec)?;
+            burn_parity::probe::run(&spec, parity_common::frames::open_sink(&out)?)
         }
         Command::Defaults => {
             let json = burn_parity::optim::defaults_json()?;

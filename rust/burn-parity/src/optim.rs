@@ -15,12 +15,12 @@
 //! * The learning rate is an `f64` argument of `ModuleOptimizer::step`.
 
 use anyhow::{bail, Result};
+use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
+use parity_common::probe_spec::ProbeOptimizer;
 use parity_common::spec::{AdamWImpl, FactorType, Optimizer};
-
-use crate::model::Net;
 
 /// The optimizer of one run and its learning rate.
 pub struct Stepper {
@@ -104,9 +104,36 @@ impl Stepper {
         })
     }
 
-    /// `optim.step(lr, net, grads)`: one update of every parameter that has a gradient.
-    pub fn step(&mut self, net: Net, grads: GradientsParams) -> Net {
-        self.optim.step(self.lr, net, grads)
+    /// burn's optimizer for a probe's single step: `sgd` as in [`Stepper::new`], `adamw` as
+    /// burn's own AdamW (float32 bias-correction factors), every hyperparameter from the probe.
+    ///
+    /// # Errors
+    /// None in practice (the probe's optimizers are ones [`Stepper::new`] builds); kept for
+    /// its signature.
+    pub fn for_probe(spec: &ProbeOptimizer) -> Result<Self> {
+        let spec = match *spec {
+            ProbeOptimizer::Sgd { lr } => Optimizer::Sgd { lr },
+            ProbeOptimizer::Adamw {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+            } => Optimizer::Adamw {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+                implementation: AdamWImpl::Burn,
+                bias_correction: FactorType::F32,
+            },
+        };
+        Self::new(&spec, false)
+    }
+
+    /// `optim.step(lr, module, grads)`: one update of every parameter of `module` (a
+    /// [`crate::model::Net`], or a probe's leaves) that has a gradient.
+    pub fn step<M: Module>(&mut self, module: M, grads: GradientsParams) -> M {
+        self.optim.step(self.lr, module, grads)
     }
 
     /// burn's type that steps (`burn::optim::AdamW`, …), for the trace's provenance.

@@ -1,10 +1,12 @@
 //! The training loop: forward → loss → `loss.backward()` → `GradientsParams::from_grads` →
 //! `optim.step(lr, net, grads)`, one step per batch, streaming one frame per recorded step.
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::Result;
 use burn::optim::GradientsParams;
+use burn::tensor::Device;
 use parity_common::frames::{meta, FrameWriter, RawTensor};
 use parity_common::spec::RunSpec;
 
@@ -32,18 +34,9 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let (mut net, data) = Net::load(spec, &dev)?;
     let mut out = FrameWriter::new(sink);
 
-    out.write_meta(meta([
-        ("kind", "header".into()),
-        ("framework", "burn".into()),
-        ("framework_version", crate::BURN_VERSION.into()),
-        ("compiler", env!("PARITY_RUSTC_VERSION").into()),
-        ("device_detail", format!("{dev:?}")),
-        // burn-ndarray is built without its `rayon` feature: every operation runs on the
-        // calling thread.
-        ("threads", "1".into()),
-        ("features", String::new()),
-        ("optimizer_impl", opt.name().into()),
-    ]))?;
+    let mut header = header_meta(&dev);
+    header.insert("optimizer_impl".into(), opt.name().into());
+    out.write_meta(header)?;
 
     write_step(&mut out, spec, &net, 0, None, Vec::new())?;
     let progress_every = (spec.steps / 10).max(1);
@@ -73,6 +66,22 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     Ok(())
 }
 
+/// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo
+/// features (the probe runner writes the same header).
+pub fn header_meta(dev: &Device) -> HashMap<String, String> {
+    meta([
+        ("kind", "header".into()),
+        ("framework", "burn".into()),
+        ("framework_version", crate::BURN_VERSION.into()),
+        ("compiler", env!("PARITY_RUSTC_VERSION").into()),
+        ("device_detail", format!("{dev:?}")),
+        // burn-ndarray is built without its `rayon` feature: every operation runs on the
+        // calling thread.
+        ("threads", "1".into()),
+        ("features", String::new()),
+    ])
+}
+
 fn write_step<W: Write>(
     out: &mut FrameWriter<W>,
     spec: &RunSpec,
@@ -85,7 +94,7 @@ fn write_step<W: Write>(
     if let Some(l) = loss {
         tensors.push(("loss".into(), RawTensor::from_f64(&[l])));
     }
-    let mut grads: std::collections::HashMap<String, Host> = grads.into_iter().collect();
+    let mut grads: HashMap<String, Host> = grads.into_iter().collect();
     for (name, values) in net.export(spec.dtype)? {
         if !spec.records_tensor(&name) {
             continue;
