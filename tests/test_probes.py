@@ -217,7 +217,11 @@ def test_plan_follows_the_validity_matrix(tmp_path):
     assert ProbeKey("one", "candle", "f64", "metal") not in jobs
     assert ProbeKey("one", "torch", "f64", "metal") not in jobs
     assert "Metal" in plan.unsupported(ProbeKey("one", "candle", "f64", "metal"))
-    assert len(plan.cells()) == 8 and len(jobs) == 6
+    # burn (ndarray) is CPU only: its Metal cells are table rows, never jobs.
+    assert ProbeKey("one", "burn", "f32", "cpu") in jobs
+    assert plan.unsupported(ProbeKey("one", "burn", "f32", "metal")) is not None
+    # 3 frameworks × 2 dtypes × 2 devices; 4 of them cannot run.
+    assert len(plan.cells()) == 12 and len(jobs) == 8
     assert ProbeKey("one", "candle", "f32", "cpu").result == (
         "results/probes/one/candle-f32-cpu.parquet"
     )
@@ -269,6 +273,15 @@ def test_results_round_trip_with_every_status(tmp_path):
     assert got[("batch2", "w.grad")].status == verdicts.MISSING_GRADIENT
     with pytest.raises(ProbeResultError, match="'dtype' is 'f32', expected 'f64'"):
         read_results(path, probe, ProbeKey("conv", "candle", "f64", "cpu"))
+    # An op the framework's API lacks: rows without values, with the reason.
+    key = ProbeKey("conv", "burn", "f32", "cpu")
+    why = "contiguous: burn's tensor API has no contiguous copy"
+    outcomes = [Outcome.unsupported("batch2", q, why) for q in ("loss", "w.grad")]
+    write_results(path, probe, key, outcomes, META)
+    _, got = read_results(path, probe, key)
+    assert got[("batch2", "w.grad")].status == verdicts.UNSUPPORTED
+    assert got[("batch2", "w.grad")].values is None
+    assert got[("batch2", "w.grad")].message == why
 
 
 def test_results_refuse_missing_rows_and_wrong_sizes(tmp_path):
@@ -308,6 +321,8 @@ def _judge(tmp_path, values, framework="candle", status=None, **case_over):
         outcome = Outcome.missing_gradient("batch2", "w.grad")
     elif status == verdicts.FRAMEWORK_ERROR:
         outcome = Outcome.error("batch2", "w.grad", "RuntimeError: boom")
+    elif status == verdicts.UNSUPPORTED:
+        outcome = Outcome.unsupported("batch2", "w.grad", "no such op")
     else:
         outcome = Outcome.ok("batch2", "w.grad", values, (2, 1, 3))
     reference = Outcome.ok("batch2", "w.grad", RIGHT, (2, 1, 3))
@@ -346,6 +361,13 @@ def test_judge_outcomes_without_values(tmp_path):
     assert j.verdict == verdicts.FRAMEWORK_ERROR and j.note == "RuntimeError: boom"
     j = _judge(tmp_path, [340, math.nan, 444, 484, 568, math.inf])
     assert j.verdict == verdicts.NON_FINITE and j.max_diff == math.inf
+    # Unsupported is accepted (the framework's API lacks the op) and says whose API.
+    j = _judge(tmp_path, None, framework="burn", status=verdicts.UNSUPPORTED)
+    assert (j.verdict, j.note) == (verdicts.UNSUPPORTED, "not supported by burn: no such op")
+    assert j.max_diff is None and j.reference_values is None
+    # Even where the probe records a known bug for the framework.
+    j = _judge(tmp_path, None, framework="candle", status=verdicts.UNSUPPORTED, known_bug=BUG)
+    assert j.verdict == verdicts.UNSUPPORTED
 
 
 @pytest.mark.parametrize(
@@ -357,6 +379,7 @@ def test_judge_outcomes_without_values(tmp_path):
         (verdicts.MISSING_GRADIENT, False),
         (verdicts.FRAMEWORK_ERROR, False),
         (verdicts.NON_FINITE, False),
+        (verdicts.UNSUPPORTED, True),
     ],
 )
 def test_probe_verdicts_and_the_check(verdict, ok):

@@ -6,10 +6,12 @@ order (``Probe.quantities``):
 
 * ``case``, ``quantity`` (string, not null): ``batch2``, ``w.grad``;
 * ``status`` (string, not null): ``ok``, ``missing-gradient`` (the framework gave no
-  gradient) or ``framework-error`` (the framework raised; ``message`` says what);
+  gradient), ``framework-error`` (the framework raised; ``message`` says what) or
+  ``unsupported`` (the framework's API lacks an op or argument of the case; ``message`` says
+  which);
 * ``shape`` (list<int64>) and ``values`` (list<float64>, row-major): null unless ``ok``;
   values of the run's dtype widened exactly to float64; NaN and ±Inf kept as they are;
-* ``message`` (string): the framework's error, or null;
+* ``message`` (string): the framework's error or why it cannot run the case, or null;
 * file key-value metadata ``parity.probe``: a JSON object with :data:`REQUIRED_METADATA`.
 
 :func:`judge` turns a result and its reference into a table row's verdict (see
@@ -36,7 +38,7 @@ from .probes import Probe, ProbeKey
 SCHEMA_VERSION = 1
 METADATA_KEY = b"parity.probe"
 OK = "ok"
-STATUSES = (OK, verdicts.MISSING_GRADIENT, verdicts.FRAMEWORK_ERROR)
+STATUSES = (OK, verdicts.MISSING_GRADIENT, verdicts.FRAMEWORK_ERROR, verdicts.UNSUPPORTED)
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -98,6 +100,11 @@ class Outcome:
     def error(cls, case: str, quantity: str, message: str) -> Outcome:
         """The framework raised ``message`` before ``quantity`` was known."""
         return cls(case, quantity, verdicts.FRAMEWORK_ERROR, message=message)
+
+    @classmethod
+    def unsupported(cls, case: str, quantity: str, message: str) -> Outcome:
+        """The framework's API cannot compute the case; ``message`` says why."""
+        return cls(case, quantity, verdicts.UNSUPPORTED, message=message)
 
 
 def write_results(
@@ -288,7 +295,8 @@ def judge(
 
     The reference is the probe's exact values where it gives them, else ``reference`` (the
     same quantity from PyTorch on the CPU in the same dtype; None when that run is ``key``
-    itself or is missing).
+    itself or is missing). An ``unsupported`` outcome is the verdict ``unsupported`` (an
+    accepted one), its note "not supported by {framework}: {why}".
     """
     case = probe.case(outcome.case)
     q = outcome.quantity
@@ -299,6 +307,9 @@ def judge(
     bug_outcome = bug if isinstance(bug, str) else None
     if bug_outcome is not None:
         bug = None
+    if outcome.status == verdicts.UNSUPPORTED:
+        note = f"not supported by {key.framework}: {outcome.message or 'no reason given'}"
+        return Judgement("", None, None, None, verdicts.UNSUPPORTED, note)
     if outcome.status in (verdicts.FRAMEWORK_ERROR, verdicts.MISSING_GRADIENT):
         verdict = verdicts.KNOWN_BUG if bug_outcome == outcome.status else outcome.status
         return Judgement("", None, None, None, verdict, outcome.message or "")

@@ -6,7 +6,9 @@
 | `fail`            | beyond tolerance where a pass was expected                       |
 | `expected-fail`   | a control that must fail did fail: the harness can see the fault |
 | `unexpected-pass` | a control passed: the harness has lost its power (an error)      |
-| `unsupported`     | the combination cannot run (e.g. float64 on Metal)               |
+| `unsupported`     | the combination cannot run (e.g. float64 on Metal), or, in a     |
+|                   | probe, the framework's API lacks an op of the case (the note     |
+|                   | says "not supported by <framework>" and why)                     |
 | `error`           | a job failed; the summary gives its log                          |
 
 Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
