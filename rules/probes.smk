@@ -45,8 +45,34 @@ rule probe_candle:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         probe=probe_params("candle"),
+        framework="candle",
     script:
-        "../scripts/probe_candle.py"
+        "../scripts/probe_rust.py"
+
+
+rule probe_burn:
+    """A probe run with the burn binary (burn's ndarray backend: CPU only, so the validity
+    matrix schedules no other device), written as probe results; an op burn's API lacks is
+    an `unsupported` row."""
+    input:
+        probe=probe_file,
+        binary=runner_binary("burn", "{device}"),
+    output:
+        result="results/probes/{probe}/burn-{dtype}-{device}.parquet",
+    log:
+        "results/logs/probes/{probe}/burn-{dtype}-{device}.log",
+    benchmark:
+        "results/benchmarks/probes/{probe}/burn-{dtype}-{device}.tsv"
+    wildcard_constraints:
+        device="cpu",
+    conda:
+        "../envs/analysis.yaml"
+    threads: config.get("threads", 1)
+    params:
+        probe=probe_params("burn"),
+        framework="burn",
+    script:
+        "../scripts/probe_rust.py"
 
 
 rule probes_table:

@@ -1,4 +1,5 @@
-"""The probes on the real frameworks: PyTorch in-process, candle through the real binary.
+"""The probes on the real frameworks: PyTorch in-process, candle and burn through their real
+binaries.
 
 The study's probes are integer-valued, so every value is compared for equality.
 """
@@ -27,9 +28,8 @@ BATCH1_1D = [20, 30, 40, 44, 70, 96]
 RIGHT_2D = [4728, 4980, 5736, 5988, 6834, 7248, 8490, 8904]
 
 
-@pytest.fixture(scope="session")
-def candle_binary():
-    """The candle-parity CPU binary, built (or found up to date) in the test target dir."""
+def build_runner(crate):
+    """A Rust runner's CPU binary, built (or found up to date) in the test target dir."""
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
     subprocess.run(
         [
@@ -41,21 +41,41 @@ def candle_binary():
             "--manifest-path",
             str(REPO / "rust" / "Cargo.toml"),
             "-p",
-            "candle-parity",
+            crate,
             "--target-dir",
             str(target),
         ],
         check=True,
     )
-    return str(target / "release" / "candle-parity")
+    return str(target / "release" / crate)
+
+
+@pytest.fixture(scope="session")
+def candle_binary():
+    """The candle-parity CPU binary."""
+    return build_runner("candle-parity")
+
+
+@pytest.fixture(scope="session")
+def burn_binary():
+    """The burn-parity binary (burn's ndarray backend: CPU only)."""
+    return build_runner("burn-parity")
+
+
+def run_rust(framework, binary, probe, dtype, tmp_path):
+    """Outcomes of ``probe`` from a Rust runner, by (case, quantity), via its result file."""
+    key = ProbeKey(probe.name, framework, dtype, "cpu")
+    out = tmp_path / f"{framework}-{probe.name}-{dtype}.parquet"
+    rust_runner.probe(probe, key, binary, str(out), 1, LOG, None)
+    return read_results(out, probe, key)[1]
 
 
 def run_candle(binary, probe, dtype, tmp_path):
-    """Outcomes of ``probe`` from the candle binary, by (case, quantity), via its result file."""
-    key = ProbeKey(probe.name, "candle", dtype, "cpu")
-    out = tmp_path / f"{probe.name}-{dtype}.parquet"
-    rust_runner.probe(probe, key, binary, str(out), 1, LOG, None)
-    return read_results(out, probe, key)[1]
+    return run_rust("candle", binary, probe, dtype, tmp_path)
+
+
+def run_burn(binary, probe, dtype, tmp_path):
+    return run_rust("burn", binary, probe, dtype, tmp_path)
 
 
 def run_torch(probe, dtype):
@@ -97,6 +117,63 @@ def test_candle_study_probes_exact(candle_binary, dtype, tmp_path):
     assert values(r, "batch2", "w.grad") == RIGHT_2D
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_burn_study_probes_exact(burn_binary, dtype, tmp_path):
+    r = run_burn(burn_binary, load(REPO / "probes/conv1d_grad.yaml"), dtype, tmp_path)
+    assert values(r, "batch2", "loss") == [-84]
+    assert values(r, "batch2", "w.grad") == RIGHT_1D
+    assert r[("batch2", "w.grad")].shape == (2, 1, 3)
+    assert values(r, "batch1", "w.grad") == BATCH1_1D
+    r = run_burn(burn_binary, load(REPO / "probes/conv2d_grad.yaml"), dtype, tmp_path)
+    assert values(r, "batch2", "w.grad") == RIGHT_2D
+    assert r[("batch2", "w.grad")].shape == (2, 1, 2, 2)
+    # burn's tensor API has no contiguous copy: only the all-strided case runs.
+    probe = load(REPO / "probes/conv1d_contiguity.yaml")
+    r = run_burn(burn_binary, probe, dtype, tmp_path)
+    assert values(r, "both_strided", "y") == RIGHT_1D
+    for case in ("input_contiguous", "kernel_contiguous", "both_contiguous"):
+        assert r[(case, "y")].status == verdicts.UNSUPPORTED, case
+
+
+def test_burn_unsupported_ops_are_rows_not_errors(burn_binary, tmp_path):
+    path = tmp_path / "copies.yaml"
+    path.write_text(
+        """
+description: An op burn's API lacks (contiguous) beside one it has.
+inputs:
+  x: {values: [[1, -2, 3], [-4, 5, -6]], requires_grad: true}
+cases:
+  copy:
+    steps:
+      - transpose: {in: x, dim0: 0, dim1: 1, out: t}
+      - contiguous: {in: t, out: c}
+      - relu: {in: c, out: r}
+    loss: {sum: r}
+    compare: [r, x.grad]
+  view:
+    steps:
+      - transpose: {in: x, dim0: 0, dim1: 1, out: t}
+      - relu: {in: t, out: r}
+    loss: {sum: r}
+    compare: [r, x.grad]
+    exact: {r: [1, 0, 0, 5, 3, 0], x.grad: [[1, 0, 1], [0, 1, 0]]}
+"""
+    )
+    probe = load(path)
+    outcomes = run_burn(burn_binary, probe, "f32", tmp_path)
+    assert list(outcomes) == probe.quantities()
+    key = ProbeKey(probe.name, "burn", "f32", "cpu")
+    for q in ("r", "x.grad"):
+        o = outcomes[("copy", q)]
+        assert (o.status, o.values) == (verdicts.UNSUPPORTED, None)
+        assert "contiguous" in o.message
+        j = judge(probe, key, o, None)
+        assert j.verdict == verdicts.UNSUPPORTED and verdicts.meets_expectation(j.verdict)
+        assert j.note.startswith("not supported by burn: contiguous")
+        j = judge(probe, key, outcomes[("view", q)], None)
+        assert (j.verdict, j.max_diff) == (verdicts.PASS, 0.0)
+
+
 def test_candle_reports_missing_gradients_and_errors_as_outcomes(candle_binary, tmp_path):
     probe = load(REPO / "probes/layer_norm_softmax.yaml")
     f32 = run_candle(candle_binary, probe, "f32", tmp_path)
@@ -136,13 +213,14 @@ cases:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_a_new_probe_file_runs_without_code_changes(candle_binary, tmp_path, dtype):
+def test_a_new_probe_file_runs_without_code_changes(candle_binary, burn_binary, tmp_path, dtype):
     path = tmp_path / "views_and_sgd.yaml"
     path.write_text(NEW_PROBE)
     probe = load(path)
     results = {
         "torch": run_torch(probe, dtype),
         "candle": run_candle(candle_binary, probe, dtype, tmp_path),
+        "burn": run_burn(burn_binary, probe, dtype, tmp_path),
     }
     for framework, outcomes in results.items():
         key = ProbeKey(probe.name, framework, dtype, "cpu")
@@ -152,7 +230,7 @@ def test_a_new_probe_file_runs_without_code_changes(candle_binary, tmp_path, dty
 
 
 def test_every_op_is_exercised_by_some_probe():
-    """Each op of the schema runs on both frameworks in the repository's probes or above."""
+    """Each op of the schema runs on every framework in the repository's probes or above."""
     used = set()
     for path in [*sorted((REPO / "probes").glob("*.yaml")), None]:
         doc = yaml.safe_load(NEW_PROBE if path is None else path.read_text())

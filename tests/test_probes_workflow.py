@@ -1,4 +1,5 @@
-"""End-to-end: the probe part of the real workflow (real torch, real candle) in a temp dir."""
+"""End-to-end: the probe part of the real workflow (real torch, candle and burn) in a temp
+dir."""
 
 import copy
 import csv
@@ -46,11 +47,11 @@ def test_table_columns_and_one_row_per_quantity_and_run(probe_run):
     workdir, _, rows = probe_run
     with open(workdir / TABLE, encoding="utf-8") as f:
         assert tuple(next(csv.reader(f))) == PROBE_COLUMNS
-    # 9 quantities (4 + 3 + 2) × 2 frameworks × 2 dtypes on the CPU.
-    assert len(rows) == 9 * 2 * 2
+    # 9 quantities (4 + 3 + 2) × 3 frameworks × 2 dtypes on the CPU.
+    assert len(rows) == 9 * 3 * 2
     assert {r["probe"] for r in rows} == set(STUDY)
     for probe in STUDY:
-        for fw in ("torch", "candle"):
+        for fw in ("torch", "candle", "burn"):
             for dtype in ("f32", "f64"):
                 assert (workdir / f"results/probes/{probe}/{fw}-{dtype}-cpu.parquet").exists()
 
@@ -65,7 +66,7 @@ def test_study_probe_values_and_verdicts(probe_run, dtype):
     assert (r["max_diff"], r["verdict"]) == ("152.0", "known-bug")
     r = row(rows, "conv1d_grad", "batch2", "w.grad", "torch", dtype)
     assert (r["values"], r["verdict"]) == ("[340, 392, 444, 484, 568, 652]", "pass")
-    for fw in ("torch", "candle"):
+    for fw in ("torch", "candle", "burn"):
         r = row(rows, "conv1d_grad", "batch1", "w.grad", fw, dtype)
         assert (r["values"], r["verdict"]) == ("[20, 30, 40, 44, 70, 96]", "pass")
         assert row(rows, "conv1d_grad", "batch2", "loss", fw, dtype)["values"] == "[-84]"
@@ -84,8 +85,21 @@ def test_study_probe_values_and_verdicts(probe_run, dtype):
     }
     # Without exact values the loss is judged against PyTorch on the CPU.
     assert row(rows, "conv2d_grad", "batch2", "loss", "torch", dtype)["verdict"] == "reference"
-    r = row(rows, "conv2d_grad", "batch2", "loss", "candle", dtype)
-    assert (r["reference"], r["verdict"]) == (f"torch {dtype} cpu", "pass")
+    for fw in ("candle", "burn"):
+        r = row(rows, "conv2d_grad", "batch2", "loss", fw, dtype)
+        assert (r["reference"], r["verdict"]) == (f"torch {dtype} cpu", "pass")
+    # burn: the study's kernel gradient, and no contiguous copy in its API.
+    r = row(rows, "conv1d_grad", "batch2", "w.grad", "burn", dtype)
+    assert (r["values"], r["max_diff"], r["verdict"]) == (
+        "[340, 392, 444, 484, 568, 652]",
+        "0.0",
+        "pass",
+    )
+    assert row(rows, "conv1d_contiguity", "both_strided", "y", "burn", dtype)["verdict"] == "pass"
+    for case in ("input_contiguous", "kernel_contiguous", "both_contiguous"):
+        r = row(rows, "conv1d_contiguity", case, "y", "burn", dtype)
+        assert (r["values"], r["verdict"]) == ("", "unsupported")
+        assert r["note"].startswith("not supported by burn: contiguous")
 
 
 def test_markdown_twin_says_known_bug_reproduced(probe_run):
@@ -99,9 +113,10 @@ def test_probe_jobs_left_logs_and_benchmarks(probe_run):
     workdir, _, _ = probe_run
     logs = sorted(p.relative_to(workdir) for p in (workdir / "results/logs/probes").rglob("*.log"))
     benches = list((workdir / "results/benchmarks/probes").rglob("*.tsv"))
-    assert len(logs) == len(benches) == 3 * 4 + 1
-    log = (workdir / "results/logs/probes/conv1d_grad/candle-f32-cpu.log").read_text()
-    assert "batch2 w.grad: ok" in log
+    assert len(logs) == len(benches) == 3 * 6 + 1
+    for fw in ("candle", "burn"):
+        log = (workdir / f"results/logs/probes/conv1d_grad/{fw}-f32-cpu.log").read_text()
+        assert "batch2 w.grad: ok" in log
 
 
 def test_rerun_is_a_no_op(probe_run):
@@ -119,9 +134,11 @@ def test_metal_f64_probe_jobs_are_not_scheduled(tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    # cpu f32, cpu f64, metal f32: float64 on Metal is unsupported.
+    # cpu f32, cpu f64, metal f32: float64 on Metal is unsupported; burn is CPU only.
     assert counts["probe_torch"] == counts["probe_candle"] == 3
+    assert counts["probe_burn"] == 2
     assert counts["build_candle"] == 2
+    assert counts["build_burn"] == 1
 
 
 def test_malformed_probe_is_refused_before_any_job(tmp_path):

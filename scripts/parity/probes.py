@@ -17,8 +17,8 @@ A probe is a YAML file ``probes/{name}.yaml`` checked against ``schemas/probe.sc
 
 :func:`load` validates a file and *normalizes* it: every value explicit (inputs expanded to
 flat float64 lists with their shape, op arguments with their defaults, the loss as a list of
-terms), names checked. Both interpreters read the normalized form: PyTorch in
-``probe_torch``, candle in ``rust/candle-parity/src/probe.rs`` through
+terms), names checked. Every interpreter reads the normalized form: PyTorch in
+``probe_torch``, candle and burn in ``rust/{candle,burn}-parity/src/probe.rs`` through
 :meth:`Probe.runner_spec` (the Rust side refuses unknown fields).
 
 :class:`ProbePlan` turns the config's ``probes`` key into jobs, one per (probe, framework,
@@ -40,9 +40,10 @@ from typing import Any
 
 from .experiments import DEVICES, DTYPES, canonical_hash, unsupported_reason
 
-#: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle: the
-#: ``candle-parity probe`` subcommand). burn runs training only.
-PROBE_FRAMEWORKS = ("torch", "candle")
+#: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
+#: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
+#: (``experiments.unsupported_reason``); an op its API lacks is an ``unsupported`` outcome.
+PROBE_FRAMEWORKS = ("torch", "candle", "burn")
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "probe.schema.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -329,7 +330,7 @@ class Probe:
         return {"name": self.name, "spec": self.spec}
 
     def runner_spec(self, dtype: str, device: str) -> dict:
-        """The JSON the candle runner reads (``parity_common::probe_spec::ProbeSpec``).
+        """The JSON a Rust runner reads (``parity_common::probe_spec::ProbeSpec``).
 
         Only what the computation needs: reference values, known bugs and notes stay here.
         """

@@ -1,5 +1,5 @@
-"""The Rust side: runs a runner binary (``candle-parity``) and writes its frames as a
-trace or, for an op probe, as probe results.
+"""The Rust side: runs a runner binary (``candle-parity``, ``burn-parity``) and writes its
+frames as a trace or, for an op probe, as probe results.
 
 The binary gets a JSON spec (``Plan.runner_spec`` or ``Probe.runner_spec``) and streams
 frames on standard output (``rust/parity-common/src/frames.rs``); its standard error
@@ -109,9 +109,7 @@ def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
         header = next(frames, None)
         if header is None or header.kind != "header":
             proc.wait()
-            raise RunnerError(
-                f"candle-parity exited with status {proc.returncode} before its header"
-            )
+            raise RunnerError(f"{binary} exited with status {proc.returncode} before its header")
         m = header.meta
         runner = {k: m[k] for k in ("compiler", "device_detail", "features", "optimizer_impl")}
         runner["threads"] = int(m["threads"])
@@ -155,13 +153,17 @@ def probe(
     log: logging.Logger,
     log_path: str | None,
 ) -> None:
-    """Run ``probe`` in ``key.dtype`` on ``key.device`` with the candle binary and write its
-    results to ``out`` (``probe_results.write_results``).
+    """Run ``probe`` in ``key.dtype`` on ``key.device`` with the Rust runner of
+    ``key.framework`` (``binary``: candle-parity or burn-parity, whose ``probe`` subcommand
+    writes one ``result`` frame per quantity) and write its results to ``out``
+    (``probe_results.write_results``).
 
-    candle's errors and missing gradients arrive as outcomes. Raises :class:`RunnerError`
-    when the binary exits non-zero (a spec it refuses, a missing device) or its stream is
-    malformed; nothing is written then.
+    The framework's errors, missing gradients and unsupported ops arrive as outcomes. Raises
+    :class:`RunnerError` when the binary exits non-zero (a spec it refuses, a missing
+    device), its header names another framework, or its stream is malformed; nothing is
+    written then.
     """
+    name = Path(binary).name
     spec = probe.runner_spec(key.dtype, key.device)
     with _invocation(spec, threads, log_path) as (spec_path, env, stderr):
         proc = subprocess.run(
@@ -174,16 +176,19 @@ def probe(
     tail = _tail(log_path) if log_path else ""
     if proc.returncode != 0:
         raise RunnerError(
-            f"candle-parity probe exited with status {proc.returncode}; "
-            f"last lines of its log:\n{tail}"
+            f"{name} probe exited with status {proc.returncode}; last lines of its log:\n{tail}"
         )
     try:
         frames = list(read_frames(io.BytesIO(proc.stdout)))
     except FrameError as e:
-        raise RunnerError(f"malformed frame stream from candle-parity: {e}") from e
+        raise RunnerError(f"malformed frame stream from {name}: {e}") from e
     if not frames or frames[0].kind != "header" or frames[-1].kind != "end":
-        raise RunnerError("candle-parity probe stream lacks its header or end frame")
+        raise RunnerError(f"{name} probe stream lacks its header or end frame")
     header = frames[0].meta
+    if header.get("framework") != key.framework:
+        raise RunnerError(
+            f"{name} reports framework {header.get('framework')!r}, expected {key.framework!r}"
+        )
     outcomes = []
     for frame in frames[1:-1]:
         m = frame.meta

@@ -1,4 +1,5 @@
-"""Snakemake job: one probe run with the candle-parity binary (see parity.rust_runner)."""
+"""Snakemake job: one probe run with a Rust runner binary, candle-parity or burn-parity (see
+parity.rust_runner); the rule names the framework."""
 
 from parity import rust_runner
 from parity.fileio import job_logger
@@ -8,5 +9,5 @@ sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 w = sm.wildcards
 probe = Probe(**sm.params.probe)
-key = ProbeKey(w.probe, "candle", w.dtype, w.device)
+key = ProbeKey(w.probe, sm.params.framework, w.dtype, w.device)
 rust_runner.probe(probe, key, sm.input.binary, sm.output.result, sm.threads, log, sm.log[0])
