@@ -264,6 +264,14 @@ impl Dyn {
         })
     }
 
+    /// The tensor with the rank of `like` (see [`Dyn::to`]), for an op on two operands.
+    fn like<const D: usize>(self, _like: &Tensor<D>, op: &str, role: &str) -> Step<Tensor<D>>
+    where
+        Tensor<D>: Ranked,
+    {
+        self.to(op, role)
+    }
+
     /// Host values in the run dtype (row-major), read without the autodiff graph.
     fn host(self, ty: FloatType) -> Result<Host> {
         each_rank!(self, x => Host::read(x.inner(), ty))
@@ -290,9 +298,9 @@ fn dim(d: i64, rank: usize) -> Step<usize> {
         .ok_or_else(|| framework(format!("dimension {d} out of range for rank {rank}")))
 }
 
-/// Refuses two tensors of different shapes, as PyTorch's interpreter does (probes broadcast
-/// explicitly with `broadcast_to`).
-fn same_shape<const D: usize>(op: &str, a: &Tensor<D>, b: &Tensor<D>) -> Step<()> {
+/// Refuses two tensors of different shapes (ranks included), as PyTorch's interpreter does:
+/// probes broadcast explicitly with `broadcast_to`.
+fn same_shape(op: &str, a: &Dyn, b: &Dyn) -> Step<()> {
     if a.dims() != b.dims() {
         return Err(framework(format!(
             "{op}: shapes {:?} and {:?} differ",
@@ -433,7 +441,10 @@ fn apply(op: &Op, mut x: Vec<Dyn>, ty: FloatType, dev: &Device) -> Step<Dyn> {
         }
         Op::Matmul => {
             let b = second()?;
-            each_rank!(a, t => Dyn::from(t.matmul(b.to("matmul", "right factor")?)))
+            each_rank!(a, t => {
+                let u = b.like(&t, "matmul", "right factor")?;
+                Dyn::from(t.matmul(u))
+            })
         }
         Op::LayerNorm { eps, .. } => {
             let gamma = second()?.to::<Tensor<1>>("layer_norm", "weight")?;
@@ -466,22 +477,23 @@ fn apply(op: &Op, mut x: Vec<Dyn>, ty: FloatType, dev: &Device) -> Step<Dyn> {
         Op::Abs => each_rank!(a, t => Dyn::from(t.abs())),
         Op::Add => {
             let b = second()?;
+            same_shape("add", &a, &b)?;
             each_rank!(a, t => {
-                let u = b.to("add", "second operand")?;
-                same_shape("add", &t, &u)?;
+                let u = b.like(&t, "add", "second operand")?;
                 Dyn::from(t + u)
             })
         }
         Op::Mul => {
             let b = second()?;
+            same_shape("mul", &a, &b)?;
             each_rank!(a, t => {
-                let u = b.to("mul", "second operand")?;
-                same_shape("mul", &t, &u)?;
+                let u = b.like(&t, "mul", "second operand")?;
                 Dyn::from(t * u)
             })
         }
         Op::BceWithLogits => {
             let targets = second()?;
+            same_shape("bce_with_logits", &a, &targets)?;
             let values = targets.clone().host(ty).map_err(Fault::Spec)?;
             if let Some(v) = values.widened().into_iter().find(|v| v.fract() != 0.0) {
                 return Err(unsupported(format!(
@@ -494,8 +506,7 @@ fn apply(op: &Op, mut x: Vec<Dyn>, ty: FloatType, dev: &Device) -> Step<Dyn> {
                 .with_smoothing(None)
                 .init(dev);
             each_rank!(a, t => {
-                let u = targets.to("bce_with_logits", "target")?;
-                same_shape("bce_with_logits", &t, &u)?;
+                let u = targets.like(&t, "bce_with_logits", "target")?;
                 Dyn::from(loss.forward(t, u.int()))
             })
         }
@@ -520,10 +531,10 @@ fn loss_term(term: &LossTerm, env: &Env) -> Step<Tensor<1>> {
             each_rank!(lookup(env, input)?, t => (t.clone() * t).sum())
         }
         LossTerm::WeightedSum { input, weights } => {
-            let w = lookup(env, weights)?;
-            each_rank!(lookup(env, input)?, t => {
-                let w = w.to("weighted_sum", "weights")?;
-                same_shape("weighted_sum", &t, &w)?;
+            let (t, w) = (lookup(env, input)?, lookup(env, weights)?);
+            same_shape("weighted_sum", &t, &w)?;
+            each_rank!(t, t => {
+                let w = w.like(&t, "weighted_sum", "weights")?;
                 (t * w).sum()
             })
         }

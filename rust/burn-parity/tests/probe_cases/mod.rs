@@ -198,7 +198,9 @@ pub fn what_burn_lacks_is_unsupported(dtype: &str) {
 }
 
 /// burn checks shapes by panicking: the panic is a `framework-error` outcome of every quantity
-/// of the case, with burn's message, and the next case runs.
+/// of the case, with burn's message, and the next case runs. Element-wise ops on unequal
+/// shapes are framework errors too (the probe format's rule, as on the PyTorch side), not
+/// unsupported, even when the ranks differ.
 pub fn burn_panics_are_framework_errors(dtype: &str) {
     let s = spec(
         dtype,
@@ -213,9 +215,19 @@ pub fn burn_panics_are_framework_errors(dtype: &str) {
             json!({"name": "after", "steps": [{"out": "y", "inputs": ["b", "a"], "op": {"name": "matmul"}}],
                 "loss": [{"kind": "sum", "input": "y"}], "optimizer": null,
                 "compare": ["y"]}),
+            json!({"name": "unequal", "steps": [
+                    {"out": "f", "inputs": ["a"], "op": {"name": "reshape", "shape": [6]}},
+                    {"out": "y", "inputs": ["a", "f"], "op": {"name": "mul"}}],
+                "loss": null, "optimizer": null, "compare": ["f", "y"]}),
         ],
     );
     let out = run(&s);
+    for o in &out[2] {
+        assert!(
+            matches!(o, Outcome::FrameworkError(m) if m == "mul: shapes [2, 3] and [6] differ"),
+            "{o:?}"
+        );
+    }
     for o in &out[0] {
         assert!(
             matches!(o, Outcome::FrameworkError(m) if m.starts_with("panic: ")),
