@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import math
 import platform
@@ -55,6 +56,29 @@ DIAGNOSIS_DEFAULTS = {
     "f64_rounding_factor": 1000.0,
     "fp64_rule": {"multiplier": "auto", "atol": 1e-9},
 }
+
+#: Deliberate faults a run may carry (run setting ``fault: {kind, step}``), by the framework
+#: that implements them, with what each does. Faults that an existing setting expresses
+#: (weight decay, learning rate, betas, ``bias_correction: f32``, ``conv_impl: conv1d``) are
+#: not repeated here. The config schema lists the same kinds; the candle runner implements
+#: its own in ``parity_common::spec::Fault``.
+FAULTS: dict[str, dict[str, str]] = {
+    "candle": {
+        "eps_in_sqrt": "AdamW divides by √(v̂ + ε) instead of √v̂ + ε",
+        "no_bias_correction": "AdamW without bias correction (m̂ = m, v̂ = v)",
+        "step_from_zero": "AdamW's step counter starts at 0 (bias correction for t − 1)",
+        "mse_sum": "MSE summed over the elements instead of averaged",
+        "transposed_weight": "every square MLP weight used as W instead of Wᵀ",
+        "skip_update": "the optimizer step of one step skipped",
+    },
+    "torch": {
+        "relu_grad_at_zero": "relu'(0) = 1 instead of PyTorch's 0 (candle 0.11.0's convention)",
+    },
+}
+#: Faults in the AdamW update; the candle side has them in its hand-written AdamW only.
+ADAMW_FAULTS = frozenset({"eps_in_sqrt", "no_bias_correction", "step_from_zero"})
+#: What a Rust runner is told when a run has no fault (the spec field is always explicit).
+NO_FAULT = {"kind": "none"}
 
 #: PyTorch's name for each device of the workflow's device axis.
 TORCH_DEVICE = {"cpu": "cpu", "cuda": "cuda", "metal": "mps"}
@@ -389,6 +413,10 @@ class Plan:
                 settings["model"]["conv_impl"] = override.get("conv_impl", "conv2d")
             elif "conv_impl" in override:
                 raise ConfigError(f"{where}.conv_impl", "only cnn1d models have a convolution")
+        if "fault" in override:
+            settings["fault"] = self._check_fault(
+                f"{where}.fault", exp, settings, override["fault"]
+            )
         names = [n for n, _ in model_params(exp["model"])]
         tensors = settings["record"].get("tensors")
         for t in tensors or ():
@@ -404,11 +432,54 @@ class Plan:
             )
         return settings
 
+    def _check_fault(self, where: str, exp: Mapping, settings: Mapping, fault: Mapping) -> dict:
+        """A run's ``fault`` setting, checked against what the run can have (see
+        :data:`FAULTS`); raises :class:`ConfigError`."""
+        framework, kind = settings["framework"], fault["kind"]
+        if kind not in FAULTS.get(framework, {}):
+            sides = [f for f, kinds in FAULTS.items() if kind in kinds]
+            raise ConfigError(
+                f"{where}.kind",
+                f"{kind!r} is a fault of the {'/'.join(sides)} side, not of {framework}"
+                + (
+                    " (candle 0.11.0 already takes relu'(0) = 1)"
+                    if kind == "relu_grad_at_zero"
+                    else ""
+                ),
+            )
+        opt = settings["optimizer"]
+        if kind in ADAMW_FAULTS and not (
+            opt["name"] == "adamw" and opt.get("implementation") == "manual"
+        ):
+            raise ConfigError(
+                f"{where}.kind",
+                f"{kind} is a fault in the AdamW update; it needs optimizer "
+                "{name: adamw, implementation: manual}",
+            )
+        if kind == "mse_sum" and exp["loss"] != "mse":
+            raise ConfigError(f"{where}.kind", "mse_sum needs loss mse")
+        if kind == "transposed_weight" and not (
+            exp["model"]["family"] == "mlp"
+            and any(a == b for a, b in itertools.pairwise(exp["model"]["sizes"]))
+        ):
+            raise ConfigError(
+                f"{where}.kind",
+                "transposed_weight needs an MLP with a square weight (two equal consecutive sizes)",
+            )
+        if kind == "relu_grad_at_zero" and exp["model"].get("activation") != "relu":
+            raise ConfigError(f"{where}.kind", "relu_grad_at_zero needs a ReLU model")
+        if kind == "skip_update" and fault["step"] > exp["steps"]:
+            raise ConfigError(
+                f"{where}.step", f"step {fault['step']} is beyond the run's {exp['steps']} steps"
+            )
+        return dict(fault)
+
     # ----- queries -----------------------------------------------------------------------
 
     def run_settings(self, experiment: str, run: str) -> dict:
         """Resolved settings of a run: framework, model, loss, data, steps, record,
-        optimizer and framework options. Raises ``KeyError`` for an unknown run."""
+        optimizer, framework options and ``fault`` when it has one. Raises ``KeyError``
+        for an unknown run."""
         return copy.deepcopy(self.experiments[experiment]["runs"][run])
 
     def config_hash(self, experiment: str, run: str) -> str:
@@ -604,4 +675,5 @@ class Plan:
                 "moments": bool(s["record"].get("moments", False)),
             },
             "params": [{"name": n, "shape": list(sh)} for n, sh in model_params(s["model"])],
+            "fault": dict(s.get("fault", NO_FAULT)),
         }
