@@ -685,7 +685,7 @@ class Plan:
 
     def fault_comparisons(self, devices: Sequence[str] | None = None) -> list[Comparison]:
         """The comparison of every fault instance (``fault_<name>``, expected to fail) on
-        ``devices`` (default: the configured ones), in config order."""
+        ``devices`` (default: the configured ones), grouped by experiment."""
         devices = tuple(self.devices if devices is None else devices)
         key = ("faults", *devices)
         if key not in self._comparisons:
