@@ -98,3 +98,26 @@ def run_workflow(
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
     return proc
+
+
+@pytest.fixture(scope="session")
+def candle_binary():
+    """The candle-parity CPU binary, built (or found up to date) in the test target dir."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
+    subprocess.run(
+        [
+            "cargo",
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--manifest-path",
+            str(REPO / "rust" / "Cargo.toml"),
+            "-p",
+            "candle-parity",
+            "--target-dir",
+            str(target),
+        ],
+        check=True,
+    )
+    return str(target / "release" / "candle-parity")

@@ -57,6 +57,7 @@ def test_metal_f64_is_unsupported_and_split_falls_back_to_cpu(config):
 
 
 def test_run_overrides_merge_over_the_experiment_optimizer(config):
+    config.pop("faults")  # its instances name a3_adamw's run candle, removed here
     exp = config["experiments"]["a3_adamw"]
     exp["runs"] = {"torch": None, "candle_wd0": {"optimizer": {"weight_decay": 0.0}}}
     exp["comparisons"] = {

@@ -4,9 +4,6 @@ The study's probes are integer-valued, so every value is compared for equality.
 """
 
 import logging
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,29 +22,6 @@ RIGHT_1D = [340, 392, 444, 484, 568, 652]
 CANDLE_CPU_1D = [220, 256, 292, 508, 608, 708]
 BATCH1_1D = [20, 30, 40, 44, 70, 96]
 RIGHT_2D = [4728, 4980, 5736, 5988, 6834, 7248, 8490, 8904]
-
-
-@pytest.fixture(scope="session")
-def candle_binary():
-    """The candle-parity CPU binary, built (or found up to date) in the test target dir."""
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
-    subprocess.run(
-        [
-            "cargo",
-            "build",
-            "--release",
-            "--locked",
-            "--quiet",
-            "--manifest-path",
-            str(REPO / "rust" / "Cargo.toml"),
-            "-p",
-            "candle-parity",
-            "--target-dir",
-            str(target),
-        ],
-        check=True,
-    )
-    return str(target / "release" / "candle-parity")
 
 
 def run_candle(binary, probe, dtype, tmp_path):
