@@ -360,20 +360,7 @@ def detection_markdown(
             + "\n".join(f"- **{r['fault']}** ({r['experiment']}): {r['note']}" for r in undetected)
             + "\n"
         )
-    alarm_cols = (
-        "experiment",
-        "comparison",
-        "device",
-        "pair",
-        "false_alarm",
-        "max_abs",
-        "fp64_rule",
-        "f64_rounding",
-        "worst_dparam",
-        "f64_f64",
-        "fp64_worst_ratio",
-        "f64_headroom",
-    )
+    alarm_cols = tuple(c for c in FALSE_ALARM_COLUMNS if c != "tolerance")
     false_alarms = (
         "# False alarms: the correct pairs under every criterion\n\n"
         + "\n".join(lines)
