@@ -109,6 +109,21 @@ class ConfigError(ValueError):
     def __init__(self, path: str, problem: str):
         super().__init__(f"config: {path}: {problem}")
         self.path = path
+        #: Every problem found, this one included (see :meth:`every`).
+        self.problems: list[ConfigError] = [self]
+
+    @classmethod
+    def every(cls, problems: list[ConfigError]) -> ConfigError:
+        """One error that lists each of ``problems`` (non-empty) on a line of its own, so a
+        user fixes a config in one pass; ``path`` is the first problem's."""
+        first = problems[0]
+        if len(problems) == 1:
+            return first
+        err = cls.__new__(cls)
+        ValueError.__init__(err, "\n  ".join(str(p) for p in problems))
+        err.path = first.path
+        err.problems = list(problems)
+        return err
 
 
 def framework_of(run: str) -> str:
@@ -297,15 +312,26 @@ class Plan:
         self.experiments: dict[str, dict] = {}
         self._comparisons: dict[tuple, list[Comparison]] = {}
         self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
+        #: Problems found so far: the experiments and their runs are each checked in full,
+        #: and all their problems raised together (:meth:`ConfigError.every`).
+        self._problems: list[ConfigError] = []
         for i, dev in enumerate(self.imported_devices):
             if dev not in self.devices:
-                raise ConfigError(
-                    f"imported_devices[{i}]",
-                    f"{dev!r} is not in devices {self.devices}: its traces would not be compared",
+                self._problems.append(
+                    ConfigError(
+                        f"imported_devices[{i}]",
+                        f"{dev!r} is not in devices {self.devices}: "
+                        "its traces would not be compared",
+                    )
                 )
         for name, exp in self.config["experiments"].items():
             if exp.get("enabled", True):
-                self.experiments[name] = self._resolve_experiment(name, exp)
+                try:
+                    self.experiments[name] = self._resolve_experiment(name, exp)
+                except ConfigError as e:
+                    self._problems.extend(e.problems)
+        if self._problems:
+            raise ConfigError.every(self._problems)
         for i, name in enumerate(self.config.get("determinism", {}).get("experiments", [])):
             if name not in self.config["experiments"]:
                 raise ConfigError(
@@ -352,19 +378,27 @@ class Plan:
             _merge(RECORD_DEFAULTS, self.config.get("record", {})), exp.get("record", {})
         )
         self._check_model(f"{where}.model", exp["model"], exp["loss"])
-        runs = {}
+        runs, problems = {}, []
         for run, override in exp["runs"].items():
-            runs[run] = self._resolve_run(f"{where}.runs.{run}", exp, run, override or {})
-        exp["runs"] = runs
+            try:
+                runs[run] = self._resolve_run(f"{where}.runs.{run}", exp, run, override or {})
+            except ConfigError as e:
+                problems.extend(e.problems)
         for cname, comp in exp["comparisons"].items():
             for side in ("reference", "candidate"):
-                if comp[side] not in runs:
-                    raise ConfigError(
-                        f"{where}.comparisons.{cname}.{side}",
-                        f"{comp[side]!r} is not a run of this experiment (runs: {', '.join(runs)})",
+                if comp[side] not in exp["runs"]:
+                    problems.append(
+                        ConfigError(
+                            f"{where}.comparisons.{cname}.{side}",
+                            f"{comp[side]!r} is not a run of this experiment "
+                            f"(runs: {', '.join(exp['runs'])})",
+                        )
                     )
             comp.setdefault("expect", "pass")
             comp.setdefault("tolerance", self.tolerance)
+        if problems:
+            raise ConfigError.every(problems)
+        exp["runs"] = runs
         return exp
 
     def _check_model(self, where: str, model: Mapping, loss: str) -> None:
