@@ -3,6 +3,7 @@
 #   → compare (per-step and float64-split tables) → figures
 #   → summary, framework table, optimizer defaults → check
 #   probes (one job per probe × framework × dtype × device) → probes table
+#   target faults (not default): fault instances → detection table; lr sensitivity
 
 
 from snakemake.utils import min_version
@@ -25,6 +26,7 @@ include: "rules/figures.smk"
 include: "rules/summary.smk"
 include: "rules/probes.smk"
 include: "rules/devices.smk"
+include: "rules/faults.smk"
 
 
 onerror:

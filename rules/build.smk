@@ -21,6 +21,8 @@ rule build_candle:
         target_dir=lambda wc: cargo_target_dir(wc.device),
         features=lambda wc: cargo_features(wc.device),
         source_id=lambda wc: rust_source_id("candle-parity", cargo_features(wc.device)),
+    message:
+        "cargo build --release --locked -p {params.crate} {params.features} (candle for {wildcards.device})"
     script:
         "../scripts/build_runner.py"
 

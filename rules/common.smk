@@ -304,3 +304,33 @@ def cargo_features(device):
 BURN_TARGET_DIR = os.path.join(
     os.environ.get("CARGO_TARGET_DIR") or str(RUST_DIR / "target"), "burn"
 )
+
+
+# ----- detection power (rules/faults.smk) ----------------------------------------
+
+
+def fault_inputs(wildcards):
+    """What the detection table reads: the results and per-step table of every fault
+    comparison and of every correct pair of the default target."""
+    comps = PLAN.fault_comparisons() + PLAN.correct_pairs()
+    return [c.result(k) for c in comps for k in table_kinds(c)] + [
+        c.table("perstep") for c in comps
+    ]
+
+
+def sensitivity_inputs(wildcards):
+    """The clean run's float32 CPU trace, the fixture and, for a Rust run, its binary."""
+    s = PLAN.sensitivity
+    if s is None:
+        raise WorkflowError("config faults.sensitivity is not set")
+    e = s["experiment"]
+    out = {
+        "reference": TRACE.format(
+            experiment=e, run=s["against"], dtype="f32", device="cpu"
+        ),
+        "fixture": PLAN.fixture(e),
+    }
+    framework = PLAN.run_settings(e, s["run"])["framework"]
+    if framework != "torch":
+        out["binary"] = runner_binary(framework, "cpu")
+    return out

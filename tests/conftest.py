@@ -98,3 +98,38 @@ def run_workflow(
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
     return proc
+
+
+def build_runner(crate):
+    """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``), built (or found up
+    to date) in the test target dir; returns its path."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
+    subprocess.run(
+        [
+            "cargo",
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--manifest-path",
+            str(REPO / "rust" / "Cargo.toml"),
+            "-p",
+            crate,
+            "--target-dir",
+            str(target),
+        ],
+        check=True,
+    )
+    return str(target / "release" / crate)
+
+
+@pytest.fixture(scope="session")
+def candle_binary():
+    """The candle-parity CPU binary."""
+    return build_runner("candle-parity")
+
+
+@pytest.fixture(scope="session")
+def burn_binary():
+    """The burn-parity binary (burn's ndarray backend: CPU only)."""
+    return build_runner("burn-parity")

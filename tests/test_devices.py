@@ -19,10 +19,17 @@ from conftest import REPO, load_config, run_workflow
 pytestmark = pytest.mark.workflow
 
 
-def sgd_only(**over):
+def sgd_only(burn=False, **over):
+    """The default config cut to a3_sgd, 4 steps; torch and candle only unless ``burn``."""
     config = copy.deepcopy(load_config())
     config["experiments"] = {"a3_sgd": copy.deepcopy(config["experiments"]["a3_sgd"])}
-    config["experiments"]["a3_sgd"]["steps"] = 4
+    exp = config["experiments"]["a3_sgd"]
+    exp["steps"] = 4
+    if not burn:
+        exp["runs"] = {k: v for k, v in exp["runs"].items() if k != "burn"}
+        exp["comparisons"] = {
+            k: v for k, v in exp["comparisons"].items() if "burn" not in v.values()
+        }
     config["framework_summary"] = []
     config["probes"] = {"enabled": False}
     config.update(over)
@@ -43,13 +50,17 @@ def dry(tmp_path, config, *targets):
     return run_workflow(tmp_path, config, "-n", "--cores", "1", *targets)
 
 
-def test_validity_matrix_excludes_exactly_float64_on_metal():
+def test_validity_matrix_excludes_float64_on_metal_and_burn_off_the_cpu():
     cells = {
         (f, d, t): unsupported_reason(f, d, t) for f in FRAMEWORKS for d in DEVICES for t in DTYPES
     }
     assert {k for k, v in cells.items() if v} == {
         ("torch", "metal", "f64"),
         ("candle", "metal", "f64"),
+        ("burn", "cuda", "f32"),
+        ("burn", "cuda", "f64"),
+        ("burn", "metal", "f32"),
+        ("burn", "metal", "f64"),
     }
 
 
@@ -65,6 +76,16 @@ def test_cuda_dry_run_schedules_cuda_runs_and_cpu_references(tmp_path):
     }
     assert "results/bin/candle-parity-cuda" in proc.stdout
     assert "--features cuda" in proc.stdout
+
+
+def test_cuda_dry_run_takes_burn_from_the_cpu(tmp_path):
+    # burn-parity has only burn's ndarray backend: its cells on cuda are unsupported, so the
+    # burn comparisons take burn's CPU runs, and burn_candle its candle reference there too.
+    proc = dry(tmp_path, sgd_only(burn=True, devices=["cuda"]))
+    traces = planned_traces(proc.stdout)
+    assert not any(t.startswith("a3_sgd/burn-") and t.endswith("-cuda") for t in traces)
+    assert {"a3_sgd/burn-f32-cpu", "a3_sgd/burn-f64-cpu"} <= traces
+    assert {"a3_sgd/candle-f32-cuda", "a3_sgd/candle-f64-cuda"} <= traces
 
 
 def test_metal_dry_run_never_schedules_float64_on_metal(tmp_path):

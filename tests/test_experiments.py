@@ -57,6 +57,7 @@ def test_metal_f64_is_unsupported_and_split_falls_back_to_cpu(config):
 
 
 def test_run_overrides_merge_over_the_experiment_optimizer(config):
+    config.pop("faults")  # its instances name a3_adamw's run candle, removed here
     exp = config["experiments"]["a3_adamw"]
     exp["runs"] = {"torch": None, "candle_wd0": {"optimizer": {"weight_decay": 0.0}}}
     exp["comparisons"] = {
@@ -200,3 +201,22 @@ def test_burn_sgd_momentum_is_refused(config):
     }
     with pytest.raises(ConfigError, match=r"runs.burn.optimizer: burn runs plain SGD"):
         Plan(config)
+
+
+def test_every_problem_of_a_config_is_named_at_once(config):
+    config = copy.deepcopy(config)
+    config["experiments"]["a3_sgd"]["optimizer"] = {"name": "sgd", "lr": 0.1, "momentum": 0.9}
+    config["experiments"]["a3_sgd"]["comparisons"]["main"]["candidate"] = "candel"
+    config["experiments"]["cnn_adam"]["model"] = dict(
+        config["experiments"]["cnn_adam"]["model"], kernel=17
+    )
+    with pytest.raises(ConfigError) as err:
+        Plan(config)
+    paths = [p.path for p in err.value.problems]
+    assert paths == [
+        "experiments.a3_sgd.runs.candle.optimizer",
+        "experiments.a3_sgd.runs.burn.optimizer",
+        "experiments.a3_sgd.comparisons.main.candidate",
+        "experiments.cnn_adam.model.kernel",
+    ]
+    assert str(err.value).count("config: experiments.") == 4

@@ -5,9 +5,6 @@ The study's probes are integer-valued, so every value is compared for equality.
 """
 
 import logging
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -26,40 +23,6 @@ RIGHT_1D = [340, 392, 444, 484, 568, 652]
 CANDLE_CPU_1D = [220, 256, 292, 508, 608, 708]
 BATCH1_1D = [20, 30, 40, 44, 70, 96]
 RIGHT_2D = [4728, 4980, 5736, 5988, 6834, 7248, 8490, 8904]
-
-
-def build_runner(crate):
-    """A Rust runner's CPU binary, built (or found up to date) in the test target dir."""
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
-    subprocess.run(
-        [
-            "cargo",
-            "build",
-            "--release",
-            "--locked",
-            "--quiet",
-            "--manifest-path",
-            str(REPO / "rust" / "Cargo.toml"),
-            "-p",
-            crate,
-            "--target-dir",
-            str(target),
-        ],
-        check=True,
-    )
-    return str(target / "release" / crate)
-
-
-@pytest.fixture(scope="session")
-def candle_binary():
-    """The candle-parity CPU binary."""
-    return build_runner("candle-parity")
-
-
-@pytest.fixture(scope="session")
-def burn_binary():
-    """The burn-parity binary (burn's ndarray backend: CPU only)."""
-    return build_runner("burn-parity")
 
 
 def run_rust(framework, binary, probe, dtype, tmp_path):

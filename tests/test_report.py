@@ -79,7 +79,9 @@ def test_summary_table_is_rendered(page, report):
 def test_a_figure_is_rendered(page, report):
     page.get_by_text("2 Experiments", exact=True).click()
     page.get_by_text("a3_sgd", exact=True).click()
-    page.get_by_text("figure", exact=True).click()  # the KIND toggle: figures, not tables
+    # Snakemake's report shows the label "kind" as a toggle (figure | table) above the
+    # rows, not as a column: choose figures, then the per-step row.
+    page.get_by_text("figure", exact=True).click()
     row = page.locator("tr").filter(has_text="perstep").first
     row.locator("a[iconname=eye]").click()
     img = page.locator("img").last

@@ -2,5 +2,5 @@
 //! source id set by the workflow's build rule (see parity_common::build_info).
 
 fn main() {
-    parity_common::build_info::emit(env!("CARGO_MANIFEST_DIR"), "burn", "BURN_VERSION");
+    parity_common::build_info::emit("burn", "BURN_VERSION");
 }

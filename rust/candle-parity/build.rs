@@ -2,9 +2,5 @@
 //! source id set by the workflow's build rule (see parity_common::build_info).
 
 fn main() {
-    parity_common::build_info::emit(
-        env!("CARGO_MANIFEST_DIR"),
-        "candle-core",
-        "CANDLE_CORE_VERSION",
-    );
+    parity_common::build_info::emit("candle-core", "CANDLE_CORE_VERSION");
 }

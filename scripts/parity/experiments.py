@@ -12,7 +12,12 @@ Terms:
   ``candle_f32factors``, ``burn``); it may override the optimizer or a framework option;
 * *run key*: (experiment, run, dtype, device), one job and one trace;
 * *comparison*: a reference run against a candidate run on one device; ``main`` is the
-  study's pair and writes the SPEC paths.
+  study's pair and writes the SPEC paths;
+* *fault*: a deliberate mistake in one run (run setting ``fault``, or an existing setting
+  such as a weight-decay mismatch); a *fault instance* (config ``faults.instances.<name>``)
+  is such a run of a base experiment, ``<run>_fault_<name>``, compared as ``fault_<name>``
+  with the clean run of the other side. Fault instances are not in the default target
+  (README, "Detection power").
 
 Pure Python: importing this module must stay cheap (it runs while the DAG is built).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import math
 import platform
@@ -62,6 +68,29 @@ DIAGNOSIS_DEFAULTS = {
     "fp64_rule": {"multiplier": "auto", "atol": 1e-9},
 }
 
+#: Deliberate faults a run may carry (run setting ``fault: {kind, step}``), by the framework
+#: that implements them, with what each does. Faults that an existing setting expresses
+#: (weight decay, learning rate, betas, ``bias_correction: f32``, ``conv_impl: conv1d``) are
+#: not repeated here. The config schema lists the same kinds; the candle runner implements
+#: its own in ``parity_common::spec::Fault``.
+FAULTS: dict[str, dict[str, str]] = {
+    "candle": {
+        "eps_in_sqrt": "AdamW divides by √(v̂ + ε) instead of √v̂ + ε",
+        "no_bias_correction": "AdamW without bias correction (m̂ = m, v̂ = v)",
+        "step_from_zero": "AdamW's step counter starts at 0 (bias correction for t − 1)",
+        "mse_sum": "MSE summed over the elements instead of averaged",
+        "transposed_weight": "every square MLP weight used as W instead of Wᵀ",
+        "skip_update": "the optimizer step of one step skipped",
+    },
+    "torch": {
+        "relu_grad_at_zero": "relu'(0) = 1 instead of PyTorch's 0 (candle 0.11.0's convention)",
+    },
+}
+#: Faults in the AdamW update; the candle side has them in its hand-written AdamW only.
+ADAMW_FAULTS = frozenset({"eps_in_sqrt", "no_bias_correction", "step_from_zero"})
+#: What a Rust runner is told when a run has no fault (the spec field is always explicit).
+NO_FAULT = {"kind": "none"}
+
 #: PyTorch's name for each device of the workflow's device axis.
 TORCH_DEVICE = {"cpu": "cpu", "cuda": "cuda", "metal": "mps"}
 
@@ -80,6 +109,21 @@ class ConfigError(ValueError):
     def __init__(self, path: str, problem: str):
         super().__init__(f"config: {path}: {problem}")
         self.path = path
+        #: Every problem found, this one included (see :meth:`every`).
+        self.problems: list[ConfigError] = [self]
+
+    @classmethod
+    def every(cls, problems: list[ConfigError]) -> ConfigError:
+        """One error that lists each of ``problems`` (non-empty) on a line of its own, so a
+        user fixes a config in one pass; ``path`` is the first problem's."""
+        first = problems[0]
+        if len(problems) == 1:
+            return first
+        err = cls.__new__(cls)
+        ValueError.__init__(err, "\n  ".join(str(p) for p in problems))
+        err.path = first.path
+        err.problems = list(problems)
+        return err
 
 
 def framework_of(run: str) -> str:
@@ -266,17 +310,28 @@ class Plan:
         self.tolerance: float = float(self.config["tolerance"])
         self.diagnosis: dict = _merge(DIAGNOSIS_DEFAULTS, self.config.get("diagnosis", {}))
         self.experiments: dict[str, dict] = {}
-        self._comparisons: dict[tuple[str, ...], list[Comparison]] = {}
+        self._comparisons: dict[tuple, list[Comparison]] = {}
         self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
+        #: Problems found so far: the experiments and their runs are each checked in full,
+        #: and all their problems raised together (:meth:`ConfigError.every`).
+        self._problems: list[ConfigError] = []
         for i, dev in enumerate(self.imported_devices):
             if dev not in self.devices:
-                raise ConfigError(
-                    f"imported_devices[{i}]",
-                    f"{dev!r} is not in devices {self.devices}: its traces would not be compared",
+                self._problems.append(
+                    ConfigError(
+                        f"imported_devices[{i}]",
+                        f"{dev!r} is not in devices {self.devices}: "
+                        "its traces would not be compared",
+                    )
                 )
         for name, exp in self.config["experiments"].items():
             if exp.get("enabled", True):
-                self.experiments[name] = self._resolve_experiment(name, exp)
+                try:
+                    self.experiments[name] = self._resolve_experiment(name, exp)
+                except ConfigError as e:
+                    self._problems.extend(e.problems)
+        if self._problems:
+            raise ConfigError.every(self._problems)
         for i, name in enumerate(self.config.get("determinism", {}).get("experiments", [])):
             if name not in self.config["experiments"]:
                 raise ConfigError(
@@ -288,6 +343,20 @@ class Plan:
                     f"framework_summary[{i}].experiment",
                     f"{item['experiment']!r} is not an experiment of this config",
                 )
+        #: Fault instances by name (see :meth:`_resolve_fault`), their runs and comparisons
+        #: by experiment; none of them is in :meth:`runs` or :meth:`comparisons`.
+        self.faults: dict[str, dict] = {}
+        #: Instances left out, with the reason: their experiment is not configured (a config
+        #: that selects some experiments) or disabled.
+        self.faults_left_out: dict[str, str] = {}
+        self._fault_runs: dict[str, dict[str, dict]] = {}
+        self._fault_comparisons: dict[str, dict[str, dict]] = {}
+        faults = self.config.get("faults", {})
+        for name, inst in faults.get("instances", {}).items():
+            self._resolve_fault(name, inst)
+        self.sensitivity: dict | None = None
+        if "sensitivity" in faults:
+            self.sensitivity = self._resolve_sensitivity(faults["sensitivity"])
 
     # ----- resolution and checks -------------------------------------------------------
 
@@ -309,19 +378,27 @@ class Plan:
             _merge(RECORD_DEFAULTS, self.config.get("record", {})), exp.get("record", {})
         )
         self._check_model(f"{where}.model", exp["model"], exp["loss"])
-        runs = {}
+        runs, problems = {}, []
         for run, override in exp["runs"].items():
-            runs[run] = self._resolve_run(f"{where}.runs.{run}", exp, run, override or {})
-        exp["runs"] = runs
+            try:
+                runs[run] = self._resolve_run(f"{where}.runs.{run}", exp, run, override or {})
+            except ConfigError as e:
+                problems.extend(e.problems)
         for cname, comp in exp["comparisons"].items():
             for side in ("reference", "candidate"):
-                if comp[side] not in runs:
-                    raise ConfigError(
-                        f"{where}.comparisons.{cname}.{side}",
-                        f"{comp[side]!r} is not a run of this experiment (runs: {', '.join(runs)})",
+                if comp[side] not in exp["runs"]:
+                    problems.append(
+                        ConfigError(
+                            f"{where}.comparisons.{cname}.{side}",
+                            f"{comp[side]!r} is not a run of this experiment "
+                            f"(runs: {', '.join(exp['runs'])})",
+                        )
                     )
             comp.setdefault("expect", "pass")
             comp.setdefault("tolerance", self.tolerance)
+        if problems:
+            raise ConfigError.every(problems)
+        exp["runs"] = runs
         return exp
 
     def _check_model(self, where: str, model: Mapping, loss: str) -> None:
@@ -397,6 +474,10 @@ class Plan:
                 settings["model"]["conv_impl"] = override.get("conv_impl", "conv2d")
             elif "conv_impl" in override:
                 raise ConfigError(f"{where}.conv_impl", "only cnn1d models have a convolution")
+        if "fault" in override:
+            settings["fault"] = self._check_fault(
+                f"{where}.fault", exp, settings, override["fault"]
+            )
         names = [n for n, _ in model_params(exp["model"])]
         tensors = settings["record"].get("tensors")
         for t in tensors or ():
@@ -448,12 +529,175 @@ class Plan:
                 "burn keeps its optimizer moments in its record; burn-parity does not record them",
             )
 
+    def _check_fault(self, where: str, exp: Mapping, settings: Mapping, fault: Mapping) -> dict:
+        """A run's ``fault`` setting, checked against what the run can have (see
+        :data:`FAULTS`); raises :class:`ConfigError`. A ``skip_update`` step beyond the
+        run's steps is allowed and skips nothing, so that a config shortened for a test
+        stays valid (the comparison then shows that the fault never fired)."""
+        framework, kind = settings["framework"], fault["kind"]
+        if kind not in FAULTS.get(framework, {}):
+            sides = [f for f, kinds in FAULTS.items() if kind in kinds]
+            raise ConfigError(
+                f"{where}.kind",
+                f"{kind!r} is a fault of the {'/'.join(sides)} side, not of {framework}"
+                + (
+                    " (candle 0.11.0 already takes relu'(0) = 1)"
+                    if kind == "relu_grad_at_zero"
+                    else ""
+                ),
+            )
+        opt = settings["optimizer"]
+        if kind in ADAMW_FAULTS and not (
+            opt["name"] == "adamw" and opt.get("implementation") == "manual"
+        ):
+            raise ConfigError(
+                f"{where}.kind",
+                f"{kind} is a fault in the AdamW update; it needs optimizer "
+                "{name: adamw, implementation: manual}",
+            )
+        if kind == "mse_sum" and exp["loss"] != "mse":
+            raise ConfigError(f"{where}.kind", "mse_sum needs loss mse")
+        if kind == "transposed_weight" and not (
+            exp["model"]["family"] == "mlp"
+            and any(a == b for a, b in itertools.pairwise(exp["model"]["sizes"]))
+        ):
+            raise ConfigError(
+                f"{where}.kind",
+                "transposed_weight needs an MLP with a square weight (two equal consecutive sizes)",
+            )
+        if kind == "relu_grad_at_zero" and exp["model"].get("activation") != "relu":
+            raise ConfigError(f"{where}.kind", "relu_grad_at_zero needs a ReLU model")
+        return dict(fault)
+
+    def _resolve_fault(self, name: str, inst: Mapping) -> None:
+        """One fault instance (config ``faults.instances.<name>``): the faulty run
+        ``<run>_fault_<name>`` (the base run's override with the instance's merged over it)
+        and the comparison ``fault_<name>`` of the clean run ``against`` (default: the other
+        side of the experiment's ``main`` comparison) with it, expected to fail. An instance
+        whose experiment is not configured or disabled is left out
+        (:attr:`faults_left_out`); one naming a run the experiment lacks is an error."""
+        where = f"faults.instances.{name}"
+        e = inst["experiment"]
+        if e not in self.config["experiments"]:
+            self.faults_left_out[name] = f"experiment {e} is not in this config"
+            return
+        if e not in self.experiments:
+            self.faults_left_out[name] = f"experiment {e} is disabled"
+            return
+        exp = self.experiments[e]
+        ((base, override),) = inst["run"].items()
+        raw_runs = self.config["experiments"][e].get("runs") or {"torch": {}, "candle": {}}
+        if base not in raw_runs:
+            raise ConfigError(
+                f"{where}.run", f"{base!r} is not a run of {e} (runs: {', '.join(raw_runs)})"
+            )
+        run = f"{base}_fault_{name}"
+        comparison = f"fault_{name}"
+        if run in exp["runs"] or comparison in exp["comparisons"]:
+            raise ConfigError(where, f"{e} already has a run {run} or a comparison {comparison}")
+        against = inst.get("against")
+        if against is None:
+            main = exp["comparisons"].get(MAIN, {})
+            other = {
+                main.get("candidate"): main.get("reference"),
+                main.get("reference"): main.get("candidate"),
+            }
+            against = other.get(base)
+            if against is None:
+                raise ConfigError(
+                    f"{where}.against",
+                    f"{base!r} is not a side of {e}'s main comparison; name the clean run to "
+                    "compare with",
+                )
+        if against not in exp["runs"]:
+            raise ConfigError(
+                f"{where}.against",
+                f"{against!r} is not a run of {e} (runs: {', '.join(exp['runs'])})",
+            )
+        merged = _merge(raw_runs[base] or {}, override or {})
+        settings = self._resolve_run(f"{where}.run.{base}", exp, run, merged)
+        self._fault_runs.setdefault(e, {})[run] = settings
+        self._fault_comparisons.setdefault(e, {})[comparison] = {
+            "reference": against,
+            "candidate": run,
+            "expect": "fail",
+            "tolerance": self.tolerance,
+        }
+        self.faults[name] = {
+            "name": name,
+            "experiment": e,
+            "description": inst["description"],
+            "note": inst.get("note", ""),
+            "side": framework_of(base),
+            "base": base,
+            "run": run,
+            "against": against,
+            "comparison": comparison,
+            "kind": settings.get("fault", {}).get("kind", ""),
+        }
+
+    def _resolve_sensitivity(self, sens: Mapping) -> dict | None:
+        """Config ``faults.sensitivity``: which run's learning rate is perturbed, against
+        which clean run, over which decades of δ, with how many bisections (see
+        ``detection.sensitivity_job``). None when its experiment is not configured or
+        disabled."""
+        where = "faults.sensitivity"
+        e = sens["experiment"]
+        if e not in self.experiments:
+            return None
+        runs = self.experiments[e]["runs"]
+        against = sens.get("against", "torch")
+        for key, run in (("run", sens["run"]), ("against", against)):
+            if run not in runs:
+                raise ConfigError(
+                    f"{where}.{key}", f"{run!r} is not a run of {e} (runs: {', '.join(runs)})"
+                )
+        lo, hi = sens["log10_range"]
+        if lo >= hi:
+            raise ConfigError(f"{where}.log10_range", f"[{lo}, {hi}] is empty")
+        return {
+            "experiment": e,
+            "run": sens["run"],
+            "against": against,
+            "log10_range": [lo, hi],
+            "bisections": sens.get("bisections", 6),
+            "lr": runs[sens["run"]]["optimizer"]["lr"],
+            "tolerance": self.tolerance,
+        }
+
+    def perturbed_lr(self, delta: float) -> tuple[Plan, RunKey]:
+        """The sensitivity run for relative learning-rate error ``delta``: a plan of the
+        sensitivity experiment alone with run ``<run>_sensitivity``, the sensitivity run's
+        settings with lr·(1 + δ), and its f32 CPU key. Raises ``ValueError`` without a
+        sensitivity setting."""
+        if self.sensitivity is None:
+            raise ValueError("this config has no faults.sensitivity")
+        s = self.sensitivity
+        e, run = s["experiment"], s["run"]
+        config = copy.deepcopy(self.config)
+        exp = config["experiments"][e]
+        raw_runs = exp.get("runs") or {"torch": {}, "candle": {}}
+        name = f"{run}_sensitivity"
+        raw_runs[name] = _merge(raw_runs[run] or {}, {"optimizer": {"lr": s["lr"] * (1 + delta)}})
+        exp["runs"] = raw_runs
+        exp["comparisons"] = {MAIN: {"reference": s["against"], "candidate": name}}
+        config["experiments"] = {e: exp}
+        for key in ("framework_summary", "faults"):
+            config.pop(key, None)
+        config["determinism"] = {"experiments": []}
+        config["devices"] = ["cpu"]
+        return Plan(config), RunKey(e, name, "f32", "cpu")
+
     # ----- queries -----------------------------------------------------------------------
 
     def run_settings(self, experiment: str, run: str) -> dict:
-        """Resolved settings of a run: framework, model, loss, data, steps, record,
-        optimizer and framework options. Raises ``KeyError`` for an unknown run."""
-        return copy.deepcopy(self.experiments[experiment]["runs"][run])
+        """Resolved settings of a run (a fault instance's run too): framework, model, loss,
+        data, steps, record, optimizer, framework options and ``fault`` when it has one.
+        Raises ``KeyError`` for an unknown run."""
+        runs = self.experiments[experiment]["runs"]
+        if run in runs:
+            return copy.deepcopy(runs[run])
+        return copy.deepcopy(self._fault_runs.get(experiment, {})[run])
 
     def config_hash(self, experiment: str, run: str) -> str:
         """Hash of everything that defines the computation of a run (not dtype/device)."""
@@ -512,8 +756,24 @@ class Plan:
         configured ones)."""
         devices = tuple(self.devices if devices is None else devices)
         if devices not in self._comparisons:
-            self._comparisons[devices] = self._build_comparisons(devices)
+            self._comparisons[devices] = self._build_comparisons(
+                devices, {e: exp["comparisons"] for e, exp in self.experiments.items()}
+            )
         return list(self._comparisons[devices])
+
+    def fault_comparisons(self, devices: Sequence[str] | None = None) -> list[Comparison]:
+        """The comparison of every fault instance (``fault_<name>``, expected to fail) on
+        ``devices`` (default: the configured ones), grouped by experiment."""
+        devices = tuple(self.devices if devices is None else devices)
+        key = ("faults", *devices)
+        if key not in self._comparisons:
+            self._comparisons[key] = self._build_comparisons(devices, self._fault_comparisons)
+        return list(self._comparisons[key])
+
+    def correct_pairs(self, devices: Sequence[str] | None = None) -> list[Comparison]:
+        """Comparisons of the default target expected to pass: each one a fault criterion
+        flags is a false alarm."""
+        return [c for c in self.comparisons(devices) if c.expect == "pass"]
 
     def for_devices(self, devices: Sequence[str]) -> Plan:
         """The same plan restricted to ``devices`` (a per-device target)."""
@@ -565,11 +825,13 @@ class Plan:
                         out.append(comp.result("split"))
         return out
 
-    def _build_comparisons(self, devices: Sequence[str]) -> list[Comparison]:
+    def _build_comparisons(
+        self, devices: Sequence[str], by_experiment: Mapping[str, Mapping[str, dict]]
+    ) -> list[Comparison]:
         out = []
         primary = "f32" if "f32" in self.dtypes else self.dtypes[0]
-        for e, exp in self.experiments.items():
-            for name, comp in exp["comparisons"].items():
+        for e, comparisons in by_experiment.items():
+            for name, comp in comparisons.items():
                 for dev in devices:
                     ref_dev = dev if self.reference_device == "same" else self.reference_device
                     ref = self._pair_key(e, comp["reference"], primary, ref_dev)
@@ -587,8 +849,9 @@ class Plan:
 
     def comparison(self, experiment: str, tag: str) -> Comparison:
         """The comparison with this file-name tag, on any device (per-device targets may
-        ask for devices the config does not list). Raises ``KeyError`` if none."""
-        for c in self.comparisons(DEVICES):
+        ask for devices the config does not list), fault instances' too. Raises ``KeyError``
+        if none."""
+        for c in self.comparisons(DEVICES) + self.fault_comparisons(DEVICES):
             if c.experiment == experiment and c.tag == tag:
                 return c
         raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}")
@@ -656,4 +919,5 @@ class Plan:
                 "moments": bool(s["record"].get("moments", False)),
             },
             "params": [{"name": n, "shape": list(sh)} for n, sh in model_params(s["model"])],
+            "fault": dict(s.get("fault", NO_FAULT)),
         }

@@ -8,6 +8,7 @@ log axis; they are drawn as gaps and counted in the legend.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -103,3 +104,147 @@ def plot_columns(
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1])
     plt.close(fig)
+
+
+# ----- detection power (README, "Detection power") -------------------------------------
+
+#: Bar colours of the detection figure.
+DETECTION_COLOURS = {
+    "max_abs": "#d62728",  # a fault the tolerance detects
+    "f64 only": "#ff7f0e",  # a fault only the float64 criteria detect
+    "undetected": "#8c8c8c",  # a fault no criterion detects
+    "correct": "#1f77b4",  # a correct pair, not flagged
+    "false alarm": "#9467bd",  # a correct pair some criterion flags
+}
+
+
+def _save(fig, paths: Sequence[str]) -> None:
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1])
+    plt.close(fig)
+
+
+def plot_detection(
+    paths: Sequence[str],
+    faults: Sequence[Mapping],
+    correct: Sequence[Mapping],
+    tolerance: float,
+) -> None:
+    """Worst max|dparam| of every fault instance and every correct pair, one horizontal
+    bar each on a log axis, the tolerance dashed. Bars are coloured by what detects them
+    (:data:`DETECTION_COLOURS`); a NaN (a diverged run) is drawn to the right edge and
+    labelled, an exact 0 (bit-identical runs) as a mark at the left edge.
+
+    ``faults`` are rows of ``detection.DETECTION_COLUMNS``, ``correct`` rows of
+    ``detection.FALSE_ALARM_COLUMNS``. Writes each of ``paths`` (``.png``, ``.svg``).
+    """
+    items = []
+    for r in faults:
+        by = r["detected_by"].split(", ") if r["detected_by"] else []
+        kind = "max_abs" if "max_abs" in by else "f64 only" if by else "undetected"
+        items.append((f"{r['fault']} ({r['experiment']})", r["worst_dparam"], kind))
+    for r in correct:
+        kind = "false alarm" if r["false_alarm"] == "yes" else "correct"
+        items.append((f"{r['experiment']} {r['comparison']}", r["worst_dparam"], kind))
+    values = np.array([np.nan if v is None else v for _, v, _ in items], dtype=float)
+    finite = values[np.isfinite(values) & (values > 0)]
+    lo = min(float(finite.min(initial=tolerance)), tolerance) / 10
+    hi = max(float(finite.max(initial=tolerance)), tolerance) * 10
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.26 * len(items)), dpi=120)
+    y = np.arange(len(items))[::-1]
+    for yi, (_, v, kind) in zip(y, items, strict=True):
+        colour = DETECTION_COLOURS[kind]
+        if v is None or math.isnan(v):
+            ax.barh(yi, hi - lo, left=lo, color=colour, hatch="//", alpha=0.6)
+            ax.text(hi, yi, " NaN (diverged)", va="center", ha="right", fontsize=8)
+        elif v == 0:
+            ax.plot([lo], [yi], marker="|", markersize=12, color=colour)
+            ax.text(lo, yi, "  0 (bit for bit)", va="center", fontsize=8)
+        else:
+            ax.barh(yi, v - lo, left=lo, color=colour)
+    ax.axvline(tolerance, color="black", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_yticks(y, [label for label, _, _ in items], fontsize=8)
+    if faults and correct:
+        ax.axhline(y[len(faults)] + 0.5, color="#555555", linewidth=0.8)
+    ax.set_xlabel("worst max|dparam| over all steps", fontsize=11)
+    ax.set_title("Detection power: fault instances (top) and correct pairs", fontsize=12)
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=c)
+        for k, c in DETECTION_COLOURS.items()
+        if any(kind == k for _, _, kind in items)
+    ]
+    labels = {
+        "max_abs": "fault, detected by the tolerance",
+        "f64 only": "fault, detected by a float64 criterion only",
+        "undetected": "fault, not detected",
+        "correct": "correct pair",
+        "false alarm": "correct pair flagged (false alarm)",
+    }
+    names = [labels[k] for k in DETECTION_COLOURS if any(kind == k for _, _, kind in items)]
+    tol = plt.Line2D([], [], color="black", linestyle="--", linewidth=1)
+    ax.legend([*handles, tol], [*names, f"tolerance {tolerance:g}"], fontsize=8, loc="best")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, paths)
+
+
+def plot_sensitivity(
+    paths: Sequence[str],
+    trials: Sequence,
+    tolerance: float,
+    bracket: tuple[float, float] | None,
+    title: str,
+) -> None:
+    """Worst max|dparam| against the relative learning-rate error δ, log-log: one point per
+    run (circles: the decade scan, squares: bisection; filled red when detected, open blue
+    when not), the tolerance dashed, the clean pair (δ = 0) dotted, the final bracket
+    shaded. ``trials`` are ``detection.Trial``; writes each of ``paths``."""
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    clean = [t for t in trials if t.delta == 0]
+    for phase, marker in (("scan", "o"), ("bisection", "s")):
+        for hit in (True, False):
+            pts = [t for t in trials if t.phase == phase and t.detected == hit and t.delta > 0]
+            if not pts:
+                continue
+            ax.plot(
+                [t.delta for t in pts],
+                [t.worst for t in pts],
+                linestyle="none",
+                marker=marker,
+                markersize=7,
+                markerfacecolor="#d62728" if hit else "none",
+                markeredgecolor="#d62728" if hit else "#1f77b4",
+                label=f"{phase}: {'detected' if hit else 'not detected'}",
+            )
+    ax.axhline(
+        tolerance, color="black", linestyle="--", linewidth=1, label=f"tolerance {tolerance:g}"
+    )
+    if clean and clean[0].worst > 0:
+        ax.axhline(
+            clean[0].worst,
+            color="#555555",
+            linestyle=":",
+            linewidth=1.2,
+            label=f"clean pair, δ = 0 ({clean[0].worst:.2e})",
+        )
+    if bracket is not None:
+        a, b = bracket
+        ax.axvspan(
+            10.0**a,
+            10.0**b,
+            color="#2ca02c",
+            alpha=0.2,
+            label=f"threshold in [{10.0**a:.2e}, {10.0**b:.2e}]",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("relative learning-rate error δ (lr·(1 + δ))", fontsize=11)
+    ax.set_ylabel("worst max|dparam| over all steps", fontsize=11)
+    ax.set_title(title, fontsize=12)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="best", framealpha=0.85)
+    fig.tight_layout()
+    _save(fig, paths)

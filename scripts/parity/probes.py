@@ -114,11 +114,17 @@ def _field(path: Iterable) -> str:
     return out or "(top level)"
 
 
+@cache
+def _validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema())
+
+
 def _validate(path: Path, doc: Any) -> None:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
-    err = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    err = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
     if err is None:
         return
     message = err.message
@@ -382,7 +388,9 @@ def load(path: str | Path) -> Probe:
     except OSError as e:
         raise ProbeError(path, "", f"cannot read ({e.strerror})") from e
     try:
-        doc = yaml.safe_load(text)
+        # libyaml's safe loader when PyYAML has it (ten times faster: the probe files are
+        # read every time the DAG is built), else the pure-Python one; both are safe.
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         raise ProbeError(path, "", f"not valid YAML ({e})") from e
     return parse(path, doc)

@@ -271,8 +271,12 @@ class TraceWriter:
         missing = [n for n in self.layout.names if n not in row]
         if missing:
             raise TraceError(self.path, f"step {step}: parameter column {missing[0]!r} is missing")
+        # One pass per tensor: NaN and ±Inf propagate through a float64 sum (tensors whose
+        # values sum past 1e308 count as diverged too: no training run is sane there).
         finite = loss is None or math.isfinite(loss)
-        finite = finite and all(np.isfinite(row[n]).all() for n in self.layout.names)
+        finite = finite and all(
+            math.isfinite(np.sum(row[n], dtype=np.float64)) for n in self.layout.names
+        )
         if not finite and self.meta["diverged_step"] is None:
             self.meta.update(status="diverged", diverged_step=int(step))
         self._buffer.append(StepRecord(int(step), loss, row))
@@ -291,12 +295,15 @@ class TraceWriter:
         for name in (*self.layout.names, *self.layout.extras):
             n = self.layout.numel(name)
             present = [r.tensors.get(name) for r in rows]
-            flat = np.concatenate(
-                [
-                    p if p is not None else np.zeros(n, NUMPY_TYPES[self.layout.dtype])
-                    for p in present
-                ]
-            )
+            if len(present) == 1 and present[0] is not None:
+                flat = present[0]  # one row per group for large tensors: no copy
+            else:
+                flat = np.concatenate(
+                    [
+                        p if p is not None else np.zeros(n, NUMPY_TYPES[self.layout.dtype])
+                        for p in present
+                    ]
+                )
             mask = np.array([p is None for p in present])
             columns.append(
                 pa.FixedSizeListArray.from_arrays(

@@ -3,6 +3,10 @@
 The loop is the study's: parameters are plain tensors with ``requires_grad`` loaded from
 the fixture, the model is functional (``F.linear``, ``F.conv1d``), and each step is
 ``loss = f(model(x), y); opt.zero_grad(); loss.backward(); opt.step()``.
+
+A run may carry the PyTorch-side fault of the detection-power suite
+(``experiments.FAULTS["torch"]``): ``relu_grad_at_zero``, a ReLU whose derivative at
+exactly 0 is 1 (:class:`ReluGradOneAtZero`). Without it nothing here changes.
 """
 
 from __future__ import annotations
@@ -33,10 +37,40 @@ OPTIMIZER_PATHS = {
 }
 
 
-def forward(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torch.Tensor):
+#: The faults this runner implements (the PyTorch side of ``experiments.FAULTS``).
+FAULTS = ("relu_grad_at_zero",)
+
+
+class ReluGradOneAtZero(torch.autograd.Function):
+    """max(h, 0) whose derivative at h = 0 is taken as 1, candle 0.11.0's convention
+    (probe ``relu_abs_at_zero``), where PyTorch's ``relu`` takes 0.
+
+    Forward: ``torch.relu(h)``. Backward: the incoming gradient where h ≥ 0, +0 elsewhere;
+    for h ≠ 0 that is exactly what ``torch.relu``'s backward (``threshold_backward``) gives,
+    so the fault changes a run only where a pre-activation is exactly 0.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(h)
+        return torch.relu(h)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (h,) = ctx.saved_tensors
+        return torch.where(h >= 0, grad, torch.zeros_like(grad))
+
+
+def forward(
+    model: Mapping[str, Any],
+    p: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    fault: Mapping[str, Any] | None = None,
+):
     """Forward pass of a model family (see ``experiments.model_params``).
 
-    ``x``: ``[batch, *input]``; returns ``[batch, outputs]``.
+    ``x``: ``[batch, *input]``; returns ``[batch, outputs]``. ``fault``: the run's fault
+    setting, or None (see :func:`activation`).
     """
     if model["family"] == "mlp":
         layers = len(model["sizes"]) - 1
@@ -44,18 +78,20 @@ def forward(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torch.Te
         for i in range(1, layers + 1):
             h = F.linear(h, p[f"fc{i}.weight"], p[f"fc{i}.bias"])
             if i < layers:
-                h = activation(h, model["activation"])
+                h = activation(h, model["activation"], fault)
         return h
     if model["family"] == "cnn1d":
         h = F.conv1d(x, p["conv.weight"], p["conv.bias"])
-        h = activation(h, model["activation"]).flatten(1)
+        h = activation(h, model["activation"], fault).flatten(1)
         return F.linear(h, p["fc.weight"], p["fc.bias"])
     raise ValueError(f"unknown model family {model['family']!r}")
 
 
-def activation(h: torch.Tensor, name: str) -> torch.Tensor:
-    """Apply a named activation."""
+def activation(h: torch.Tensor, name: str, fault: Mapping[str, Any] | None = None) -> torch.Tensor:
+    """Apply a named activation; with fault ``relu_grad_at_zero``, :class:`ReluGradOneAtZero`."""
     if name == "relu":
+        if fault is not None and fault["kind"] == "relu_grad_at_zero":
+            return ReluGradOneAtZero.apply(h)
         return torch.relu(h)
     raise ValueError(f"unknown activation {name!r}")
 
@@ -104,10 +140,14 @@ def _host(t: torch.Tensor) -> np.ndarray:
 def train(plan: Plan, key: RunKey, fixture: str, out: str, threads: int, log: logging.Logger):
     """Run ``key`` and write its trace to ``out``.
 
-    Raises ``RuntimeError`` when the device is missing; the trace is then not written.
+    Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
+    runner does not implement; the trace is then not written.
     """
     torch.set_num_threads(threads)
     s = plan.run_settings(key.experiment, key.run)
+    fault = s.get("fault")
+    if fault is not None and fault["kind"] not in FAULTS:
+        raise ValueError(f"the PyTorch runner has no fault {fault['kind']!r} (it has {FAULTS})")
     device = torch.device(TORCH_DEVICE[key.device])
     if key.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device cuda requested but torch.cuda.is_available() is False")
@@ -157,7 +197,7 @@ def train(plan: Plan, key: RunKey, fixture: str, out: str, threads: int, log: lo
         started = time.perf_counter()
         for t in range(1, steps + 1):
             i = (t - 1) % batches
-            loss = loss_fn(s["loss"], forward(s["model"], p, x[i]), y[i])
+            loss = loss_fn(s["loss"], forward(s["model"], p, x[i], fault), y[i])
             opt.zero_grad()
             loss.backward()
             opt.step()

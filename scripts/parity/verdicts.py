@@ -116,3 +116,14 @@ def judge_probe(
     if known_bug_worst is not None and within(known_bug_worst, tolerance):
         return KNOWN_BUG
     return NON_FINITE if non_finite else FAIL
+
+
+#: The criteria a comparison is judged by, with what each flags (README, "Diagnosis" and
+#: "Detection power"). The verdict above is ``max_abs``; the diagnosis computes the other two.
+#: A fault instance is detected by a criterion that flags it; a correct pair that a
+#: criterion flags is a false alarm of that criterion.
+CRITERIA = {
+    "max_abs": "the worst max|dparam| over all steps exceeds the tolerance",
+    "fp64_rule": "RMSE(ref64 − cand32) exceeds multiplier × RMSE(ref64 − ref32) + atol",
+    "f64_rounding": "f64 vs f64 exceeds what float64 rounding explains",
+}

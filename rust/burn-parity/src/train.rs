@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use parity_common::frames::{meta, FrameWriter, RawTensor};
-use parity_common::spec::RunSpec;
+use parity_common::spec::{Fault, RunSpec};
 
 use crate::device::{self, Host};
 use crate::model::{self, Net};
@@ -27,8 +27,12 @@ use crate::optim::Stepper;
 ///
 /// # Errors
 /// A device other than the CPU, fixture problems (see [`Net::load`]), an optimizer burn-parity
-/// does not run or a moments request (see [`Stepper::new`]), or a failing sink.
+/// does not run or a moments request (see [`Stepper::new`]), a fault (burn-parity implements
+/// none), or a failing sink.
 pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
+    if spec.fault != Fault::None {
+        bail!("burn-parity implements no faults (the fault suite runs on the candle and PyTorch sides), got {:?}", spec.fault);
+    }
     let dev = device::open(spec.device, spec.dtype)?;
     let mut opt = Stepper::new(&spec.optimizer, spec.record.moments)?;
     let (mut net, data) = Net::load(spec, &dev)?;

@@ -7,14 +7,16 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
-use parity_common::spec::{Activation, ConvImpl, Loss, Model, RunSpec};
+use parity_common::spec::{Activation, ConvImpl, Fault, Loss, Model, RunSpec};
 
 use crate::device;
 
-/// A model: its family and its trainable parameters in state_dict order.
+/// A model: its family, its trainable parameters in state_dict order, and the run's fault
+/// ([`Fault::TransposedWeight`] is the one the forward pass applies).
 pub struct Net {
     model: Model,
     params: Vec<(String, Var)>,
+    fault: Fault,
 }
 
 /// The training data: `x` `[batches, batch, …]` in the run dtype and `y` either
@@ -116,6 +118,7 @@ impl Net {
             Net {
                 model: spec.model.clone(),
                 params,
+                fault: spec.fault,
             },
             data,
         ))
@@ -141,6 +144,9 @@ impl Net {
 
     /// The forward pass: `x` `[batch, …input]` → output `[batch, outputs]`.
     ///
+    /// With [`Fault::TransposedWeight`] every square MLP weight is used as `W` instead of
+    /// `Wᵀ` (the shapes still fit, which is why the mistake runs).
+    ///
     /// # Errors
     /// On shape mismatches (which [`Net::load`] rules out for fixture data).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -151,7 +157,13 @@ impl Net {
                 for i in 1..=layers {
                     let w = self.get(&format!("fc{i}.weight"))?;
                     let b = self.get(&format!("fc{i}.bias"))?;
-                    h = h.matmul(&w.t()?)?.broadcast_add(b)?;
+                    let square = w.dims()[0] == w.dims()[1];
+                    h = if self.fault == Fault::TransposedWeight && square {
+                        h.matmul(w.as_tensor())?
+                    } else {
+                        h.matmul(&w.t()?)?
+                    }
+                    .broadcast_add(b)?;
                     if i < layers {
                         h = activate(&h, *activation)?;
                     }
@@ -190,13 +202,66 @@ fn activate(h: &Tensor, a: Activation) -> Result<Tensor> {
     })
 }
 
-/// The batch-mean loss of `out` against `y` (see [`Loss`]).
+/// The batch-mean loss of `out` against `y` (see [`Loss`]); with [`Fault::MseSum`] the
+/// MSE is summed over the elements instead (`candle_nn::loss::mse` with `sum_all` for its
+/// `mean_all`). Other faults do not concern the loss.
 ///
 /// # Errors
 /// On shape or dtype mismatches.
-pub fn loss(kind: Loss, out: &Tensor, y: &Tensor) -> Result<Tensor> {
+pub fn loss(kind: Loss, out: &Tensor, y: &Tensor, fault: Fault) -> Result<Tensor> {
     Ok(match kind {
+        Loss::Mse if fault == Fault::MseSum => (out - y)?.sqr()?.sum_all()?,
         Loss::Mse => candle_nn::loss::mse(out, y)?,
         Loss::CrossEntropy => candle_nn::loss::cross_entropy(out, y)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parity_common::spec::Activation;
+
+    fn square_net(fault: Fault) -> Result<Net> {
+        let dev = Device::Cpu;
+        let var = |v: &[f32], shape: &[usize]| -> Result<Var> {
+            Ok(Var::from_tensor(&Tensor::new(v, &dev)?.reshape(shape)?)?)
+        };
+        Ok(Net {
+            model: Model::Mlp {
+                sizes: vec![2, 2, 1],
+                activation: Activation::Relu,
+            },
+            params: vec![
+                ("fc1.weight".into(), var(&[1.0, 2.0, -3.0, 4.0], &[2, 2])?),
+                ("fc1.bias".into(), var(&[0.0, 0.0], &[2])?),
+                ("fc2.weight".into(), var(&[1.0, 1.0], &[1, 2])?),
+                ("fc2.bias".into(), var(&[0.0], &[1])?),
+            ],
+            fault,
+        })
+    }
+
+    #[test]
+    fn transposed_weight_fault_uses_the_square_weight_as_is() -> Result<()> {
+        let x = Tensor::new(&[[1f32, 1.0]], &Device::Cpu)?;
+        // W·x = [3, 1] → relu sum 4; Wᵀ·x = [-2, 6] → 6.
+        let clean = square_net(Fault::None)?.forward(&x)?.to_vec2::<f32>()?;
+        let faulty = square_net(Fault::TransposedWeight)?
+            .forward(&x)?
+            .to_vec2::<f32>()?;
+        assert_eq!(clean, vec![vec![4.0]]);
+        assert_eq!(faulty, vec![vec![6.0]]);
+        Ok(())
+    }
+
+    #[test]
+    fn mse_sum_fault_sums_instead_of_averaging() -> Result<()> {
+        let dev = Device::Cpu;
+        let out = Tensor::new(&[[1f32, 2.0], [3.0, 4.0]], &dev)?;
+        let y = Tensor::zeros((2, 2), DType::F32, &dev)?;
+        let mean = loss(Loss::Mse, &out, &y, Fault::None)?.to_scalar::<f32>()?;
+        let sum = loss(Loss::Mse, &out, &y, Fault::MseSum)?.to_scalar::<f32>()?;
+        assert_eq!((mean, sum), (7.5, 30.0));
+        Ok(())
+    }
 }

@@ -5,7 +5,8 @@
 //! `exp_avg_sq`) for recording, which candle-nn keeps private, and it can compute the
 //! bias-correction factors in float32 (the study's ablation, the way burn computes them).
 //! With float64 factors it must equal `candle_nn::AdamW` bit for bit; the workflow checks
-//! that as its own comparison.
+//! that as its own comparison. It is also where the AdamW faults of the detection-power
+//! suite live ([`Fault::in_adamw`]); without a fault it runs the same expression tree.
 
 use std::hint::black_box;
 
@@ -13,7 +14,7 @@ use anyhow::{bail, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use candle_nn::{AdamW, Optimizer as _, ParamsAdamW, SGD};
-use parity_common::spec::{AdamWImpl, FactorType, Optimizer};
+use parity_common::spec::{AdamWImpl, FactorType, Fault, Optimizer};
 
 /// Bias-correction factors `(1/(1−β₁ᵗ), 1/(1−β₂ᵗ))` for step `t` (from 1).
 ///
@@ -43,14 +44,22 @@ pub struct ManualAdamW {
     step_t: usize,
     params: ParamsAdamW,
     factors: FactorType,
+    fault: Fault,
 }
 
 impl ManualAdamW {
-    /// Zero moments for every var, in the vars' dtype and device.
+    /// Zero moments for every var, in the vars' dtype and device. `fault` is
+    /// [`Fault::None`] except in the detection-power suite; faults other than the AdamW ones
+    /// ([`Fault::in_adamw`]) do not concern the update and are ignored here.
     ///
     /// # Errors
     /// When allocation fails.
-    pub fn new(vars: Vec<Var>, params: ParamsAdamW, factors: FactorType) -> Result<Self> {
+    pub fn new(
+        vars: Vec<Var>,
+        params: ParamsAdamW,
+        factors: FactorType,
+        fault: Fault,
+    ) -> Result<Self> {
         let exp_avg = vars
             .iter()
             .map(|v| v.zeros_like())
@@ -63,11 +72,16 @@ impl ManualAdamW {
             step_t: 0,
             params,
             factors,
+            fault,
         })
     }
 
     /// One step. Same expression tree as candle-nn 0.11.0 `AdamW::step`:
     /// m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²; θ ← θ(1 − lr·λ) − lr·(m·s_m)/(√(v·s_v) + ε).
+    ///
+    /// Faults: [`Fault::EpsInSqrt`] divides by √(v·s_v + ε); [`Fault::NoBiasCorrection`]
+    /// takes s_m = s_v = 1; [`Fault::StepFromZero`] computes s_m, s_v for t − 1 (infinite at
+    /// step 1, where 1 − β⁰ = 0, so the parameters become NaN).
     ///
     /// # Errors
     /// On tensor failures.
@@ -77,7 +91,14 @@ impl ManualAdamW {
         let lr_lambda = lr * self.params.weight_decay;
         let beta1 = self.params.beta1;
         let beta2 = self.params.beta2;
-        let (scale_m, scale_v) = bias_correction(beta1, beta2, self.step_t as i32, self.factors);
+        let t = match self.fault {
+            Fault::StepFromZero => self.step_t as i32 - 1,
+            _ => self.step_t as i32,
+        };
+        let (scale_m, scale_v) = match self.fault {
+            Fault::NoBiasCorrection => (1f64, 1f64),
+            _ => bias_correction(beta1, beta2, t, self.factors),
+        };
         for (i, theta) in self.vars.iter().enumerate() {
             let Some(g) = grads.get(theta) else { continue };
             let next_m = ((&self.exp_avg[i] * beta1)? + (g * (1.0 - beta1))?)?;
@@ -85,7 +106,11 @@ impl ManualAdamW {
             let m_hat = (&next_m * scale_m)?;
             let v_hat = (&next_v * scale_v)?;
             let next_theta = (theta.as_tensor() * (1f64 - lr_lambda))?;
-            let adjusted_grad = (m_hat / (v_hat.sqrt()? + self.params.eps)?)?;
+            let denom = match self.fault {
+                Fault::EpsInSqrt => (v_hat + self.params.eps)?.sqrt()?,
+                _ => (v_hat.sqrt()? + self.params.eps)?,
+            };
+            let adjusted_grad = (m_hat / denom)?;
             let next_theta = (next_theta - (adjusted_grad * lr)?)?;
             self.exp_avg[i] = next_m;
             self.exp_avg_sq[i] = next_v;
@@ -106,13 +131,25 @@ pub enum Stepper {
 }
 
 impl Stepper {
-    /// Builds the optimizer named by `spec` over `vars`.
+    /// Builds the optimizer named by `spec` over `vars`, with the run's `fault` (see
+    /// [`ManualAdamW::new`]).
     ///
     /// # Errors
     /// When `want_moments` is set for an optimizer that does not expose them (SGD, or
-    /// candle-nn's AdamW, whose moments are private), and for what candle-nn 0.11.0 lacks:
-    /// Adam, or an AdamW implementation that is not candle's.
-    pub fn new(spec: &Optimizer, vars: Vec<Var>, want_moments: bool) -> Result<Self> {
+    /// candle-nn's AdamW, whose moments are private), an AdamW fault is asked of an
+    /// optimizer other than the manual AdamW, or for what candle-nn 0.11.0 lacks: Adam, or an
+    /// AdamW implementation that is not candle's.
+    pub fn new(spec: &Optimizer, vars: Vec<Var>, want_moments: bool, fault: Fault) -> Result<Self> {
+        let manual = matches!(
+            spec,
+            Optimizer::Adamw {
+                implementation: AdamWImpl::Manual,
+                ..
+            }
+        );
+        if fault.in_adamw() && !manual {
+            bail!("fault {fault:?} needs the manual AdamW (implementation \"manual\")");
+        }
         Ok(match spec {
             Optimizer::Sgd { lr } => {
                 if want_moments {
@@ -143,7 +180,7 @@ impl Stepper {
                         Stepper::AdamW(AdamW::new(vars, params)?)
                     }
                     AdamWImpl::Manual => {
-                        Stepper::Manual(ManualAdamW::new(vars, params, *bias_correction)?)
+                        Stepper::Manual(ManualAdamW::new(vars, params, *bias_correction, fault)?)
                     }
                     AdamWImpl::Burn => bail!("implementation \"burn\" is burn's AdamW; candle-parity runs candle-nn's (\"candle\") or the hand-written copy (\"manual\")"),
                 }
@@ -191,7 +228,9 @@ mod tests {
             eps: 1e-8,
             weight_decay: 0.0,
         };
-        let err = Stepper::new(&adam, vec![var.clone()], false).err().unwrap();
+        let err = Stepper::new(&adam, vec![var.clone()], false, Fault::None)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("no Adam"), "{err:#}");
         let burn = Optimizer::Adamw {
             lr: 0.01,
@@ -201,7 +240,9 @@ mod tests {
             implementation: AdamWImpl::Burn,
             bias_correction: FactorType::F32,
         };
-        let err = Stepper::new(&burn, vec![var], false).err().unwrap();
+        let err = Stepper::new(&burn, vec![var], false, Fault::None)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("burn's AdamW"), "{err:#}");
     }
 
@@ -235,7 +276,7 @@ mod tests {
             ..ParamsAdamW::default()
         };
         let mut oa = AdamW::new(vec![a.clone()], params.clone())?;
-        let mut ob = ManualAdamW::new(vec![b.clone()], params, FactorType::F64)?;
+        let mut ob = ManualAdamW::new(vec![b.clone()], params, FactorType::F64, Fault::None)?;
         let c = Tensor::new(&[0.3f32, -0.7, 1.1, 2.5], &dev)?;
         for _ in 0..50 {
             let ga = (a.as_tensor().sqr()? * &c)?.sum_all()?.backward()?;
@@ -249,5 +290,61 @@ mod tests {
         }
         assert_eq!(a.dtype(), DType::F32);
         Ok(())
+    }
+
+    /// Three steps of the manual AdamW on `f(θ) = Σ c·θ²` from fixed values, with `fault`.
+    fn three_steps(fault: Fault) -> Result<Vec<f32>> {
+        let dev = Device::Cpu;
+        let theta = Var::from_tensor(&Tensor::new(&[0.5f32, -1.25, 2.0, 1e-3], &dev)?)?;
+        let params = ParamsAdamW {
+            lr: 0.01,
+            weight_decay: 0.01,
+            ..ParamsAdamW::default()
+        };
+        let mut opt = ManualAdamW::new(vec![theta.clone()], params, FactorType::F64, fault)?;
+        let c = Tensor::new(&[0.3f32, -0.7, 1.1, 2.5], &dev)?;
+        for _ in 0..3 {
+            let g = (theta.as_tensor().sqr()? * &c)?.sum_all()?.backward()?;
+            opt.step(&g)?;
+        }
+        Ok(theta.as_tensor().to_vec1::<f32>()?)
+    }
+
+    #[test]
+    fn each_adamw_fault_changes_the_update() -> Result<()> {
+        let clean = three_steps(Fault::None)?;
+        for fault in [Fault::EpsInSqrt, Fault::NoBiasCorrection] {
+            let faulty = three_steps(fault)?;
+            assert!(
+                faulty.iter().all(|v| v.is_finite()),
+                "{fault:?}: {faulty:?}"
+            );
+            assert_ne!(faulty, clean, "{fault:?} left the update unchanged");
+        }
+        // 1 − β⁰ = 0: the factors are infinite at step 1 and the update is NaN.
+        let from_zero = three_steps(Fault::StepFromZero)?;
+        assert!(from_zero.iter().all(|v| v.is_nan()), "{from_zero:?}");
+        // Faults outside the update leave it bit for bit as it was.
+        let other = three_steps(Fault::MseSum)?;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&other), bits(&clean));
+        Ok(())
+    }
+
+    #[test]
+    fn adamw_faults_are_refused_for_candle_nn_adamw() {
+        let v = Var::from_tensor(&Tensor::new(&[1f32], &Device::Cpu).unwrap()).unwrap();
+        let spec = Optimizer::Adamw {
+            lr: 0.01,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.01,
+            implementation: AdamWImpl::Candle,
+            bias_correction: FactorType::F64,
+        };
+        let err = Stepper::new(&spec, vec![v], false, Fault::EpsInSqrt)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("manual"), "{err}");
     }
 }

@@ -24,13 +24,17 @@ use crate::optim::Stepper;
 ///
 /// Non-finite values are recorded as they are; the workflow marks the run as diverged.
 ///
+/// A [`parity_common::spec::Fault`] other than `None` changes the run deliberately (the
+/// detection-power suite): `SkipUpdate` skips `opt.step` at its step here, the others act in
+/// the model, the loss or the manual AdamW.
+///
 /// # Errors
 /// Fixture problems (see [`Net::load`]), an unavailable device, unsupported recording
 /// requests (see [`Stepper::new`]), tensor failures, or a failing sink.
 pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let dev = device::open(spec.device)?;
     let (net, data) = Net::load(spec, &dev)?;
-    let mut opt = Stepper::new(&spec.optimizer, net.vars(), spec.record.moments)?;
+    let mut opt = Stepper::new(&spec.optimizer, net.vars(), spec.record.moments, spec.fault)?;
     let mut out = FrameWriter::new(sink);
 
     let mut header = header_meta(&dev);
@@ -44,9 +48,11 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     for t in 1..=spec.steps {
         let (x, y) = data.batch(t)?;
         let output = net.forward(&x)?;
-        let loss = model::loss(spec.loss, &output, &y)?;
+        let loss = model::loss(spec.loss, &output, &y, spec.fault)?;
         let grads = loss.backward()?;
-        opt.step(&grads)?;
+        if !spec.fault.skips(t) {
+            opt.step(&grads)?;
+        }
         if spec.records_step(t) {
             let loss_value = scalar_f64(&loss)?;
             write_step(

@@ -37,11 +37,21 @@ pub fn rustc_version() -> String {
 }
 
 /// Prints the cargo directives of a runner's build script: `<version_env>` = the locked
-/// version of `dependency`, `PARITY_RUSTC_VERSION`, and `PARITY_SOURCE_ID` (the hash of the
-/// runner's sources the build rule sets; "unknown" for a plain `cargo build`). Rebuilds
-/// when the lock file or the source id changes.
-pub fn emit(manifest_dir: &str, dependency: &str, version_env: &str) {
-    let lock = Path::new(manifest_dir).join("../Cargo.lock");
+/// version of `dependency` in the workspace's Cargo.lock, `PARITY_RUSTC_VERSION`, and
+/// `PARITY_SOURCE_ID` (the hash of the runner's sources the build rule sets; "unknown" for a
+/// plain `cargo build`). Rebuilds when the lock file or the source id changes.
+///
+/// The crate's directory is read from `CARGO_MANIFEST_DIR` when the build script *runs*, not
+/// when it was compiled: cargo reuses a compiled build script across checkouts that share a
+/// target directory, so a path baked in at compile time would name another (possibly deleted)
+/// checkout's Cargo.lock.
+///
+/// # Panics
+/// When cargo did not set `CARGO_MANIFEST_DIR` (not run as a build script).
+pub fn emit(dependency: &str, version_env: &str) {
+    let manifest_dir =
+        std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR (run by cargo)");
+    let lock = Path::new(&manifest_dir).join("../Cargo.lock");
     println!("cargo:rerun-if-changed={}", lock.display());
     println!("cargo:rerun-if-env-changed=PARITY_SOURCE_ID");
     println!(

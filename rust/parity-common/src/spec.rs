@@ -217,6 +217,96 @@ pub enum Optimizer {
     },
 }
 
+/// A deliberate fault in one run, for measuring what the comparison detects (README,
+/// "Detection power"; config `faults`). Every run that is not a fault instance says
+/// `{"kind": "none"}` and is computed exactly as without this field.
+///
+/// Faults that an existing setting already expresses (a weight-decay or learning-rate
+/// mismatch, `bias_correction: f32`, `conv_impl: conv1d`) are not repeated here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "FaultJson")]
+pub enum Fault {
+    /// No fault.
+    None,
+    /// AdamW divides by √(v̂ + ε) instead of √v̂ + ε (needs the manual AdamW).
+    EpsInSqrt,
+    /// AdamW without bias correction: m̂ = m, v̂ = v (needs the manual AdamW).
+    NoBiasCorrection,
+    /// AdamW's step counter starts at 0: step t computes its bias-correction factors with
+    /// exponent t − 1, so step 1 divides by 1 − β⁰ = 0 (needs the manual AdamW).
+    StepFromZero,
+    /// MSE summed over the elements instead of averaged (needs `Loss::Mse`).
+    MseSum,
+    /// Every square MLP weight `[n, n]` is used as `W` instead of `Wᵀ` (y = x·W + b).
+    TransposedWeight,
+    /// The optimizer step of step `step` is skipped: the parameters and the optimizer state
+    /// stay as they were (as a gradient scaler does on an overflow).
+    SkipUpdate {
+        /// The skipped step, from 1; beyond the run's last step nothing is skipped (so a
+        /// shortened run stays valid, and the comparison shows the fault never fired).
+        step: u32,
+    },
+}
+
+/// The JSON form of a [`Fault`]: `{"kind": "eps_in_sqrt"}`, `{"kind": "skip_update",
+/// "step": 50}`. A struct of its own because serde's internally tagged enums accept unknown
+/// fields beside a unit variant; this one refuses them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultJson {
+    kind: FaultKind,
+    step: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FaultKind {
+    None,
+    EpsInSqrt,
+    NoBiasCorrection,
+    StepFromZero,
+    MseSum,
+    TransposedWeight,
+    SkipUpdate,
+}
+
+impl TryFrom<FaultJson> for Fault {
+    type Error = String;
+
+    fn try_from(j: FaultJson) -> std::result::Result<Self, String> {
+        let fault = match j.kind {
+            FaultKind::None => Fault::None,
+            FaultKind::EpsInSqrt => Fault::EpsInSqrt,
+            FaultKind::NoBiasCorrection => Fault::NoBiasCorrection,
+            FaultKind::StepFromZero => Fault::StepFromZero,
+            FaultKind::MseSum => Fault::MseSum,
+            FaultKind::TransposedWeight => Fault::TransposedWeight,
+            FaultKind::SkipUpdate => Fault::SkipUpdate {
+                step: j.step.ok_or("fault skip_update needs its step")?,
+            },
+        };
+        if j.step.is_some() && !matches!(fault, Fault::SkipUpdate { .. }) {
+            return Err(format!("fault {fault:?} takes no step"));
+        }
+        Ok(fault)
+    }
+}
+
+impl Fault {
+    /// Whether this fault lives in the AdamW update (and so needs `AdamWImpl::Manual`).
+    pub fn in_adamw(self) -> bool {
+        matches!(
+            self,
+            Fault::EpsInSqrt | Fault::NoBiasCorrection | Fault::StepFromZero
+        )
+    }
+
+    /// Whether the optimizer step of step `t` (from 1) is skipped.
+    pub fn skips(self, t: u32) -> bool {
+        matches!(self, Fault::SkipUpdate { step } if step == t)
+    }
+}
+
 /// What each recorded step carries besides the parameters.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -269,6 +359,8 @@ pub struct RunSpec {
     pub record: Record,
     /// Parameters in state_dict order.
     pub params: Vec<ParamSpec>,
+    /// A deliberate fault, or `Fault::None` (see [`Fault`]).
+    pub fault: Fault,
 }
 
 impl RunSpec {
@@ -277,7 +369,7 @@ impl RunSpec {
     /// # Errors
     /// Malformed JSON, an unknown field, or values that cannot run (no steps, a record
     /// interval of 0, float32 factors with candle's own AdamW or float64 factors with burn's,
-    /// a `Record::tensors` name that is not a parameter).
+    /// a `Record::tensors` name that is not a parameter, a [`Fault`] the run cannot have).
     pub fn from_json(text: &str) -> Result<Self> {
         let spec: RunSpec = serde_json::from_str(text).context("parsing the run spec JSON")?;
         spec.check()?;
@@ -317,12 +409,41 @@ impl RunSpec {
         {
             bail!("burn's AdamW computes its bias-correction factors in float32 only (bias_correction \"f32\")");
         }
+        self.check_fault()?;
         if let Some(names) = &self.record.tensors {
             for n in names {
                 if !self.params.iter().any(|p| &p.name == n) {
                     bail!("record.tensors names {n:?}, which is not a parameter of this model");
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn check_fault(&self) -> Result<()> {
+        let manual = matches!(
+            self.optimizer,
+            Optimizer::Adamw {
+                implementation: AdamWImpl::Manual,
+                ..
+            }
+        );
+        match self.fault {
+            f if f.in_adamw() && !manual => {
+                bail!("fault {f:?} is in the AdamW update; it needs implementation \"manual\"")
+            }
+            Fault::MseSum if self.loss != Loss::Mse => bail!("fault MseSum needs loss \"mse\""),
+            Fault::TransposedWeight => {
+                let square = match &self.model {
+                    Model::Mlp { sizes, .. } => sizes.windows(2).any(|w| w[0] == w[1]),
+                    Model::Cnn1d { .. } => false,
+                };
+                if !square {
+                    bail!("fault TransposedWeight needs an MLP with a square weight (two equal consecutive sizes)");
+                }
+            }
+            Fault::SkipUpdate { step: 0 } => bail!("fault SkipUpdate: steps count from 1"),
+            _ => {}
         }
         Ok(())
     }
@@ -354,7 +475,8 @@ mod tests {
             "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
                            "weight_decay": 0.01, "implementation": "candle", "bias_correction": "f64"},
             "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-            "params": [{"name": "fc1.weight", "shape": [16, 8]}]
+            "params": [{"name": "fc1.weight", "shape": [16, 8]}],
+            "fault": {"kind": "none"}
         })
     }
 
@@ -430,6 +552,43 @@ mod tests {
         let err = RunSpec::from_json(&v.to_string()).unwrap_err();
         assert!(format!("{err:#}").contains("float32 only"), "{err:#}");
         v["optimizer"]["bias_correction"] = serde_json::json!("f32");
+        RunSpec::from_json(&v.to_string()).unwrap();
+    }
+
+    #[test]
+    fn the_fault_is_explicit_and_checked() {
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("fault");
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("fault"), "{err:#}");
+
+        let mut v = base();
+        v["fault"] = serde_json::json!({"kind": "skip_update", "step": 2});
+        let spec = RunSpec::from_json(&v.to_string()).unwrap();
+        assert!(spec.fault.skips(2) && !spec.fault.skips(1));
+        v["fault"] = serde_json::json!({"kind": "skip_update", "step": 0});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("from 1"), "{err:#}");
+        v["fault"] = serde_json::json!({"kind": "mse_sum", "step": 1});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("takes no step"), "{err:#}");
+        v["fault"] = serde_json::json!({"kind": "mse_sum", "steps": 1});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("steps"), "{err:#}");
+        v["fault"] = serde_json::json!({"kind": "skip_update"});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("needs its step"), "{err:#}");
+
+        v["fault"] = serde_json::json!({"kind": "eps_in_sqrt"});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("manual"), "{err:#}");
+        v["optimizer"]["implementation"] = serde_json::json!("manual");
+        RunSpec::from_json(&v.to_string()).unwrap();
+
+        v["fault"] = serde_json::json!({"kind": "transposed_weight"});
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("square"), "{err:#}");
+        v["model"]["sizes"] = serde_json::json!([8, 16, 16, 4]);
         RunSpec::from_json(&v.to_string()).unwrap();
     }
 

@@ -53,7 +53,8 @@ fn fixture_spec(
         "steps": 1, "model": model, "loss": loss,
         "optimizer": {"name": "sgd", "lr": 0.1},
         "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-        "params": params
+        "params": params,
+        "fault": {"kind": "none"}
     });
     RunSpec::from_json(&spec.to_string()).unwrap()
 }

@@ -1,0 +1,107 @@
+"""End-to-end: the ``faults`` target (real torch, real candle) on a shortened config, and
+the default target without it."""
+
+import copy
+import csv
+
+import pytest
+
+from parity.detection import DETECTION_COLUMNS, FALSE_ALARM_COLUMNS, SENSITIVITY_COLUMNS
+
+from conftest import load_config, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+KEPT = ("eps_in_sqrt", "lr_scaled", "relu_grad_at_zero", "skip_update", "transposed_weight")
+
+
+def faults_config():
+    """A3 AdamW alone (torch and candle, 8 steps), five of the configured faults (the
+    transposed weight's experiment left out), and a short sensitivity search."""
+    config = copy.deepcopy(load_config())
+    exp = config["experiments"]["a3_adamw"]
+    exp.update(steps=8, runs={"torch": {}, "candle": {}})
+    exp["comparisons"] = {"main": exp["comparisons"]["main"]}
+    config["experiments"] = {"a3_adamw": exp}
+    config["framework_summary"] = []
+    config["probes"] = {"enabled": False}
+    faults = config["faults"]
+    faults["instances"] = {n: faults["instances"][n] for n in KEPT}
+    faults["instances"]["skip_update"]["run"]["candle"]["fault"]["step"] = 4
+    faults["sensitivity"].update(log10_range=[-5, -2], bisections=2)
+    return config
+
+
+def read_csv(path):
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def faults_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("faults")
+    config = faults_config()
+    run_workflow(workdir, config, "--cores", "2", "faults")
+    return workdir, config
+
+
+def test_detection_table_says_what_detects_each_fault(faults_run):
+    workdir, _ = faults_run
+    with open(workdir / "results/tables/detection.csv", encoding="utf-8") as f:
+        assert tuple(next(csv.reader(f))) == DETECTION_COLUMNS
+    rows = {r["fault"]: r for r in read_csv(workdir / "results/tables/detection.csv")}
+    assert set(rows) == set(KEPT) - {"transposed_weight"}
+    eps = rows["eps_in_sqrt"]
+    assert eps["detected"] == "yes" and eps["detected_by"] == "max_abs, fp64_rule, f64_rounding"
+    assert eps["first_step"] == eps["max_abs_step"] == "1" and eps["verdict"] == "expected-fail"
+    assert float(eps["worst_dparam"]) > 1e-6
+    skip = rows["skip_update"]
+    assert skip["detected"] == "yes" and skip["max_abs_step"] == skip["first_step"] == "4"
+    relu = rows["relu_grad_at_zero"]
+    assert relu["detected"] == "no" and relu["detected_by"] == ""
+    assert relu["bitwise_identical"] == "True" and relu["verdict"] == "unexpected-pass"
+    assert relu["pair"] == "torch f32 cpu vs torch_fault_relu_grad_at_zero f32 cpu"
+    assert "never fired" in relu["note"]
+    md = (workdir / "results/tables/detection.md").read_text()
+    assert "| `max_abs` | 3 of 4 | 0 of 1 |" in md
+    assert "**transposed_weight**: experiment mlp_square is not in this config" in md
+    assert (workdir / "results/tables/detection.html").read_text().startswith("<!DOCTYPE html>")
+    assert (workdir / "results/figures/detection.png").stat().st_size > 10_000
+
+
+def test_false_alarms_cover_every_correct_pair(faults_run):
+    workdir, _ = faults_run
+    with open(workdir / "results/tables/false_alarms.csv", encoding="utf-8") as f:
+        assert tuple(next(csv.reader(f))) == FALSE_ALARM_COLUMNS
+    (row,) = read_csv(workdir / "results/tables/false_alarms.csv")
+    assert (row["experiment"], row["comparison"]) == ("a3_adamw", "main")
+    assert row["false_alarm"] == row["max_abs"] == row["fp64_rule"] == row["f64_rounding"] == "no"
+    assert float(row["f64_headroom"]) > 1
+
+
+def test_sensitivity_brackets_the_smallest_detected_learning_rate_error(faults_run):
+    workdir, _ = faults_run
+    with open(workdir / "results/tables/sensitivity.csv", encoding="utf-8") as f:
+        assert tuple(next(csv.reader(f))) == SENSITIVITY_COLUMNS
+    rows = read_csv(workdir / "results/tables/sensitivity.csv")
+    assert rows[0]["phase"] == "clean" and float(rows[0]["delta"]) == 0
+    assert rows[0]["detected"] == "no"
+    scan = [r for r in rows if r["phase"] == "scan"]
+    assert [float(r["delta"]) for r in scan] == [1e-5, 1e-4, 1e-3, 1e-2]
+    assert len(rows) <= 1 + 4 + 2
+    # Whatever the threshold, detection is monotone over these runs, as the table says.
+    ordered = sorted(rows, key=lambda r: float(r["delta"]))
+    flags = [r["detected"] == "yes" for r in ordered]
+    assert flags == sorted(flags)
+    assert (
+        "detection is monotone in δ over these runs: yes"
+        in (workdir / "results/tables/sensitivity.md").read_text()
+    )
+    assert (workdir / "results/figures/sensitivity.png").stat().st_size > 10_000
+
+
+def test_the_default_target_has_no_fault_jobs(tmp_path):
+    proc = run_workflow(tmp_path, faults_config(), "-n", "--cores", "1")
+    assert "_fault_" not in proc.stdout
+    for rule in ("detection", "sensitivity", "faults"):
+        assert f"rule {rule}:" not in proc.stdout and f"localrule {rule}:" not in proc.stdout
