@@ -35,7 +35,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use anyhow::{anyhow, Result};
 use burn::module::{Module, Param};
@@ -48,7 +47,8 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Gradients, Tensor};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::probe_spec::{
-    dim_index, result_meta, CaseSpec, InputSpec, LossTerm, Op, ProbeSpec, Quantity, Status,
+    catch_panic, dim_index, result_meta, CaseSpec, InputSpec, LossTerm, Op, ProbeSpec, Quantity,
+    Status,
 };
 use parity_common::spec::FloatType;
 
@@ -117,22 +117,10 @@ fn framework(message: String) -> Fault {
     Fault::Refused(Refusal::Framework(message))
 }
 
-/// Runs `f`, turning a panic inside burn into a framework error with its message on one line.
+/// Runs `f`, turning a panic inside burn into a framework error (see
+/// [`parity_common::probe_spec::catch_panic`]).
 fn guarded<T>(f: impl FnOnce() -> Step<T>) -> Step<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(framework(format!(
-                "panic: {}",
-                msg.split_whitespace().collect::<Vec<_>>().join(" ")
-            )))
-        }
-    }
+    catch_panic(f).unwrap_or_else(|msg| Err(framework(msg)))
 }
 
 /// A float tensor of rank 1 to 4 (see [`RANKS`]).

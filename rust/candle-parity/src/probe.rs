@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use anyhow::{anyhow, Result};
 use candle_core::backprop::GradStore;
@@ -21,8 +20,8 @@ use candle_core::{Device, Tensor, Var};
 use candle_nn::{AdamW, Module, Optimizer as _, ParamsAdamW, SGD};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::probe_spec::{
-    dim_index, result_meta, CandleImpl, CaseSpec, LossTerm, Op, ProbeOptimizer, ProbeSpec,
-    Quantity, Status,
+    catch_panic, dim_index, result_meta, CandleImpl, CaseSpec, LossTerm, Op, ProbeOptimizer,
+    ProbeSpec, Quantity, Status,
 };
 
 use crate::device::{self, to_raw};
@@ -55,19 +54,10 @@ impl From<candle_core::Error> for Fault {
 
 type Step<T> = std::result::Result<T, Fault>;
 
-/// Runs `f`, turning a panic inside candle into [`Fault::Framework`].
+/// Runs `f`, turning a panic inside candle into a framework error (see
+/// [`parity_common::probe_spec::catch_panic`]).
 fn guarded<T>(f: impl FnOnce() -> Step<T>) -> Step<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Fault::Framework(format!("panic: {msg}")))
-        }
-    }
+    catch_panic(f).unwrap_or_else(|msg| Err(Fault::Framework(msg)))
 }
 
 /// A signed dimension (negative counts from the end) as an index below `rank`.

@@ -443,6 +443,23 @@ impl ProbeSpec {
     }
 }
 
+/// Runs `f`, catching a panic inside the framework it calls: `Err` holds the panic's message
+/// on one line, prefixed `panic: ` (a probe case that panics is a framework error, an
+/// outcome of the probe, not a crash of the runner).
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        format!(
+            "panic: {}",
+            msg.split_whitespace().collect::<Vec<_>>().join(" ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,5 +589,15 @@ mod tests {
             let parsed: f64 = serde_json::from_str(&text).unwrap();
             assert_eq!(parsed.to_bits(), x.to_bits(), "{text}");
         }
+    }
+
+    #[test]
+    fn a_panic_is_caught_as_one_line() {
+        assert_eq!(catch_panic(|| 3), Ok(3));
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let caught = catch_panic(|| -> u8 { panic!("shape mismatch\n  lhs [2, 3]") });
+        std::panic::set_hook(hook);
+        assert_eq!(caught, Err("panic: shape mismatch lhs [2, 3]".to_string()));
     }
 }

@@ -6,6 +6,37 @@
 //! `probes/conv1d_grad.yaml` and `probes/conv2d_grad.yaml`. Every value is an integer (or a
 //! small dyadic number), so every comparison is equality.
 
+/// The `#[test]` functions of one float type (`"f32"` or `"f64"`): each calls the check of
+/// the same name here.
+macro_rules! probe_tests {
+    ($dtype:literal) => {
+        #[test]
+        fn conv1d_grad_is_the_study_value() {
+            probe_cases::conv1d_grad_is_the_study_value($dtype);
+        }
+
+        #[test]
+        fn conv2d_grad_is_the_study_value() {
+            probe_cases::conv2d_grad_is_the_study_value($dtype);
+        }
+
+        #[test]
+        fn what_burn_lacks_is_unsupported() {
+            probe_cases::what_burn_lacks_is_unsupported($dtype);
+        }
+
+        #[test]
+        fn burn_panics_are_framework_errors() {
+            probe_cases::burn_panics_are_framework_errors($dtype);
+        }
+
+        #[test]
+        fn views_and_an_sgd_step() {
+            probe_cases::views_and_an_sgd_step($dtype);
+        }
+    };
+}
+
 use burn_parity::device::{self, Host};
 use burn_parity::probe::{run_case, Outcome};
 use parity_common::probe_spec::ProbeSpec;
