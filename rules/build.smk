@@ -21,8 +21,9 @@ rule build_candle:
         target_dir=lambda wc: cargo_target_dir(wc.device),
         features=lambda wc: cargo_features(wc.device),
         source_id=lambda wc: rust_source_id("candle-parity", cargo_features(wc.device)),
+        cargo=lambda wc: cargo_command("candle-parity", cargo_features(wc.device)),
     message:
-        "cargo build --release --locked -p {params.crate} {params.features} (candle for {wildcards.device})"
+        "{params.cargo} (device {wildcards.device})"
     script:
         "../scripts/build_runner.py"
 
@@ -48,10 +49,13 @@ rule build_burn:
     localrule: True
     conda:
         "../envs/rust.yaml"
+    message:
+        "{params.cargo} (device {wildcards.device})"
     params:
         crate="burn-parity",
         target_dir=BURN_TARGET_DIR,
         features=[],
         source_id=rust_source_id("burn-parity", []),
+        cargo=cargo_command("burn-parity", []),
     script:
         "../scripts/build_runner.py"

@@ -291,6 +291,12 @@ def cargo_target_dir(device):
     return os.path.join(base, "-".join(sorted(features)) or "default")
 
 
+def cargo_command(crate, features):
+    """The cargo build command of a runner, as its build job's message shows it (the job
+    adds --manifest-path and --target-dir)."""
+    return " ".join(["cargo build --release --locked -p", crate, *features])
+
+
 def cargo_features(device):
     """cargo's --features arguments for a device, from config candle.features."""
     features = config.get("candle", {}).get("features", {}).get(device, [])
