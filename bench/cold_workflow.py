@@ -15,6 +15,15 @@ from pathlib import Path
 from common import REPO, SNAKEMAKE, machine, table, wall
 
 
+def job_group(path: Path) -> str:
+    """The row a benchmark file counts in: its folder (``split``, ``figure``, …), split by
+    framework for builds, training runs and probes (``train candle``)."""
+    top = path.parts[0].removesuffix(".tsv")
+    if top in ("build", "train", "probes"):
+        return f"{top} {path.stem.split('-')[0].split('_')[0]}"
+    return top
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cores", type=int, default=os.cpu_count())
@@ -40,12 +49,12 @@ def main():
         total = time.perf_counter() - start
         per_rule = defaultdict(list)
         for tsv in Path(tmp, "results/benchmarks").rglob("*.tsv"):
-            rule = tsv.relative_to(Path(tmp, "results/benchmarks")).parts[0]
+            rule = job_group(tsv.relative_to(Path(tmp, "results/benchmarks")))
             with open(tsv, encoding="utf-8") as f:
                 per_rule[rule] += [float(r["s"]) for r in csv.DictReader(f, delimiter="\t")]
     rows = [
         {
-            "rule (benchmark folder)": rule,
+            "jobs (benchmark folder)": rule,
             "jobs": len(s),
             "total (s)": f"{sum(s):.1f}",
             "longest (s)": f"{max(s):.1f}",
