@@ -4,12 +4,21 @@ the training loops' wall times, which include writing the trace.
 
 Target: ratio ≤ 1.25.
 
+Also printed, as the floor any recording pays: the time to write the same bytes (every
+parameter of every step, float32) to a file in the same folder, one step per write, with
+nothing else done, and the ratio that alone would give.
+
     .venv/bin/python bench/recording_overhead.py
 """
 
+import os
+import statistics
+import time
+
+import numpy as np
 from common import WORK, machine, run_workflow, scale_config, table
 
-from parity.experiments import RunKey
+from parity.experiments import RunKey, count_params
 from parity.schema import TraceReader
 
 STEPS = 200
@@ -22,7 +31,28 @@ def train_seconds(workdir, run, dtype, every):
     return TraceReader(workdir / key.trace).meta["runner"]["train_seconds"]
 
 
+def raw_write_seconds(params: int, steps: int, repeat: int = 5) -> float:
+    """Median seconds to write ``steps`` + 1 buffers of ``params`` float32 values to one
+    file under WORK (through the page cache, as the trace writers do) and close it; the
+    file is removed after each try. Varies a lot with the kernel's writeback of earlier
+    dirty pages, hence the median."""
+    step = np.random.default_rng(0).standard_normal(params).astype(np.float32).tobytes()
+    path = WORK / "raw-write.bin"
+    WORK.mkdir(parents=True, exist_ok=True)
+    tries = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        with open(path, "wb") as f:
+            for _ in range(steps + 1):  # steps 0..STEPS, as a trace records them
+                f.write(step)
+        tries.append(time.perf_counter() - start)
+        os.remove(path)
+    return statistics.median(tries)
+
+
 def main():
+    model = scale_config()["experiments"]["scale_mlp"]["model"]
+    raw = raw_write_seconds(count_params(model), STEPS)
     rows = []
     for run in ("torch", "candle"):
         everything = train_seconds(WORK / "record-every-step", run, "f32", 1)
@@ -34,6 +64,8 @@ def main():
                 "record nothing (s)": f"{nothing:.2f}",
                 "ratio": f"{everything / nothing:.2f}",
                 "target": "≤ 1.25",
+                "raw write of the same bytes (s)": f"{raw:.2f}",
+                "ratio of that alone": f"{(nothing + raw) / nothing:.2f}",
             }
         )
     print(machine())
