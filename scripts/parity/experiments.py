@@ -112,18 +112,20 @@ class ConfigError(ValueError):
         #: Every problem found, this one included (see :meth:`every`).
         self.problems: list[ConfigError] = [self]
 
-    @classmethod
-    def every(cls, problems: list[ConfigError]) -> ConfigError:
-        """One error that lists each of ``problems`` (non-empty) on a line of its own, so a
-        user fixes a config in one pass; ``path`` is the first problem's."""
-        first = problems[0]
-        if len(problems) == 1:
-            return first
-        err = cls.__new__(cls)
-        ValueError.__init__(err, "\n  ".join(str(p) for p in problems))
-        err.path = first.path
-        err.problems = list(problems)
-        return err
+    @staticmethod
+    def every(problems: list[ConfigError]) -> ConfigError:
+        """One error for ``problems`` (non-empty): the problem itself when there is one,
+        else a :class:`ConfigErrors` listing each, so a user fixes a config in one pass."""
+        return problems[0] if len(problems) == 1 else ConfigErrors(problems)
+
+
+class ConfigErrors(ConfigError):
+    """Several :class:`ConfigError`, one per line; ``path`` is the first one's."""
+
+    def __init__(self, problems: list[ConfigError]):
+        ValueError.__init__(self, "\n  ".join(str(p) for p in problems))
+        self.path = problems[0].path
+        self.problems = list(problems)
 
 
 def framework_of(run: str) -> str:
