@@ -592,11 +592,7 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
         };
         env.insert(i.name.clone(), t);
     }
-    let quantities = case
-        .compare
-        .iter()
-        .map(|q| Quantity::parse(q))
-        .collect::<Result<Vec<_>>>()?;
+    let quantities = case.quantities()?;
     let mut found: Vec<Option<Outcome>> = quantities.iter().map(|_| None).collect();
 
     let (env, loss) = match forward(case, env, ty, dev) {

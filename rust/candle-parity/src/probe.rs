@@ -213,11 +213,7 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
         };
         env.insert(input.name.clone(), t);
     }
-    let quantities = case
-        .compare
-        .iter()
-        .map(|q| Quantity::parse(q))
-        .collect::<Result<Vec<_>>>()?;
+    let quantities = case.quantities()?;
     let mut found: Vec<Option<Outcome>> = quantities.iter().map(|_| None).collect();
     let var = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v);
 

@@ -318,6 +318,16 @@ impl Quantity {
     }
 }
 
+impl CaseSpec {
+    /// The case's `compare` list, parsed, in order.
+    ///
+    /// # Errors
+    /// For a quantity [`Quantity::parse`] refuses.
+    pub fn quantities(&self) -> Result<Vec<Quantity>> {
+        self.compare.iter().map(|q| Quantity::parse(q)).collect()
+    }
+}
+
 /// One case: steps, optional loss and optimizer, and the quantities to report.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
