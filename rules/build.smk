@@ -49,13 +49,13 @@ rule build_burn:
     localrule: True
     conda:
         "../envs/rust.yaml"
-    message:
-        "{params.cargo} (device {wildcards.device})"
     params:
         crate="burn-parity",
         target_dir=BURN_TARGET_DIR,
         features=[],
         source_id=rust_source_id("burn-parity", []),
         cargo=cargo_command("burn-parity", []),
+    message:
+        "{params.cargo} (device {wildcards.device})"
     script:
         "../scripts/build_runner.py"
