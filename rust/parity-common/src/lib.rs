@@ -8,10 +8,13 @@
 //!   where the trace schema is defined once.
 //! * [`build_info`]: helpers for the runners' build scripts (locked versions, compiler, the
 //!   source id the workflow's build rule passes in).
+//! * [`cli`]: the command line every runner shares (`train`, `probe`, `defaults`,
+//!   `version`, `source-id`).
 //! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probes.py`, which every
 //!   Rust runner interprets with its own framework.
 
 pub mod build_info;
+pub mod cli;
 pub mod frames;
 pub mod probe_spec;
 pub mod spec;

@@ -1,0 +1,114 @@
+//! The command line every Rust runner shares (`candle-parity`, `burn-parity`): the same
+//! subcommands, which the workflow calls alike (`scripts/parity/rust_runner.py`,
+//! `scripts/build_runner.py`, the defaults rule). A runner says what its framework does for
+//! each through [`Runner`] and calls [`run`] from its `main`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::frames::open_sink;
+use crate::probe_spec::ProbeSpec;
+use crate::spec::RunSpec;
+
+/// What a runner's framework does for each subcommand.
+pub trait Runner {
+    /// The binary's name (`candle-parity`).
+    const NAME: &'static str;
+    /// The runner's own package version, for `--version`.
+    const VERSION: &'static str;
+    /// One line for `--help` (`candle side of the training-step parity workflow`).
+    const ABOUT: &'static str;
+    /// The framework's version this binary was built with (from Cargo.lock, see
+    /// [`crate::build_info`]).
+    const FRAMEWORK_VERSION: &'static str;
+    /// The runner's `PARITY_SOURCE_ID` (see [`crate::build_info::emit`]).
+    const SOURCE_ID: &'static str;
+
+    /// Trains as `spec` says and writes frames (see [`crate::frames`]) to `sink`.
+    ///
+    /// # Errors
+    /// Whatever stops the run (the runner's own docs say which).
+    fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()>;
+
+    /// Runs an op probe and writes one `result` frame per (case, quantity) to `sink`; the
+    /// framework's errors and panics are results, not failures.
+    ///
+    /// # Errors
+    /// Only for a spec the runner cannot interpret.
+    fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()>;
+
+    /// The framework's optimizer defaults as JSON, read from the library itself.
+    ///
+    /// # Errors
+    /// When the library's config types cannot be serialised.
+    fn defaults() -> Result<serde_json::Value>;
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train as the run spec says and write frames (see parity_common::frames).
+    Train {
+        /// Run spec JSON written by the workflow.
+        #[arg(long)]
+        spec: PathBuf,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Run an op probe (normalized by the workflow) and write one `result` frame per
+    /// (case, quantity); the framework's errors and panics, and ops its API lacks, are
+    /// results, not failures.
+    Probe {
+        /// Probe spec JSON written by the workflow.
+        #[arg(long)]
+        spec: PathBuf,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Print the framework's optimizer defaults as JSON, read from the library itself.
+    Defaults,
+    /// Print the framework version this binary was built with.
+    Version,
+    /// Print the source id the workflow's build rule embedded (a hash of this runner's
+    /// sources), so the rule can check it copied this checkout's binary.
+    SourceId,
+}
+
+/// Parses the process's command line as runner `R` and runs the subcommand; `--help` and
+/// argument errors exit the process through clap.
+///
+/// # Errors
+/// Those of the subcommand ([`Runner`]), and failures to open `--out` or read `--spec`.
+pub fn run<R: Runner>() -> Result<()> {
+    let matches = Cli::command()
+        .name(R::NAME)
+        .about(R::ABOUT)
+        .version(R::VERSION)
+        .get_matches();
+    match Cli::from_arg_matches(&matches)?.command {
+        Command::Train { spec, out } => R::train(&RunSpec::from_path(&spec)?, open_sink(&out)?),
+        Command::Probe { spec, out } => R::probe(&ProbeSpec::from_path(&spec)?, open_sink(&out)?),
+        Command::Defaults => {
+            println!("{}", serde_json::to_string_pretty(&R::defaults()?)?);
+            Ok(())
+        }
+        Command::Version => {
+            println!("{}", R::FRAMEWORK_VERSION);
+            Ok(())
+        }
+        Command::SourceId => {
+            println!("{}", R::SOURCE_ID);
+            Ok(())
+        }
+    }
+}
