@@ -367,7 +367,8 @@ impl RunSpec {
     /// Parses and checks a spec.
     ///
     /// # Errors
-    /// Malformed JSON, an unknown field, or values that cannot run (no steps, a record
+    /// Malformed JSON, an unknown field, or values that cannot run (a parameter list other
+    /// than the model family's, no steps, a record
     /// interval of 0, float32 factors with candle's own AdamW or float64 factors with burn's,
     /// a `Record::tensors` name that is not a parameter, a [`Fault`] the run cannot have).
     pub fn from_json(text: &str) -> Result<Self> {
@@ -387,6 +388,15 @@ impl RunSpec {
     }
 
     fn check(&self) -> Result<()> {
+        let expected = self.model.params();
+        if expected != self.params {
+            bail!(
+                "the spec's parameters {:?} differ from what the {:?} family declares {:?}",
+                self.params,
+                self.model,
+                expected
+            );
+        }
         if self.steps == 0 {
             bail!("steps must be at least 1");
         }
@@ -475,7 +485,8 @@ mod tests {
             "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
                            "weight_decay": 0.01, "implementation": "candle", "bias_correction": "f64"},
             "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-            "params": [{"name": "fc1.weight", "shape": [16, 8]}],
+            "params": [{"name": "fc1.weight", "shape": [16, 8]}, {"name": "fc1.bias", "shape": [16]},
+                       {"name": "fc2.weight", "shape": [4, 16]}, {"name": "fc2.bias", "shape": [4]}],
             "fault": {"kind": "none"}
         })
     }
@@ -538,6 +549,14 @@ mod tests {
     }
 
     #[test]
+    fn a_parameter_list_other_than_the_family_s_is_refused() {
+        let mut v = base();
+        v["params"][0]["name"] = serde_json::json!("fc1.kernel");
+        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("differ from what"), "{err:#}");
+    }
+
+    #[test]
     fn f32_factors_need_the_manual_adamw() {
         let mut v = base();
         v["optimizer"]["bias_correction"] = serde_json::json!("f32");
@@ -589,6 +608,11 @@ mod tests {
         let err = RunSpec::from_json(&v.to_string()).unwrap_err();
         assert!(format!("{err:#}").contains("square"), "{err:#}");
         v["model"]["sizes"] = serde_json::json!([8, 16, 16, 4]);
+        v["params"] = serde_json::json!([
+            {"name": "fc1.weight", "shape": [16, 8]}, {"name": "fc1.bias", "shape": [16]},
+            {"name": "fc2.weight", "shape": [16, 16]}, {"name": "fc2.bias", "shape": [16]},
+            {"name": "fc3.weight", "shape": [4, 16]}, {"name": "fc3.bias", "shape": [4]}
+        ]);
         RunSpec::from_json(&v.to_string()).unwrap();
     }
 
