@@ -17,7 +17,7 @@ import time
 import numpy as np
 from common import REPO, WORK, machine, run_workflow, scale_config, table
 
-from parity.experiments import Plan
+from parity.plan import Plan
 from parity.schema import TraceReader
 
 WORKDIR = WORK / "scale"

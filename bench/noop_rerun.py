@@ -46,7 +46,7 @@ start = time.perf_counter()
 with open(sys.argv[1] + "/config.yaml", encoding="utf-8") as f:
     config = yaml.load(f, Loader=yaml.CSafeLoader)
 validate(config, sys.argv[1] + "/schemas/config.schema.yaml")
-from parity.experiments import Plan
+from parity.plan import Plan
 from parity.probes import ProbePlan
 Plan(config)
 ProbePlan.from_config(config, sys.argv[1])

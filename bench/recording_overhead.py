@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from common import WORK, machine, run_workflow, scale_config, table
 
-from parity.experiments import RunKey, count_params, model_params
+from parity.keys import RunKey
+from parity.models import count_params, model_params
 from parity.schema import FLOAT_TYPES, TraceLayout, TraceReader, writer_options
 
 STEPS = 200

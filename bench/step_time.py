@@ -7,7 +7,7 @@ float64. A figure users ask for; no target.
 
 from common import WORK, machine, run_workflow, scale_config, table
 
-from parity.experiments import RunKey
+from parity.keys import RunKey
 from parity.schema import TraceReader
 
 STEPS = 200

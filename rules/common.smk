@@ -1,5 +1,6 @@
-# Config validation and the input functions that turn the config into file lists.
-# Everything about what an experiment means lives in scripts/parity/experiments.py.
+# Config validation and the input functions that turn the config into file lists and
+# into the resolved data each job receives as params. What an experiment means lives in
+# scripts/parity (resolve.py, plan.py); result paths in scripts/parity/paths.py.
 
 import os
 import sys
@@ -10,17 +11,15 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity.experiments import (  # noqa: E402
-    COMPARE_LOG,
-    TRACE,
-    TRAIN_LOG,
-    DEVICES,
-    ConfigError,
-    Plan,
-    host_device_problem,
-    unsupported_reason,
-)
+from parity import paths  # noqa: E402
+from parity.codeversion import code_version  # noqa: E402
+from parity.config import ConfigError  # noqa: E402
+from parity.detection import detection_inputs, detection_params  # noqa: E402
+from parity.devices import host_device_problem  # noqa: E402
+from parity.frameworks import unsupported_reason  # noqa: E402
+from parity.plan import Plan  # noqa: E402
 from parity.probes import ProbeError, ProbePlan  # noqa: E402
+from parity.summary import framework_summary_items, unsupported_cells  # noqa: E402
 
 CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
 try:
@@ -69,47 +68,19 @@ wildcard_constraints:
     probe="[a-z][a-z0-9_]*",
 
 
-PARITY_DIR = Path(workflow.basedir) / "scripts" / "parity"
-#: Modules that shape a trace; a change to them reruns the training jobs.
-TRACE_MODULES = (
-    "experiments",
-    "fileio",
-    "frames",
-    "provenance",
-    "rust_runner",
-    "schema",
-    "torch_runner",
-)
-
-
-def code_version(modules=None):
-    """SHA-256 of the parity modules a job runs (all when None). Given as a param, so
-    Snakemake reruns a job when its code changes, not only when its script does."""
-    import hashlib
-
-    names = modules or sorted(p.stem for p in PARITY_DIR.glob("*.py"))
-    h = hashlib.sha256()
-    for name in names:
-        h.update((PARITY_DIR / f"{name}.py").read_bytes())
-    return h.hexdigest()[:16]
-
-
-ANALYSIS_CODE = code_version()
-TRACE_CODE = code_version(TRACE_MODULES)
-
-
-def compare_log(kind):
-    """Log pattern of a comparison job (parity.experiments.COMPARE_LOG)."""
-    return COMPARE_LOG.replace("{kind}", kind)
+def code(script):
+    """Param ``code`` of a rule: the hash of its script and the parity modules that script
+    runs (parity.codeversion), so an edit reruns exactly the jobs whose code changed."""
+    return code_version(os.path.join(workflow.basedir, "scripts", script))
 
 
 def write_partial_summary():
     """After a failed run (e.g. with --keep-going): summarise what exists; each comparison
     that could not be made gets verdict "error" and the log of the job that failed."""
-    from parity import jobs
+    from parity import summary
 
-    n = jobs.partial_summary_job(
-        PLAN, "results/tables/summary.csv", "results/tables/summary.md"
+    n = summary.partial_summary_job(
+        PLAN, paths.SUMMARY.format(ext="csv"), paths.SUMMARY.format(ext="md")
     )
     if n:
         print(
@@ -124,38 +95,62 @@ def comparison(wildcards):
     return PLAN.comparison(wildcards.experiment, wildcards.tag)
 
 
-def comparison_params(wildcards):
-    """What a comparison depends on besides its input files (reruns it when changed)."""
-    c = comparison(wildcards)
-    return {
-        "reference": c.reference.label,
-        "candidate": c.candidate.label,
-        "expect": c.expect,
-        "tolerance": c.tolerance,
-    }
+def comparison_job(wildcards):
+    """What a comparison job receives: the comparison, what each trace must carry, the
+    model and the diagnosis settings (Plan.comparison_job); a change reruns it."""
+    return PLAN.comparison_job(comparison(wildcards))
+
+
+def run_settings(wildcards):
+    """The resolved settings a training job receives (Plan.run_settings)."""
+    return PLAN.run_settings(wildcards.experiment, wildcards.run)
 
 
 def split_traces(wildcards):
+    """The four traces of a float64 split by role, and the fixture."""
     c = comparison(wildcards)
-    ref64, cand64 = c.f64_pair
     return {
-        "ref32": c.reference.trace,
-        "cand32": c.candidate.trace,
-        "ref64": ref64.trace,
-        "cand64": cand64.trace,
+        **{role: k.trace for role, k in c.keys.items()},
         "fixture": PLAN.fixture(c.experiment),
     }
+
+
+def diagnosis_inputs(wildcards):
+    """The diagnosis reads the split's traces and the per-step result (its first step
+    beyond the tolerance)."""
+    return {
+        **split_traces(wildcards),
+        "perstep": comparison(wildcards).result("perstep"),
+    }
+
+
+def table_outputs(kind):
+    """The outputs of a comparison job of ``kind`` (perstep, split, diagnosis): its CSV,
+    Markdown twin, HTML twin (in the report) and machine-readable result."""
+    table = lambda ext: paths.fill(paths.TABLE, kind=kind, ext=ext)
+    return {
+        "csv": table("csv"),
+        "md": table("md"),
+        "html": report(
+            table("html"),
+            caption="../report/captions/table.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{tag}", "table": kind, "kind": "table"},
+        ),
+        "result": paths.fill(paths.COMPARE_RESULT, kind=kind),
+    }
+
+
+def probe_path(pattern, framework):
+    """A probe job's result, log or benchmark pattern for ``framework``."""
+    return paths.fill(pattern, framework=framework)
 
 
 def runner_binary(framework, device):
     """The Rust runner of a framework (candle-parity, burn-parity), built for a device's
     features."""
-    return f"results/bin/{framework}-parity-{device}"
-
-
-def table_kinds(c):
-    """Tables of a comparison: per-step always; split and diagnosis need f64 runs."""
-    return ["perstep"] + (["split", "diagnosis"] if c.f64_pair else [])
+    return paths.fill(paths.RUNNER_BINARY, framework=framework, device=device)
 
 
 def figure_inputs(wildcards):
@@ -174,14 +169,14 @@ def all_tables():
 
 def all_results():
     """The machine-readable results the summary gathers."""
-    return [c.result(kind) for c in PLAN.comparisons() for kind in table_kinds(c)]
+    return [c.result(kind) for c in PLAN.comparisons() for kind in c.kinds]
 
 
 def tables_and_figures(comparisons):
     """Every table and figure of these comparisons."""
     out = []
     for c in comparisons:
-        for kind in table_kinds(c):
+        for kind in c.kinds:
             out += [c.table(kind), c.table(kind, "md"), c.figure(kind)]
     return out
 
@@ -198,9 +193,9 @@ def device_outputs(device):
 
 def check_inputs(wildcards):
     """The tables whose verdicts the check target gates on."""
-    out = {"summary": "results/tables/summary.csv"}
+    out = {"summary": paths.SUMMARY.format(ext="csv")}
     if PROBES.probes:
-        out["probes"] = "results/tables/probes.csv"
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
     return out
 
 
@@ -212,12 +207,12 @@ def all_outputs():
         all_tables()
         + [k.trace for k in PLAN.runs()]
         + [
-            "results/tables/summary.csv",
-            "results/tables/summary.md",
-            "results/tables/framework_summary.csv",
-            "results/tables/optimizer_defaults.csv",
-            "results/tables/provenance.csv",
-            "results/report/training_loop.html",
+            paths.SUMMARY.format(ext="csv"),
+            paths.SUMMARY.format(ext="md"),
+            paths.FRAMEWORK_SUMMARY.format(ext="csv"),
+            paths.OPTIMIZER_DEFAULTS.format(ext="csv"),
+            paths.PROVENANCE.format(ext="csv"),
+            paths.TRAINING_LOOP_PAGE,
         ]
         + PROBES.outputs()
     )
@@ -315,15 +310,6 @@ BURN_TARGET_DIR = os.path.join(
 # ----- detection power (rules/faults.smk) ----------------------------------------
 
 
-def fault_inputs(wildcards):
-    """What the detection table reads: the results and per-step table of every fault
-    comparison and of every correct pair of the default target."""
-    comps = PLAN.fault_comparisons() + PLAN.correct_pairs()
-    return [c.result(k) for c in comps for k in table_kinds(c)] + [
-        c.table("perstep") for c in comps
-    ]
-
-
 def sensitivity_inputs(wildcards):
     """The clean run's float32 CPU trace, the fixture and, for a Rust run, its binary."""
     s = PLAN.sensitivity
@@ -331,12 +317,12 @@ def sensitivity_inputs(wildcards):
         raise WorkflowError("config faults.sensitivity is not set")
     e = s["experiment"]
     out = {
-        "reference": TRACE.format(
+        "reference": paths.TRACE.format(
             experiment=e, run=s["against"], dtype="f32", device="cpu"
         ),
         "fixture": PLAN.fixture(e),
     }
-    framework = PLAN.run_settings(e, s["run"])["framework"]
+    framework = s["settings"]["framework"]
     if framework != "torch":
         out["binary"] = runner_binary(framework, "cpu")
     return out

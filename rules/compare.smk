@@ -1,32 +1,26 @@
-# Comparisons: a reference run against a candidate run, per experiment and device.
+# Comparisons: a reference run against a candidate run, per experiment and device. Each
+# job receives its comparison, what every trace must carry and the diagnosis settings as
+# params (Plan.comparison_job); its outputs are table_outputs(kind).
 
 
 rule perstep:
-    """Per-step loss and max|dparam| of a pair, with the step-0 identity check."""
+    """Per-step loss and max|dparam| of a pair, with the step-0 identity check and the
+    first step beyond the tolerance."""
     input:
         reference=lambda wc: comparison(wc).reference.trace,
         candidate=lambda wc: comparison(wc).candidate.trace,
-        fixture="results/fixtures/{experiment}.safetensors",
+        fixture=paths.FIXTURE,
     output:
-        csv="results/tables/{experiment}/perstep-{tag}.csv",
-        md="results/tables/{experiment}/perstep-{tag}.md",
-        html=report(
-            "results/tables/{experiment}/perstep-{tag}.html",
-            caption="../report/captions/table.rst",
-            category="2 Experiments",
-            subcategory="{experiment}",
-            labels={"comparison": "{tag}", "table": "perstep", "kind": "table"},
-        ),
-        result="results/compare/{experiment}/perstep-{tag}.json",
+        **table_outputs("perstep"),
     log:
-        compare_log("perstep"),
+        paths.fill(paths.COMPARE_LOG, kind="perstep"),
     benchmark:
-        "results/benchmarks/perstep/{experiment}/{tag}.tsv"
+        paths.fill(paths.COMPARE_BENCHMARK, kind="perstep")
     conda:
         "../envs/analysis.yaml"
     params:
-        comparison=comparison_params,
-        code=ANALYSIS_CODE,
+        job=comparison_job,
+        code=code("compare_perstep.py"),
     script:
         "../scripts/compare_perstep.py"
 
@@ -37,25 +31,16 @@ rule split:
     input:
         unpack(split_traces),
     output:
-        csv="results/tables/{experiment}/split-{tag}.csv",
-        md="results/tables/{experiment}/split-{tag}.md",
-        html=report(
-            "results/tables/{experiment}/split-{tag}.html",
-            caption="../report/captions/table.rst",
-            category="2 Experiments",
-            subcategory="{experiment}",
-            labels={"comparison": "{tag}", "table": "split", "kind": "table"},
-        ),
-        result="results/compare/{experiment}/split-{tag}.json",
+        **table_outputs("split"),
     log:
-        compare_log("split"),
+        paths.fill(paths.COMPARE_LOG, kind="split"),
     benchmark:
-        "results/benchmarks/split/{experiment}/{tag}.tsv"
+        paths.fill(paths.COMPARE_BENCHMARK, kind="split")
     conda:
         "../envs/analysis.yaml"
     params:
-        comparison=comparison_params,
-        code=ANALYSIS_CODE,
+        job=comparison_job,
+        code=code("compare_split.py"),
     script:
         "../scripts/compare_split.py"
 
@@ -64,27 +49,17 @@ rule diagnosis:
     """Why a pair differs: ULP and RMSE, where f64 leaves float64 rounding, signed-error
     agreement, the fp64-referenced rule, and ReLU flips."""
     input:
-        unpack(split_traces),
+        unpack(diagnosis_inputs),
     output:
-        csv="results/tables/{experiment}/diagnosis-{tag}.csv",
-        md="results/tables/{experiment}/diagnosis-{tag}.md",
-        html=report(
-            "results/tables/{experiment}/diagnosis-{tag}.html",
-            caption="../report/captions/table.rst",
-            category="2 Experiments",
-            subcategory="{experiment}",
-            labels={"comparison": "{tag}", "table": "diagnosis", "kind": "table"},
-        ),
-        result="results/compare/{experiment}/diagnosis-{tag}.json",
+        **table_outputs("diagnosis"),
     log:
-        compare_log("diagnosis"),
+        paths.fill(paths.COMPARE_LOG, kind="diagnosis"),
     benchmark:
-        "results/benchmarks/diagnosis/{experiment}/{tag}.tsv"
+        paths.fill(paths.COMPARE_BENCHMARK, kind="diagnosis")
     conda:
         "../envs/analysis.yaml"
     params:
-        comparison=comparison_params,
-        code=ANALYSIS_CODE,
-        diagnosis=PLAN.diagnosis,
+        job=comparison_job,
+        code=code("compare_diagnosis.py"),
     script:
         "../scripts/compare_diagnosis.py"

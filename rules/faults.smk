@@ -1,4 +1,4 @@
-# Detection power (README, "Detection power"): every fault instance against its clean run,
+# Detection power (docs/detection.md): every fault instance against its clean run,
 # the detection table with the false alarms of the correct pairs, and the learning-rate
 # sensitivity. Target `faults`; not in the default target.
 
@@ -15,7 +15,7 @@ SENSITIVITY_OUTPUTS = [
 rule detection:
     """Which criterion detects each fault instance, and which flags a correct pair."""
     input:
-        fault_inputs,
+        detection_inputs(PLAN),
     output:
         csv="results/tables/detection.csv",
         md="results/tables/detection.md",
@@ -47,8 +47,8 @@ rule detection:
     conda:
         "../envs/analysis.yaml"
     params:
-        faults=PLAN.faults,
-        code=ANALYSIS_CODE,
+        detection=detection_params(PLAN),
+        code=code("detection.py"),
     script:
         "../scripts/detection.py"
 
@@ -83,7 +83,7 @@ rule sensitivity:
     threads: config.get("threads", 1)
     params:
         settings=PLAN.sensitivity,
-        code=ANALYSIS_CODE,
+        code=code("sensitivity.py"),
     script:
         "../scripts/sensitivity.py"
 

@@ -20,6 +20,6 @@ rule figure:
     params:
         tolerance=lambda wc: comparison(wc).tolerance,
         title=lambda wc: f"{wc.experiment} {wc.kind} {wc.tag}",
-        code=ANALYSIS_CODE,
+        code=code("figure.py"),
     script:
         "../scripts/figure.py"

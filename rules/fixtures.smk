@@ -1,7 +1,7 @@
 rule fixture:
     """Initial weights and data, drawn in float64 and rounded to float32 once."""
     output:
-        "results/fixtures/{experiment}.safetensors",
+        paths.FIXTURE,
     log:
         "results/logs/fixture/{experiment}.log",
     benchmark:
@@ -10,5 +10,6 @@ rule fixture:
         "../envs/analysis.yaml"
     params:
         settings=lambda wc: PLAN.fixture_settings(wc.experiment),
+        code=code("make_fixture.py"),
     script:
         "../scripts/make_fixture.py"

@@ -1,5 +1,6 @@
 # Op probes: one job per (probe, framework, dtype, device), then one table. What a probe
-# means lives in scripts/parity/probes.py; the probe files are probes/*.yaml.
+# means lives in scripts/parity/probes.py; the probe files are probes/*.yaml. Each job
+# receives its normalized probe as params.
 
 
 rule probe_torch:
@@ -7,11 +8,11 @@ rule probe_torch:
     input:
         probe=probe_file,
     output:
-        result="results/probes/{probe}/torch-{dtype}-{device}.parquet",
+        result=probe_path(paths.PROBE_RESULT, "torch"),
     log:
-        "results/logs/probes/{probe}/torch-{dtype}-{device}.log",
+        probe_path(paths.PROBE_LOG, "torch"),
     benchmark:
-        "results/benchmarks/probes/{probe}/torch-{dtype}-{device}.tsv"
+        probe_path(paths.PROBE_BENCHMARK, "torch")
     wildcard_constraints:
         device=LOCAL_DEVICES,
     conda:
@@ -21,6 +22,7 @@ rule probe_torch:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         probe=probe_params("torch"),
+        code=code("probe_torch.py"),
     script:
         "../scripts/probe_torch.py"
 
@@ -31,11 +33,11 @@ rule probe_candle:
         probe=probe_file,
         binary=runner_binary("candle", "{device}"),
     output:
-        result="results/probes/{probe}/candle-{dtype}-{device}.parquet",
+        result=probe_path(paths.PROBE_RESULT, "candle"),
     log:
-        "results/logs/probes/{probe}/candle-{dtype}-{device}.log",
+        probe_path(paths.PROBE_LOG, "candle"),
     benchmark:
-        "results/benchmarks/probes/{probe}/candle-{dtype}-{device}.tsv"
+        probe_path(paths.PROBE_BENCHMARK, "candle")
     wildcard_constraints:
         device=LOCAL_DEVICES,
     conda:
@@ -46,11 +48,12 @@ rule probe_candle:
     params:
         probe=probe_params("candle"),
         framework="candle",
+        code=code("probe_rust.py"),
     script:
         "../scripts/probe_rust.py"
 
 
-rule probe_burn:
+use rule probe_candle as probe_burn with:
     """A probe run with the burn binary (burn's ndarray backend: CPU only, so the validity
     matrix schedules no other device), written as probe results; an op burn's API lacks is
     an `unsupported` row."""
@@ -58,21 +61,17 @@ rule probe_burn:
         probe=probe_file,
         binary=runner_binary("burn", "{device}"),
     output:
-        result="results/probes/{probe}/burn-{dtype}-{device}.parquet",
+        result=probe_path(paths.PROBE_RESULT, "burn"),
     log:
-        "results/logs/probes/{probe}/burn-{dtype}-{device}.log",
+        probe_path(paths.PROBE_LOG, "burn"),
     benchmark:
-        "results/benchmarks/probes/{probe}/burn-{dtype}-{device}.tsv"
+        probe_path(paths.PROBE_BENCHMARK, "burn")
     wildcard_constraints:
         device="cpu",
-    conda:
-        "../envs/analysis.yaml"
-    threads: config.get("threads", 1)
     params:
         probe=probe_params("burn"),
         framework="burn",
-    script:
-        "../scripts/probe_rust.py"
+        code=code("probe_rust.py"),
 
 
 rule probes_table:
@@ -81,10 +80,10 @@ rule probes_table:
         results=PROBES.results(),
         probes=[p.path for p in PROBES.probes.values()],
     output:
-        csv="results/tables/probes.csv",
-        md="results/tables/probes.md",
+        csv=paths.PROBES_TABLE.format(ext="csv"),
+        md=paths.PROBES_TABLE.format(ext="md"),
         html=report(
-            "results/tables/probes.html",
+            paths.PROBES_TABLE.format(ext="html"),
             caption="../report/captions/probes.rst",
             category="3 Probes",
             labels={"table": "probes"},
@@ -97,6 +96,6 @@ rule probes_table:
         "../envs/analysis.yaml"
     params:
         plan=PROBES.to_params(),
-        code=ANALYSIS_CODE,
+        code=code("probes_table.py"),
     script:
         "../scripts/probes_table.py"

@@ -7,8 +7,8 @@ rule summary:
     input:
         all_results(),
     output:
-        csv="results/tables/summary.csv",
-        md="results/tables/summary.md",
+        csv=paths.SUMMARY.format(ext="csv"),
+        md=paths.SUMMARY.format(ext="md"),
         html=report(
             "results/tables/summary.html",
             caption="../report/captions/summary.rst",
@@ -22,7 +22,8 @@ rule summary:
     conda:
         "../envs/analysis.yaml"
     params:
-        code=ANALYSIS_CODE,
+        unsupported=unsupported_cells(PLAN),
+        code=code("summary.py"),
     script:
         "../scripts/summary.py"
 
@@ -47,7 +48,8 @@ rule framework_summary:
     conda:
         "../envs/analysis.yaml"
     params:
-        code=ANALYSIS_CODE,
+        table=framework_summary_items(PLAN),
+        code=code("framework_summary.py"),
     script:
         "../scripts/framework_summary.py"
 
@@ -120,7 +122,7 @@ rule optimizer_defaults:
     conda:
         "../envs/analysis.yaml"
     params:
-        code=ANALYSIS_CODE,
+        code=code("defaults_table.py"),
     script:
         "../scripts/defaults_table.py"
 
@@ -144,7 +146,7 @@ rule training_loop_page:
     conda:
         "../envs/analysis.yaml"
     params:
-        code=ANALYSIS_CODE,
+        code=code("training_loop_page.py"),
     script:
         "../scripts/training_loop_page.py"
 
@@ -169,7 +171,7 @@ rule provenance:
     conda:
         "../envs/analysis.yaml"
     params:
-        code=ANALYSIS_CODE,
+        code=code("provenance_table.py"),
     script:
         "../scripts/provenance_table.py"
 

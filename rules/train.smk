@@ -1,16 +1,17 @@
 # One job per (experiment, run, dtype, device). A run's name starts with its framework.
+# Each job receives its run's resolved settings as params (Plan.run_settings).
 
 
 rule train_torch:
     """A PyTorch run, written as a Parquet trace."""
     input:
-        fixture="results/fixtures/{experiment}.safetensors",
+        fixture=paths.FIXTURE,
     output:
-        trace=TRACE,
+        trace=paths.TRACE,
     log:
-        TRAIN_LOG,
+        paths.TRAIN_LOG,
     benchmark:
-        "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+        paths.TRAIN_BENCHMARK
     wildcard_constraints:
         run="torch(_[a-z0-9]+)*",
         device=LOCAL_DEVICES,
@@ -20,8 +21,8 @@ rule train_torch:
     resources:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
-        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
-        code=TRACE_CODE,
+        settings=run_settings,
+        code=code("train_torch.py"),
     script:
         "../scripts/train_torch.py"
 
@@ -29,14 +30,14 @@ rule train_torch:
 rule train_candle:
     """A candle run (the candle-parity binary), written as a Parquet trace."""
     input:
-        fixture="results/fixtures/{experiment}.safetensors",
+        fixture=paths.FIXTURE,
         binary=runner_binary("candle", "{device}"),
     output:
-        trace=TRACE,
+        trace=paths.TRACE,
     log:
-        TRAIN_LOG,
+        paths.TRAIN_LOG,
     benchmark:
-        "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+        paths.TRAIN_BENCHMARK
     wildcard_constraints:
         run="candle(_[a-z0-9]+)*",
         device=LOCAL_DEVICES,
@@ -46,31 +47,16 @@ rule train_candle:
     resources:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
-        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
-        code=TRACE_CODE,
+        settings=run_settings,
+        code=code("train_rust.py"),
     script:
         "../scripts/train_rust.py"
 
 
-rule train_burn:
-    """A burn run (the burn-parity binary; CPU only), written as a Parquet trace."""
+use rule train_candle as train_burn with:
     input:
-        fixture="results/fixtures/{experiment}.safetensors",
+        fixture=paths.FIXTURE,
         binary=runner_binary("burn", "{device}"),
-    output:
-        trace="results/traces/{experiment}/{run}-{dtype}-{device}.parquet",
-    log:
-        "results/logs/train/{experiment}/{run}-{dtype}-{device}.log",
-    benchmark:
-        "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
     wildcard_constraints:
         run="burn(_[a-z0-9]+)*",
-    conda:
-        "../envs/analysis.yaml"
-    threads: config.get("threads", 1)
-    resources:
-        gpu=lambda wc: int(wc.device == "cuda"),
-    params:
-        settings=lambda wc: PLAN.run_settings(wc.experiment, wc.run),
-    script:
-        "../scripts/train_rust.py"
+        device="cpu",

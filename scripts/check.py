@@ -3,11 +3,11 @@ expectation."""
 
 import sys
 
-from parity import jobs
+from parity import summary
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-bad = jobs.check_job(sm.input.summary, log, sm.input.get("probes"))
+bad = summary.check_job(sm.input.summary, log, sm.input.get("probes"))
 if bad:
     sys.exit(f"{len(bad)} verdict(s) differ from their expectation; see {sm.log[0]}")

@@ -1,16 +1,12 @@
-"""Snakemake job: per-step table of one comparison (see parity.jobs.perstep_job)."""
+"""Snakemake job: per-step table of one comparison (see parity.compare_jobs.perstep_job)."""
 
-from parity import jobs
-from parity.experiments import Plan
+from parity import compare_jobs
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-plan = Plan(sm.config)
-comp = plan.comparison(sm.wildcards.experiment, sm.wildcards.tag)
-jobs.perstep_job(
-    plan,
-    comp,
+compare_jobs.perstep_job(
+    sm.params.job,
     sm.input.reference,
     sm.input.candidate,
     sm.input.fixture,

@@ -1,13 +1,12 @@
 """Snakemake job: the detection and false-alarm tables and figure (see parity.detection)."""
 
 from parity import detection
-from parity.experiments import Plan
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 detection.detection_job(
-    Plan(sm.config),
+    sm.params.detection,
     sm.output.csv,
     sm.output.md,
     sm.output.alarms_csv,

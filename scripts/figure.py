@@ -12,7 +12,8 @@ log = job_logger(sm.log[0])
 frame = pd.read_csv(sm.input.csv)
 rows = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
 with open(sm.input.perstep, encoding="utf-8") as f:
-    scale = json.load(f)["param_scale"]
+    perstep = json.load(f)
+scale = perstep["param_scale"]
 markers = {}
 if sm.wildcards.kind == "perstep":
     columns = {"max_dparam": "max|ref32 − cand32|", "dloss": "|dloss|"}
@@ -33,7 +34,7 @@ else:
     with open(sm.input.result, encoding="utf-8") as f:
         found = json.load(f)
     markers = {
-        "f32 exceeds tolerance": found["tol_exceeded_step"],
+        "f32 exceeds tolerance": perstep["tol_exceeded_step"],
         "f64 leaves rounding": found["f64_divergence_step"],
         f"ReLU flip {found['relu_flip_unit']}": found["relu_flip_step"],
     }

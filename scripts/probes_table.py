@@ -1,9 +1,12 @@
-"""Snakemake job: the probe table and its Markdown twin (see parity.jobs.probes_table_job)."""
+"""Snakemake job: the probe table and its Markdown twin (see
+parity.probes_table.probes_table_job)."""
 
-from parity import jobs
+from parity import probes_table
 from parity.fileio import job_logger
 from parity.probes import ProbePlan
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-jobs.probes_table_job(ProbePlan.from_params(sm.params.plan), sm.output.csv, sm.output.md, log)
+probes_table.probes_table_job(
+    ProbePlan.from_params(sm.params.plan), sm.output.csv, sm.output.md, log
+)

@@ -1,13 +1,12 @@
-"""Snakemake job: the learning-rate sensitivity search (see parity.detection)."""
+"""Snakemake job: the learning-rate sensitivity search (see parity.sensitivity)."""
 
-from parity import detection
-from parity.experiments import Plan
+from parity import sensitivity
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-detection.sensitivity_job(
-    Plan(sm.config),
+sensitivity.sensitivity_job(
+    sm.params.settings,
     sm.input.reference,
     sm.input.fixture,
     sm.input.get("binary"),

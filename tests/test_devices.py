@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parity.experiments import DEVICES, DTYPES, FRAMEWORKS, Plan, unsupported_reason
+from parity.devices import DEVICES, DTYPES
+from parity.frameworks import FRAMEWORKS, unsupported_reason
+from parity.plan import Plan
 from parity.schema import TraceReader
 
 from conftest import REPO, load_config, run_workflow

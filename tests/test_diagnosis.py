@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from parity import activations, compare, jobs
-from parity.experiments import Plan
+from parity import activations, compare, compare_jobs
 from parity.fileio import sha256_file
+from parity.plan import Plan
 
 from conftest import write_trace
 
@@ -174,12 +174,24 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
                     "fc2.bias": (1,),
                 },
             )
-    comp = plan.comparison("hand", "cpu")
-    out = jobs.diagnosis_job(
-        plan,
-        comp,
+    job = plan.comparison_job(plan.comparison("hand", "cpu"))
+    log = logging.getLogger("test")
+    perstep = compare_jobs.perstep_job(
+        job,
+        paths["ref32"],
+        paths["cand32"],
+        str(fixture),
+        tmp_path / "p.csv",
+        tmp_path / "p.md",
+        tmp_path / "p.json",
+        log,
+    )
+    assert perstep["tol_exceeded_step"] == 2
+    out = compare_jobs.diagnosis_job(
+        job,
         paths,
         str(fixture),
+        str(tmp_path / "p.json"),
         tmp_path / "d.csv",
         tmp_path / "d.md",
         tmp_path / "d.json",

@@ -4,16 +4,19 @@ import copy
 
 import pytest
 
-from parity.experiments import (
-    ConfigError,
-    Plan,
-    RunKey,
-    count_params,
-    framework_of,
-    unsupported_reason,
-)
+from parity.config import ConfigError
+from parity.frameworks import framework_of, unsupported_reason
+from parity.keys import RunKey
+from parity.models import count_params
+from parity.plan import Plan
+from parity.runspec import runner_spec
 
 from conftest import load_config
+
+
+def spec_of(plan, key):
+    """The Rust run spec of ``key`` as its training job builds it."""
+    return runner_spec(key, plan.run_settings(key.experiment, key.run), "f.safetensors")
 
 
 @pytest.fixture
@@ -72,7 +75,7 @@ def test_run_overrides_merge_over_the_experiment_optimizer(config):
 
 def test_runner_spec_is_explicit(config):
     plan = Plan(config)
-    spec = plan.runner_spec(RunKey("a3_adamw", "candle", "f64", "cpu"), "f.safetensors")
+    spec = spec_of(plan, RunKey("a3_adamw", "candle", "f64", "cpu"))
     assert spec["optimizer"] == {
         "name": "adamw",
         "lr": 0.01,
@@ -154,7 +157,7 @@ def test_burn_runs_on_the_cpu_only(config):
 
 def test_burn_runner_spec_uses_burns_own_optimizers(config):
     plan = Plan(config)
-    adam = plan.runner_spec(RunKey("a1_adam", "burn", "f64", "cpu"), "f.safetensors")
+    adam = spec_of(plan, RunKey("a1_adam", "burn", "f64", "cpu"))
     assert adam["optimizer"] == {
         "name": "adam",
         "lr": 0.01,
@@ -162,13 +165,13 @@ def test_burn_runner_spec_uses_burns_own_optimizers(config):
         "eps": 1e-8,
         "weight_decay": 0.0,
     }
-    adamw = plan.runner_spec(RunKey("a3_adamw", "burn", "f32", "cpu"), "f.safetensors")
+    adamw = spec_of(plan, RunKey("a3_adamw", "burn", "f32", "cpu"))
     assert adamw["optimizer"]["implementation"] == "burn"
     assert adamw["optimizer"]["bias_correction"] == "f32"
     assert adamw["optimizer"]["weight_decay"] == 0.01
-    sgd = plan.runner_spec(RunKey("a3_sgd", "burn", "f32", "cpu"), "f.safetensors")
+    sgd = spec_of(plan, RunKey("a3_sgd", "burn", "f32", "cpu"))
     assert sgd["optimizer"] == {"name": "sgd", "lr": 0.1}
-    cnn = plan.runner_spec(RunKey("cnn_adam", "burn", "f32", "cpu"), "f.safetensors")
+    cnn = spec_of(plan, RunKey("cnn_adam", "burn", "f32", "cpu"))
     assert cnn["model"]["conv_impl"] == "conv1d"
 
 

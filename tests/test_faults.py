@@ -11,8 +11,12 @@ from safetensors.numpy import save_file
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from parity import compare, detection, fixtures, rust_runner, torch_runner
-from parity.experiments import ConfigError, Plan, RunKey
+from parity import compare, detection, fixtures, rust_runner, sensitivity, torch_runner
+from parity.config import ConfigError
+from parity.faults import perturbed_settings
+from parity.keys import RunKey
+from parity.plan import Plan
+from parity.runspec import runner_spec
 from parity.schema import TraceReader
 
 from conftest import REPO, load_config
@@ -154,19 +158,22 @@ def test_a_shortened_config_keeps_every_fault_instance(config):
     plan = Plan(config)
     assert set(plan.faults) == set(config["faults"]["instances"])
     key = RunKey("a3_adamw", "candle_fault_skip_update", "f32", "cpu")
-    assert plan.runner_spec(key, "f")["fault"] == {"kind": "skip_update", "step": 50}
+    spec = runner_spec(key, plan.run_settings(key.experiment, key.run), "f")
+    assert spec["fault"] == {"kind": "skip_update", "step": 50}
 
 
 def test_the_sensitivity_run_perturbs_only_the_learning_rate(config):
     plan = Plan(config)
-    variant, key = plan.perturbed_lr(1e-3)
-    assert key == RunKey("a3_adamw", "candle_sensitivity", "f32", "cpu")
-    got = variant.run_settings(key.experiment, key.run)
+    s = plan.sensitivity
+    assert (s["experiment"], s["run"], s["against"]) == ("a3_adamw", "candle", "torch")
     want = plan.run_settings("a3_adamw", "candle")
+    assert s["settings"] == want
+    assert s["against_settings"] == plan.run_settings("a3_adamw", "torch")
+    got = perturbed_settings(s["settings"], 1e-3)
     assert got["optimizer"].pop("lr") == pytest.approx(0.01 * (1 + 1e-3), rel=1e-15)
     want["optimizer"].pop("lr")
     assert got == want
-    assert variant.fixture_settings("a3_adamw") == plan.fixture_settings("a3_adamw")
+    assert s["settings"]["optimizer"]["lr"] == 0.01  # the clean settings stay as they were
 
 
 # ----- every fault kind changes its run ----------------------------------------------
@@ -191,10 +198,11 @@ def short(tmp_path_factory):
 
 
 def train(plan, key, fixture, binary, out):
+    settings = plan.run_settings(key.experiment, key.run)
     if key.framework == "torch":
-        torch_runner.train(plan, key, fixture, str(out), 1, LOG)
+        torch_runner.train(key, settings, fixture, str(out), 1, LOG)
     else:
-        rust_runner.train(plan, key, fixture, binary, str(out), 1, LOG, None)
+        rust_runner.train(key, settings, fixture, binary, str(out), 1, LOG, None)
     return TraceReader(out, expect=plan.trace_expectation(key))
 
 
@@ -278,8 +286,9 @@ def test_relu_grad_at_zero_changes_the_run_where_a_preactivation_is_zero(tmp_pat
 # ----- the criteria ------------------------------------------------------------------
 
 
-def perstep_result(verdict, tolerance=1e-6, identical=False):
+def perstep_result(verdict, tolerance=1e-6, identical=False, tol_exceeded_step=None):
     return {
+        "tol_exceeded_step": tol_exceeded_step,
         "verdict": verdict,
         "tolerance": tolerance,
         "bitwise_identical": identical,
@@ -290,16 +299,18 @@ def perstep_result(verdict, tolerance=1e-6, identical=False):
 
 def test_judge_reads_each_criterion_from_the_comparison_results():
     rows = [{"step": s, "max_dparam": v} for s, v in enumerate([0.0, 1e-7, 2e-6, float("nan")])]
+    # The per-step job stores the first step beyond the tolerance; detection reads it.
+    first = compare.first_beyond(rows, 1e-6)["step"]
+    assert first == 2
+    assert compare.first_beyond(rows[:2], 1e-6) is None
     diag = {"fp64_rule_first_fail": 3, "f64_divergence_step": None}
-    j = detection.judge(perstep_result("expected-fail"), rows, diag)
+    j = detection.judge(perstep_result("expected-fail", tol_exceeded_step=first), diag)
     assert j.steps == {"max_abs": 2, "fp64_rule": 3, "f64_rounding": None}
     assert j.by == ["max_abs", "fp64_rule"] and j.first_step == 2
-    clean = detection.judge(
-        perstep_result("pass"), rows[:2], {**diag, "fp64_rule_first_fail": None}
-    )
+    clean = detection.judge(perstep_result("pass"), {**diag, "fp64_rule_first_fail": None})
     assert clean.by == [] and clean.first_step is None
     # Without float64 runs only the tolerance is judged.
-    no64 = detection.judge(perstep_result("unexpected-pass"), rows[:2], None)
+    no64 = detection.judge(perstep_result("unexpected-pass"), None)
     assert no64.steps["fp64_rule"] == detection.NOT_COMPUTED and no64.flagged["fp64_rule"] is None
     assert no64.by == []
 
@@ -314,7 +325,7 @@ def test_bisection_on_a_synthetic_monotone_detector():
         seen.append(delta)
         return delta >= 1e-3
 
-    assert detection.bisect_log10(detected, -6.0, 0.0, 3) == (-3.75, -3.0)
+    assert sensitivity.bisect_log10(detected, -6.0, 0.0, 3) == (-3.75, -3.0)
     assert seen == [10.0**-3, 10.0**-4.5, 10.0**-3.75]
 
 
@@ -322,7 +333,7 @@ def test_search_scans_decades_then_bisects_the_first_detected_one():
     def evaluate(delta):  # the worst difference equals δ
         return delta, 7, 7
 
-    found = detection.search(evaluate, 10.0**-5.6, [-9, -1], 2)
+    found = sensitivity.search(evaluate, 10.0**-5.6, [-9, -1], 2)
     assert [t.delta for t in found.trials] == [10.0**k for k in range(-9, 0)] + [
         10.0**-5.5,
         10.0**-5.75,
@@ -331,8 +342,8 @@ def test_search_scans_decades_then_bisects_the_first_detected_one():
     assert found.bracket == (-5.75, -5.5)
     assert found.threshold == 10.0**-5.5 and found.monotone
     # The threshold outside the range: no bracket.
-    assert detection.search(evaluate, 1.0, [-3, -1], 4).bracket is None
-    assert detection.search(evaluate, 1e-12, [-3, -1], 4).bracket is None
+    assert sensitivity.search(evaluate, 1.0, [-3, -1], 4).bracket is None
+    assert sensitivity.search(evaluate, 1e-12, [-3, -1], 4).bracket is None
     # A detector that is not monotone is reported as such.
-    bumpy = detection.search(lambda d: (1.0 if d == 1e-3 else d, 1, 1), 1e-2, [-3, -1], 0)
+    bumpy = sensitivity.search(lambda d: (1.0 if d == 1e-3 else d, 1, 1), 1e-2, [-3, -1], 0)
     assert not bumpy.monotone

@@ -6,7 +6,8 @@ import csv
 
 import pytest
 
-from parity.detection import DETECTION_COLUMNS, FALSE_ALARM_COLUMNS, SENSITIVITY_COLUMNS
+from parity.detection import DETECTION_COLUMNS, FALSE_ALARM_COLUMNS
+from parity.sensitivity import SENSITIVITY_COLUMNS
 
 from conftest import load_config, run_workflow
 

@@ -4,7 +4,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from parity import fixtures
-from parity.experiments import Plan
+from parity.plan import Plan
 
 from conftest import load_config
 

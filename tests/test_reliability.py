@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from parity import fixtures, jobs
+from parity import compare_jobs, fixtures
 from parity.compare import ComparisonError
-from parity.experiments import Plan
+from parity.plan import Plan
 from parity.schema import TraceReader
 
 from conftest import REPO, SNAKEMAKE, load_config, run_workflow
@@ -94,9 +94,8 @@ def test_comparison_refuses_traces_of_another_fixture(det_run, tmp_path):
     other = tmp_path / "altered.safetensors"
     fixtures.write(other, altered)
     with pytest.raises(ComparisonError, match="another fixture than the current one"):
-        jobs.perstep_job(
-            plan,
-            comp,
+        compare_jobs.perstep_job(
+            plan.comparison_job(comp),
             str(workdir / comp.reference.trace),
             str(workdir / comp.candidate.trace),
             str(other),

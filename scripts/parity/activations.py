@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .experiments import model_params
+from .models import model_params
 
 
 def _param(params: Mapping[str, np.ndarray], name: str, shape) -> np.ndarray:

@@ -11,6 +11,10 @@ does.
 
 The comparisons stream: traces are read a row group at a time
 (``schema.TraceReader.iter_steps``), so memory stays bounded by a few steps of data.
+
+This module is longer than the others on purpose: it is the one place for the comparison
+maths (per step, the float64 split, the diagnosis and the first steps each criterion
+flags), in that order, so that every table is a view of it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import verdicts
 from .schema import StepRecord, TraceReader
 
 
@@ -243,6 +248,19 @@ def worst(rows: Sequence[Mapping], column: str) -> tuple[float, int | None]:
     return (best if at is not None else math.nan), at
 
 
+def first_row(rows: Sequence[Mapping], test) -> Mapping | None:
+    """The first row after step 0 for which ``test(row)`` holds, or None."""
+    return next((r for r in rows if r["step"] > 0 and test(r)), None)
+
+
+def first_beyond(rows: Sequence[Mapping], tolerance: float) -> Mapping | None:
+    """The first row (step > 0) of a per-step table whose ``max_dparam`` is not within
+    ``tolerance`` (``verdicts.within``: NaN never is), or None. The per-step job stores its
+    step and place in its result (``tol_exceeded_step``, ``tol_exceeded_where``), which the
+    diagnosis figure, the summary and the detection table read."""
+    return first_row(rows, lambda r: not verdicts.within(r["max_dparam"], tolerance))
+
+
 # ----- diagnosis: ULP, RMSE, signed errors, the fp64-referenced rule -----------------
 
 #: Ratio of float64 to float32 unit roundoff, u64 / u32 = 2^-53 / 2^-24.
@@ -404,3 +422,122 @@ def f64_rounding_threshold(drift32: float, factor: float) -> float:
     margin. Beyond it, the two float64 runs compute different formulas.
     """
     return factor * ROUNDOFF_RATIO * drift32
+
+
+def diagnose(
+    readers: Mapping[str, TraceReader],
+    model: Mapping,
+    x: np.ndarray,
+    settings: Mapping,
+) -> list[dict]:
+    """The diagnosis table of a pair with float64 runs, one row per recorded step.
+
+    ``readers`` holds ``ref32``, ``cand32``, ``ref64``, ``cand64`` (checked comparable by the
+    caller); ``model`` is the reference run's model settings, ``x`` the fixture's inputs
+    ``[batches, batch, …]`` (the ReLU counts use the batch of each step) and ``settings``
+    the diagnosis settings (``f64_rounding_factor``, ``fp64_rule``).
+
+    Per step: max|dparam|, max ULP distance and RMSE of the float32 pair; f64 vs f64 with
+    the float64-rounding threshold (:func:`f64_rounding_threshold`); the signed errors of
+    each float32 run against its own float64 run (:func:`error_agreement`); the
+    fp64-referenced rule (:func:`fp64_rule`); and, for ReLU models, how many hidden units
+    have different active-sample counts between the two runs in the forward pass of that
+    step (parameters of the previous recorded step, that step's batch), for the float32
+    and the float64 pair (``activations``).
+    """
+    from . import activations
+
+    ordered = [readers[k] for k in ("ref32", "cand32", "ref64", "cand64")]
+    relu = model.get("activation") == "relu"
+    names = ordered[0].layout.names
+    rule_settings = settings["fp64_rule"]
+    rows, prev = [], None
+    for recs in aligned(ordered):
+        r32, c32, r64, c64 = (rec.tensors for rec in recs)
+        step = recs[0].step
+        d32 = max_abs_diff(r32, c32, names)
+        d64 = max_abs_diff(r64, c64, names)
+        drift = max(max_abs_diff(r32, r64, names).value, max_abs_diff(c32, c64, names).value)
+        agree = error_agreement(r32, r64, c32, c64, names)
+        rule = fp64_rule(r32, c32, r64, names, rule_settings["multiplier"], rule_settings["atol"])
+        row = {
+            "step": step,
+            "max_dparam": d32.value,
+            "max_ulp": max_ulp(r32, c32, names),
+            "ulp_at_max": ulp_at(r32, c32, d32),
+            "rmse": rmse(r32, c32, names),
+            "f64_f64": d64.value,
+            "f64_where": d64.where,
+            "f64_threshold": f64_rounding_threshold(drift, settings["f64_rounding_factor"]),
+            "where": d32.where,
+            "ref_err": agree.ref.value,
+            "ref_err_where": agree.ref.where,
+            "cand_err": agree.cand.value,
+            "cand_err_where": agree.cand.where,
+            "same_error": agree.same,
+            "error_corr": agree.corr,
+            "error_max_diff": agree.max_diff,
+            "fp64_rule": rule.passed,
+            "fp64_ratio": rule.ratio,
+            "relu_flips_f32": None,
+            "relu_unit_f32": "",
+            "relu_flips_f64": None,
+            "relu_unit_f64": "",
+            "relu_counts_f32": None,
+            "relu_counts_f64": None,
+        }
+        if relu and prev is not None:
+            batch = x[(step - 1) % x.shape[0]]
+            for kind, (a, b) in (("f32", (prev[0], prev[1])), ("f64", (prev[2], prev[3]))):
+                n, unit, ca, cb = activations.first_difference(
+                    activations.active_counts(model, a, batch),
+                    activations.active_counts(model, b, batch),
+                )
+                row[f"relu_flips_{kind}"] = n
+                row[f"relu_unit_{kind}"] = unit
+                row[f"relu_counts_{kind}"] = None if ca is None else f"{ca} vs {cb}"
+        rows.append(row)
+        prev = (r32, c32, r64, c64)
+    return rows
+
+
+def f64_headroom(rows: Sequence[Mapping]) -> float | None:
+    """How far f64 vs f64 stays below the float64-rounding threshold over a diagnosis
+    table: the smallest ratio ``f64_threshold / f64_f64`` over the steps where f64_f64 > 0
+    (below 1 the f64-rounding criterion flags); None when the float64 runs agree exactly
+    at every step."""
+    ratios = [r["f64_threshold"] / r["f64_f64"] for r in rows if r["f64_f64"] != 0]
+    return min(ratios) if ratios else None
+
+
+def diagnosis_findings(rows: Sequence[Mapping]) -> dict:
+    """The localised findings of a diagnosis table: where f64 first leaves float64
+    rounding, the first ReLU flip (float32 and float64 pairs), how long the signed errors
+    agree, where the fp64-referenced rule first fails, the worst fp64 ratio and ULP
+    distance, and the float64 headroom (:func:`f64_headroom`)."""
+    f64 = first_row(rows, lambda r: not r["f64_f64"] <= r["f64_threshold"])
+    flip = first_row(rows, lambda r: (r["relu_flips_f32"] or 0) > 0)
+    flip64 = first_row(rows, lambda r: (r["relu_flips_f64"] or 0) > 0)
+    rule_fail = first_row(rows, lambda r: not r["fp64_rule"])
+    agree_until = 0
+    for r in rows[1:]:
+        if not r["same_error"]:
+            break
+        agree_until = r["step"]
+    return {
+        "f64_divergence_step": f64 and f64["step"],
+        "f64_divergence_where": f64 and f64["f64_where"],
+        "f64_divergence_value": f64 and f64["f64_f64"],
+        "f64_divergence_threshold": f64 and f64["f64_threshold"],
+        "relu_flip_step": flip and flip["step"],
+        "relu_flip_unit": flip and flip["relu_unit_f32"],
+        "relu_flip_counts": flip and flip["relu_counts_f32"],
+        "relu_flip64_step": flip64 and flip64["step"],
+        "relu_flip64_unit": flip64 and flip64["relu_unit_f64"],
+        "relu_flip64_counts": flip64 and flip64["relu_counts_f64"],
+        "signed_agreement_until": agree_until,
+        "fp64_rule_first_fail": rule_fail and rule_fail["step"],
+        "fp64_worst_ratio": max((r["fp64_ratio"] for r in rows[1:]), default=0.0),
+        "worst_ulp": max((r["max_ulp"] for r in rows), default=0.0),
+        "f64_headroom": f64_headroom(rows),
+    }

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from .experiments import canonical_hash, model_io, model_params
+from .config import canonical_hash
 from .fileio import atomic_path
+from .models import model_io, model_params
 
 GENERATOR = "numpy.random.default_rng (PCG64)"
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .experiments import TORCH_DEVICE
+from .devices import TORCH_DEVICE
 from .probe_results import Outcome
 from .probes import AFTER_STEP, GRAD, LOSS, Probe, parse_quantity
 from .provenance import probe_metadata

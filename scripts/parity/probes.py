@@ -38,11 +38,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .experiments import DEVICES, DTYPES, canonical_hash, unsupported_reason
+from .config import canonical_hash
+from .devices import DEVICES, DTYPES
+from .frameworks import unsupported_reason
 
 #: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
 #: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
-#: (``experiments.unsupported_reason``); an op its API lacks is an ``unsupported`` outcome.
+#: (``frameworks.unsupported_reason``); an op its API lacks is an ``unsupported`` outcome.
 PROBE_FRAMEWORKS = ("torch", "candle", "burn")
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "probe.schema.yaml"
@@ -513,7 +515,7 @@ class ProbePlan:
         return sorted(out, key=_cell_order)
 
     def jobs(self) -> list[ProbeKey]:
-        """The cells that run (see :func:`experiments.unsupported_reason`)."""
+        """The cells that run (see :func:`frameworks.unsupported_reason`)."""
         return [k for k in self.cells() if self.unsupported(k) is None]
 
     @staticmethod

@@ -8,8 +8,9 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from .experiments import Plan, RunKey
+from .config import canonical_hash
 from .fileio import sha256_file
+from .keys import RunKey
 
 
 def cpu_model() -> str:
@@ -25,14 +26,18 @@ def cpu_model() -> str:
 
 
 def trace_metadata(
-    plan: Plan, key: RunKey, fixture: str, framework_version: str, runner: Mapping[str, Any]
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    framework_version: str,
+    runner: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Trace metadata common to every framework (see ``schema.REQUIRED_METADATA``).
+    """Trace metadata common to every framework (see ``schema.REQUIRED_METADATA``) of run
+    ``key`` with resolved ``settings``; ``config_hash`` is their canonical hash.
 
     ``runner`` carries what only the runner knows (threads, device detail, compiler, code
     path); it is stored as given under ``runner``.
     """
-    settings = plan.run_settings(key.experiment, key.run)
     return {
         "experiment": key.experiment,
         "run": key.run,
@@ -42,7 +47,7 @@ def trace_metadata(
         "host": socket.gethostname(),
         "optimizer": settings["optimizer"],
         "fixture_sha256": sha256_file(fixture),
-        "config_hash": plan.config_hash(key.experiment, key.run),
+        "config_hash": canonical_hash(settings),
         "settings": json.dumps(settings, sort_keys=True),
         "steps": settings["steps"],
         "record_every": settings["record"]["every"],

@@ -1,7 +1,7 @@
 """The Rust side: runs a runner binary (``candle-parity``, ``burn-parity``) and writes its
 frames as a trace or, for an op probe, as probe results.
 
-The binary gets a JSON spec (``Plan.runner_spec`` or ``Probe.runner_spec``) and streams
+The binary gets a JSON spec (``runspec.runner_spec`` or ``Probe.runner_spec``) and streams
 frames on standard output (``rust/parity-common/src/frames.rs``); its standard error
 (progress, errors) goes to the job's log. No shell is involved: arguments are passed
 as a list.
@@ -16,13 +16,17 @@ import logging
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from .experiments import Plan, RunKey, model_params
 from .frames import FrameError, read_frames
+from .keys import RunKey
+from .models import model_params
 from .probe_results import OK, Outcome, write_results
 from .probes import Probe, ProbeKey
 from .provenance import probe_metadata, trace_metadata
+from .runspec import runner_spec
 from .schema import TraceLayout, TraceWriter, extra_column
 
 
@@ -55,8 +59,8 @@ def _invocation(spec: dict, threads: int, log_path: str | None):
 
 
 def train(
-    plan: Plan,
     key: RunKey,
+    settings: Mapping[str, Any],
     fixture: str,
     binary: str,
     out: str,
@@ -64,14 +68,15 @@ def train(
     log: logging.Logger,
     log_path: str | None,
 ) -> None:
-    """Run ``key`` with its framework's binary and write its trace to ``out``.
+    """Run ``key``, with resolved ``settings`` (``resolve.resolve_run``), by its framework's
+    binary from the fixture ``fixture`` and write its trace to ``out``.
 
     ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
     :class:`RunnerError` when the binary exits non-zero or its stream is malformed; the trace
     is then not written.
     """
-    s = plan.run_settings(key.experiment, key.run)
-    spec = plan.runner_spec(key, fixture)
+    s = settings
+    spec = runner_spec(key, s, fixture)
     names = spec["record"]["tensors"] or [n for n, _ in model_params(s["model"])]
     extras = []
     if spec["record"]["grads"]:
@@ -90,7 +95,7 @@ def train(
             env=env,
         )
         try:
-            _consume(plan, key, fixture, proc, layout, out, log, binary)
+            _consume(key, settings, fixture, proc, layout, out, log, binary)
         except RunnerError as e:
             proc.kill()
             proc.wait()
@@ -102,7 +107,7 @@ def train(
             raise
 
 
-def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
+def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
     frames = read_frames(proc.stdout)
     writer = None
     try:
@@ -113,7 +118,7 @@ def _consume(plan, key, fixture, proc, layout, out, log, binary) -> None:
         m = header.meta
         runner = {k: m[k] for k in ("compiler", "device_detail", "features", "optimizer_impl")}
         runner["threads"] = int(m["threads"])
-        meta = trace_metadata(plan, key, fixture, m["framework_version"], runner)
+        meta = trace_metadata(key, settings, fixture, m["framework_version"], runner)
         writer = TraceWriter(out, layout, meta)
         ended = False
         for frame in frames:

@@ -5,7 +5,7 @@ the fixture, the model is functional (``F.linear``, ``F.conv1d``), and each step
 ``loss = f(model(x), y); opt.zero_grad(); loss.backward(); opt.step()``.
 
 A run may carry the PyTorch-side fault of the detection-power suite
-(``experiments.FAULTS["torch"]``): ``relu_grad_at_zero``, a ReLU whose derivative at
+(``frameworks.pytorch.FAULTS``): ``relu_grad_at_zero``, a ReLU whose derivative at
 exactly 0 is 1 (:class:`ReluGradOneAtZero`). Without it nothing here changes.
 """
 
@@ -21,7 +21,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.numpy import load_file
 
-from .experiments import TORCH_DEVICE, Plan, RunKey, model_params
+from .devices import TORCH_DEVICE
+from .frameworks import pytorch
+from .keys import RunKey
+from .models import model_params
 from .provenance import trace_metadata
 from .schema import TraceLayout, TraceWriter, extra_column
 
@@ -35,10 +38,6 @@ OPTIMIZER_PATHS = {
     "foreach": {"foreach": True, "fused": False},
     "fused": {"foreach": False, "fused": True},
 }
-
-
-#: The faults this runner implements (the PyTorch side of ``experiments.FAULTS``).
-FAULTS = ("relu_grad_at_zero",)
 
 
 class ReluGradOneAtZero(torch.autograd.Function):
@@ -67,7 +66,7 @@ def forward(
     x: torch.Tensor,
     fault: Mapping[str, Any] | None = None,
 ):
-    """Forward pass of a model family (see ``experiments.model_params``).
+    """Forward pass of a model family (see ``models.model_params``).
 
     ``x``: ``[batch, *input]``; returns ``[batch, outputs]``. ``fault``: the run's fault
     setting, or None (see :func:`activation`).
@@ -137,17 +136,27 @@ def _host(t: torch.Tensor) -> np.ndarray:
     return t.detach().reshape(-1).cpu().numpy().copy()
 
 
-def train(plan: Plan, key: RunKey, fixture: str, out: str, threads: int, log: logging.Logger):
-    """Run ``key`` and write its trace to ``out``.
+def train(
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    out: str,
+    threads: int,
+    log: logging.Logger,
+):
+    """Run ``key`` with its resolved ``settings`` (``resolve.resolve_run``) from the fixture
+    ``fixture`` and write its trace to ``out``.
 
     Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
     runner does not implement; the trace is then not written.
     """
     torch.set_num_threads(threads)
-    s = plan.run_settings(key.experiment, key.run)
+    s = settings
     fault = s.get("fault")
-    if fault is not None and fault["kind"] not in FAULTS:
-        raise ValueError(f"the PyTorch runner has no fault {fault['kind']!r} (it has {FAULTS})")
+    if fault is not None and fault["kind"] not in pytorch.FAULTS:
+        raise ValueError(
+            f"the PyTorch runner has no fault {fault['kind']!r} (it has {list(pytorch.FAULTS)})"
+        )
     device = torch.device(TORCH_DEVICE[key.device])
     if key.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device cuda requested but torch.cuda.is_available() is False")
@@ -178,8 +187,8 @@ def train(plan: Plan, key: RunKey, fixture: str, out: str, threads: int, log: lo
         extras += [extra_column(k, n) for n in recorded for k in ("exp_avg", "exp_avg_sq")]
     layout = TraceLayout.of(key.dtype, [(n, p[n].shape) for n in recorded], extras)
     meta = trace_metadata(
-        plan,
         key,
+        settings,
         fixture,
         torch.__version__,
         {

@@ -1,0 +1,256 @@
+"""The comparison jobs: per-step table, float64 split and diagnosis of one comparison,
+as plain functions of what the rule resolved and of paths.
+
+``scripts/compare_*.py`` are thin adapters from Snakemake's ``snakemake`` object to these
+functions; tests call them directly. Every job opens its traces against what the rule says
+they must carry (:func:`open_trace`), and writes a CSV, its Markdown twin and a
+machine-readable JSON result for the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+
+from . import compare, tables, verdicts
+from .fileio import sha256_file, write_text_atomic
+from .keys import Comparison
+from .schema import TraceReader
+
+
+def open_trace(job: Mapping, role: str, path: str) -> TraceReader:
+    """Open the trace of ``role`` (``ref32``, ``cand32``, ``ref64``, ``cand64``) of a
+    comparison job and check it against what the config says it must carry."""
+    return TraceReader(path, expect=job["expectations"][role])
+
+
+def open_split(job: Mapping, traces: Mapping[str, str], fixture: str) -> dict[str, TraceReader]:
+    """The four traces of a float64 split (``ref32``, ``cand32``, ``ref64``, ``cand64`` →
+    path), each checked against the config, all against each other and the fixture.
+    Returns the readers, keyed like ``traces``."""
+    readers = {k: open_trace(job, k, traces[k]) for k in ("ref32", "cand32", "ref64", "cand64")}
+    compare.check_comparable(list(readers.values()), sha256_file(fixture))
+    return readers
+
+
+def _provenance(r: TraceReader) -> dict:
+    m = r.meta
+    return {
+        "framework_version": m["framework_version"],
+        "host": m["host"],
+        "device": m["device"],
+        "status": m["status"],
+        "diverged_step": m["diverged_step"],
+        "cpu": m["runner"].get("cpu"),
+        "threads": m["runner"].get("threads"),
+    }
+
+
+def _status(*readers: TraceReader) -> str:
+    """``ok``, or which runs diverged (NaN or Inf) and from which step."""
+    bad = [
+        f"{r.meta['run']} {r.meta['dtype']} diverged at step {r.diverged_step}"
+        for r in readers
+        if r.diverged_step is not None
+    ]
+    return "; ".join(bad) or "ok"
+
+
+def _json_number(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def perstep_job(
+    job: Mapping,
+    reference: str,
+    candidate: str,
+    fixture: str,
+    out_csv: str,
+    out_md: str,
+    out_result: str,
+    log: logging.Logger,
+) -> dict:
+    """Per-step table of a comparison, its Markdown twin and its result for the summary.
+
+    ``job`` is what the rule resolved (``plan.Plan.comparison_job``); the result records
+    the first step beyond the tolerance (``compare.first_beyond``) for the jobs after it.
+    Raises ``schema.TraceError`` or ``compare.ComparisonError`` for traces that cannot be
+    trusted or compared; nothing is written then.
+    """
+    comp = Comparison.from_params(job["comparison"])
+    ref = open_trace(job, "ref32", reference)
+    cand = open_trace(job, "cand32", candidate)
+    compare.check_comparable([ref, cand], sha256_file(fixture))
+    result = compare.perstep(ref, cand)
+    rows = result.rows
+    worst, worst_step = compare.worst(rows, "max_dparam")
+    worst_where = next((r["where"] for r in rows if r["step"] == worst_step), "")
+    dloss, _ = compare.worst(rows, "dloss")
+    if comp.tolerance == 0:
+        # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
+        verdict = verdicts.judge_ok(result.bitwise_identical, comp.expect)
+    else:
+        verdict = verdicts.judge(worst, comp.tolerance, comp.expect)
+    status = _status(ref, cand)
+    beyond = compare.first_beyond(rows, comp.tolerance)
+    notes = [
+        f"reference: {comp.reference.label} (`{reference}`)",
+        f"candidate: {comp.candidate.label} (`{candidate}`)",
+        "step 0 identical bit for bit: " + ("yes" if result.step0_identical else "**no**"),
+        "every step identical bit for bit: " + ("yes" if result.bitwise_identical else "no"),
+        f"status: {status}",
+        (
+            f"worst max|dparam| {tables.sci(worst)} at step {worst_step} (`{worst_where}`); "
+            f"tolerance {comp.tolerance:g}; verdict **{verdict}**"
+        ),
+    ]
+    tables.write_csv(out_csv, rows, tables.PERSTEP_COLUMNS)
+    tables.write_twins(
+        out_md,
+        tables.perstep_markdown(rows, f"{comp.experiment}: {comp.name} on {comp.device}", notes),
+    )
+    summary = {
+        "kind": "perstep",
+        "experiment": comp.experiment,
+        "comparison": comp.name,
+        "device": comp.device,
+        "reference": comp.reference.label,
+        "candidate": comp.candidate.label,
+        "step0_identical": result.step0_identical,
+        "bitwise_identical": result.bitwise_identical,
+        "status": status,
+        "param_scale": result.param_scale,
+        "worst_dparam": _json_number(worst),
+        "worst_step": worst_step,
+        "worst_where": worst_where,
+        "final_dparam": _json_number(rows[-1]["max_dparam"]),
+        "worst_dloss": _json_number(dloss),
+        "tol_exceeded_step": beyond and beyond["step"],
+        "tol_exceeded_where": beyond and beyond["where"],
+        "tolerance": comp.tolerance,
+        "expect": comp.expect,
+        "verdict": verdict,
+        "reference_provenance": _provenance(ref),
+        "candidate_provenance": _provenance(cand),
+    }
+    write_text_atomic(out_result, json.dumps(summary, indent=1, sort_keys=True))
+    log.info("%s %s: worst %s -> %s", comp.experiment, comp.tag, worst, verdict)
+    return summary
+
+
+def split_job(
+    job: Mapping,
+    traces: Mapping[str, str],
+    fixture: str,
+    out_csv: str,
+    out_md: str,
+    out_result: str,
+    log: logging.Logger,
+) -> dict:
+    """Float64 split table of a comparison (see ``compare.split``).
+
+    ``traces`` has ``ref32``, ``cand32``, ``ref64``, ``cand64`` paths. Raises like
+    :func:`perstep_job`.
+    """
+    comp = Comparison.from_params(job["comparison"])
+    keys, readers = comp.keys, open_split(job, traces, fixture)
+    rows = compare.split(readers["ref32"], readers["cand32"], readers["ref64"], readers["cand64"])
+    worst = {c: compare.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
+    notes = [f"{k}: {keys[k].label}" for k in keys]
+    notes.append(
+        "columns: max|ref32 − cand32|, max|ref32 − ref64|, max|cand32 − cand64|, "
+        "max|ref64 − cand64|"
+    )
+    tables.write_csv(out_csv, rows, tables.SPLIT_COLUMNS)
+    tables.write_twins(
+        out_md,
+        tables.split_markdown(
+            rows,
+            f"{comp.experiment}: {comp.name} on {comp.device}, float64 split",
+            comp.reference.run,
+            comp.candidate.run,
+            notes,
+        ),
+    )
+    summary = {
+        "kind": "split",
+        "experiment": comp.experiment,
+        "comparison": comp.name,
+        "device": comp.device,
+        "worst": {k: _json_number(v) for k, v in worst.items()},
+        "final": {k: _json_number(rows[-1][k]) for k in tables.SPLIT_COLUMNS[1:]},
+    }
+    write_text_atomic(out_result, json.dumps(summary, indent=1, sort_keys=True))
+    log.info("%s %s split: %s", comp.experiment, comp.tag, worst)
+    return summary
+
+
+DIAGNOSIS_COLUMNS = (
+    "step",
+    "max_dparam",
+    "max_ulp",
+    "ulp_at_max",
+    "rmse",
+    "f64_f64",
+    "f64_threshold",
+    "ref_err",
+    "ref_err_where",
+    "cand_err",
+    "cand_err_where",
+    "same_error",
+    "error_corr",
+    "error_max_diff",
+    "fp64_rule",
+    "fp64_ratio",
+    "relu_flips_f32",
+    "relu_unit_f32",
+    "relu_flips_f64",
+    "relu_unit_f64",
+)
+
+
+def diagnosis_job(
+    job: Mapping,
+    traces: Mapping[str, str],
+    fixture: str,
+    perstep_result: str,
+    out_csv: str,
+    out_md: str,
+    out_result: str,
+    log: logging.Logger,
+) -> dict:
+    """Why a pair differs, per step and localised (docs/diagnosis.md): the table of
+    ``compare.diagnose`` and its findings (``compare.diagnosis_findings``), with the first
+    step beyond the tolerance taken from the per-step result ``perstep_result``.
+
+    ``job`` is what the rule resolved (``plan.Plan.comparison_job``); ``traces`` has
+    ``ref32``, ``cand32``, ``ref64``, ``cand64`` paths. Raises like :func:`perstep_job`.
+    """
+    from safetensors.numpy import load_file
+
+    comp = Comparison.from_params(job["comparison"])
+    readers = open_split(job, traces, fixture)
+    rows = compare.diagnose(readers, job["model"], load_file(fixture)["x"], job["diagnosis"])
+    with open(perstep_result, encoding="utf-8") as f:
+        perstep = json.load(f)
+    findings = compare.diagnosis_findings(rows)
+    result = {
+        "kind": "diagnosis",
+        "experiment": comp.experiment,
+        "comparison": comp.name,
+        "device": comp.device,
+        "tol_exceeded_step": perstep["tol_exceeded_step"],
+        "tol_exceeded_where": perstep["tol_exceeded_where"],
+        **findings,
+        "fp64_rule_verdict": verdicts.judge_ok(
+            findings["fp64_rule_first_fail"] is None, comp.expect
+        ),
+        "f64_rounding_factor": job["diagnosis"]["f64_rounding_factor"],
+    }
+    tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
+    tables.write_twins(out_md, tables.diagnosis_markdown(rows, result, comp))
+    write_text_atomic(out_result, json.dumps(result, indent=1, sort_keys=True))
+    log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, result)
+    return result

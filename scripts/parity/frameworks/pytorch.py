@@ -1,0 +1,28 @@
+"""PyTorch, the reference framework (``parity.torch_runner``, ``parity.probe_torch``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..config import ConfigError
+
+NAME = "torch"
+RUST = False
+UNSUPPORTED = {("metal", "f64"): "PyTorch's MPS backend has no float64"}
+FAULTS = {
+    "relu_grad_at_zero": "relu'(0) = 1 instead of PyTorch's 0 (candle 0.11.0's convention)",
+}
+
+
+def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, config: Mapping):
+    """PyTorch's side of a run: the optimizer code path (``optimizer_path``: the run's,
+    else config ``torch.optimizer_path``, else ``single_tensor``). Raises
+    :class:`ConfigError` for candle-side optimizer settings."""
+    settings["optimizer_path"] = override.get(
+        "optimizer_path", config.get("torch", {}).get("optimizer_path", "single_tensor")
+    )
+    optimizer = settings["optimizer"]
+    if "implementation" in optimizer or "bias_correction" in optimizer:
+        raise ConfigError(
+            f"{where}.optimizer", "implementation and bias_correction are candle-side settings"
+        )

@@ -1,0 +1,55 @@
+"""Every result path pattern that both the rules and the Python code use, in one place.
+
+Patterns hold Snakemake wildcards in braces. :func:`fill` fixes some of them and leaves the
+others for Snakemake, so a rule's ``output:`` and :class:`parity.plan.Comparison` name the
+same files. Paths are relative to the working directory.
+"""
+
+from __future__ import annotations
+
+#: One run's trace and training log: (experiment, run, dtype, device).
+TRACE = "results/traces/{experiment}/{run}-{dtype}-{device}.parquet"
+TRAIN_LOG = "results/logs/train/{experiment}/{run}-{dtype}-{device}.log"
+TRAIN_BENCHMARK = "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.tsv"
+
+#: An experiment's fixture (initial parameters and data, safetensors).
+FIXTURE = "results/fixtures/{experiment}.safetensors"
+
+#: A Rust runner's binary, built for a device's cargo features.
+RUNNER_BINARY = "results/bin/{framework}-parity-{device}"
+
+#: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure,
+#: machine-readable result (gathered by the summary), log and benchmark.
+TABLE = "results/tables/{experiment}/{kind}-{tag}.{ext}"
+FIGURE = "results/figures/{experiment}/{kind}-{tag}.{ext}"
+COMPARE_RESULT = "results/compare/{experiment}/{kind}-{tag}.json"
+COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
+COMPARE_BENCHMARK = "results/benchmarks/{kind}/{experiment}/{tag}.tsv"
+
+#: One probe file run by one framework in one dtype on one device.
+PROBE_RESULT = "results/probes/{probe}/{framework}-{dtype}-{device}.parquet"
+PROBE_LOG = "results/logs/probes/{probe}/{framework}-{dtype}-{device}.log"
+PROBE_BENCHMARK = "results/benchmarks/probes/{probe}/{framework}-{dtype}-{device}.tsv"
+
+#: Tables over the whole run.
+SUMMARY = "results/tables/summary.{ext}"
+PROBES_TABLE = "results/tables/probes.{ext}"
+FRAMEWORK_SUMMARY = "results/tables/framework_summary.{ext}"
+OPTIMIZER_DEFAULTS = "results/tables/optimizer_defaults.{ext}"
+PROVENANCE = "results/tables/provenance.{ext}"
+TRAINING_LOOP_PAGE = "results/report/training_loop.html"
+
+
+def fill(pattern: str, **values: object) -> str:
+    """``pattern`` with the named wildcards replaced by ``values``; the others stay.
+
+    ``fill(TABLE, kind="perstep", ext="csv")`` is
+    ``results/tables/{experiment}/perstep-{tag}.csv``. Raises ``KeyError`` for a name the
+    pattern does not hold, so a typo cannot leave a wildcard behind silently.
+    """
+    for name, value in values.items():
+        field = "{" + name + "}"
+        if field not in pattern:
+            raise KeyError(f"{pattern!r} has no wildcard {name!r}")
+        pattern = pattern.replace(field, str(value))
+    return pattern

@@ -1,0 +1,292 @@
+"""The plan: ``config.yaml`` resolved into run jobs and comparisons, and the queries the
+rules ask of it.
+
+``rules/common.smk`` builds one :class:`Plan` while the DAG is built (after JSON-schema
+validation); every rule's inputs come from it, and every job receives what it needs from
+it as params (``Plan.run_settings``, :meth:`Plan.comparison_job`, …): no job script builds
+a plan of its own.
+
+Run keys and comparisons are :mod:`parity.keys`.
+
+Pure Python: importing this must stay cheap.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import frameworks, paths
+from .config import DIAGNOSIS_DEFAULTS, ConfigError, canonical_hash, merge
+from .devices import DEVICES
+from .faults import resolve_fault, resolve_sensitivity
+from .keys import Comparison, RunKey, trace_expectation
+from .resolve import resolve_experiment
+
+
+class Plan:
+    """The resolved config: which jobs run and what each compares.
+
+    Construct from a config dict that already passed ``schemas/config.schema.yaml``; raises
+    :class:`ConfigError` for what a JSON schema cannot express (a comparison naming a run
+    that does not exist, an optimizer a framework lacks, shapes that do not fit), every
+    problem of the experiments at once.
+    """
+
+    def __init__(self, config: Mapping[str, Any]):
+        self.config = copy.deepcopy(dict(config))
+        self.devices: list[str] = list(self.config["devices"])
+        self.dtypes: list[str] = list(self.config["dtypes"])
+        self.reference_device: str = self.config.get("reference_device", "cpu")
+        self.tolerance: float = float(self.config["tolerance"])
+        self.diagnosis: dict = merge(DIAGNOSIS_DEFAULTS, self.config.get("diagnosis", {}))
+        self.experiments: dict[str, dict] = {}
+        self._comparisons: dict[tuple, list[Comparison]] = {}
+        self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
+        problems: list[ConfigError] = []
+        for i, dev in enumerate(self.imported_devices):
+            if dev not in self.devices:
+                problems.append(
+                    ConfigError(
+                        f"imported_devices[{i}]",
+                        f"{dev!r} is not in devices {self.devices}: "
+                        "its traces would not be compared",
+                    )
+                )
+        for name, exp in self.config["experiments"].items():
+            if exp.get("enabled", True):
+                try:
+                    self.experiments[name] = resolve_experiment(name, exp, self.config)
+                except ConfigError as e:
+                    problems.extend(e.problems)
+        if problems:
+            raise ConfigError.every(problems)
+        for i, name in enumerate(self.config.get("determinism", {}).get("experiments", [])):
+            if name not in self.config["experiments"]:
+                raise ConfigError(
+                    f"determinism.experiments[{i}]", f"{name!r} is not an experiment of this config"
+                )
+        for i, item in enumerate(self.config.get("framework_summary", [])):
+            if item["experiment"] not in self.config["experiments"]:
+                raise ConfigError(
+                    f"framework_summary[{i}].experiment",
+                    f"{item['experiment']!r} is not an experiment of this config",
+                )
+        #: Fault instances by name (``faults.resolve_fault``), their runs and comparisons by
+        #: experiment; none of them is in :meth:`runs` or :meth:`comparisons`.
+        self.faults: dict[str, dict] = {}
+        #: Instances left out, with the reason: their experiment is not configured (a config
+        #: that selects some experiments) or disabled.
+        self.faults_left_out: dict[str, str] = {}
+        self._fault_runs: dict[str, dict[str, dict]] = {}
+        self._fault_comparisons: dict[str, dict[str, dict]] = {}
+        faults = self.config.get("faults", {})
+        for name, inst in faults.get("instances", {}).items():
+            resolved = resolve_fault(name, inst, self.config, self.experiments)
+            if isinstance(resolved, str):
+                self.faults_left_out[name] = resolved
+                continue
+            record, settings, spec = resolved
+            e = record["experiment"]
+            self._fault_runs.setdefault(e, {})[record["run"]] = settings
+            self._fault_comparisons.setdefault(e, {})[record["comparison"]] = spec
+            self.faults[name] = record
+        self.sensitivity: dict | None = None
+        if "sensitivity" in faults:
+            self.sensitivity = resolve_sensitivity(
+                faults["sensitivity"], self.config, self.experiments
+            )
+
+    # ----- runs ----------------------------------------------------------------------
+
+    def run_settings(self, experiment: str, run: str) -> dict:
+        """Resolved settings of a run (a fault instance's run too): framework, model, loss,
+        data, steps, record, optimizer, framework options and ``fault`` when it has one.
+        Raises ``KeyError`` for an unknown run."""
+        runs = self.experiments[experiment]["runs"]
+        if run in runs:
+            return copy.deepcopy(runs[run])
+        return copy.deepcopy(self._fault_runs.get(experiment, {})[run])
+
+    def config_hash(self, experiment: str, run: str) -> str:
+        """Hash of everything that defines the computation of a run (not dtype/device)."""
+        return canonical_hash(self.run_settings(experiment, run))
+
+    def fixture_settings(self, experiment: str) -> dict:
+        """What the fixture depends on: model, loss and data."""
+        exp = self.experiments[experiment]
+        return {"model": exp["model"], "loss": exp["loss"], "data": exp["data"]}
+
+    def fixture(self, experiment: str) -> str:
+        """Path of an experiment's fixture."""
+        return paths.FIXTURE.format(experiment=experiment)
+
+    def supported(self, key: RunKey) -> bool:
+        """Whether the validity matrix allows this run."""
+        return key.supported
+
+    def runs(self) -> list[RunKey]:
+        """Every run job: each run × dtype × device of the config, where supported, plus
+        the reference-device runs that comparisons need."""
+        keys = {
+            RunKey(e, r, dt, dev)
+            for e, exp in self.experiments.items()
+            for r in exp["runs"]
+            for dt in self.dtypes
+            for dev in self.devices
+        }
+        for c in self.comparisons():
+            keys.update(c.keys.values())
+        return sorted(k for k in keys if k.supported)
+
+    def trace_expectation(self, key: RunKey) -> dict:
+        """What a trace of ``key`` must carry (:func:`trace_expectation`)."""
+        return trace_expectation(key, self.run_settings(key.experiment, key.run))
+
+    def unsupported_cells(self) -> list[tuple[RunKey, str]]:
+        """Runs of the configured devices and dtypes that the validity matrix excludes,
+        with the reason; the summary lists them with verdict ``unsupported``."""
+        cells = []
+        for e, exp in self.experiments.items():
+            for r in exp["runs"]:
+                for dt in self.dtypes:
+                    for dev in self.devices:
+                        key = RunKey(e, r, dt, dev)
+                        reason = frameworks.unsupported_reason(key.framework, dev, dt)
+                        if reason:
+                            cells.append((key, reason))
+        return cells
+
+    # ----- comparisons ---------------------------------------------------------------
+
+    def comparisons(self, devices: Sequence[str] | None = None) -> list[Comparison]:
+        """Every comparison of the enabled experiments on ``devices`` (default: the
+        configured ones)."""
+        devices = tuple(self.devices if devices is None else devices)
+        if devices not in self._comparisons:
+            self._comparisons[devices] = self._build_comparisons(
+                devices, {e: exp["comparisons"] for e, exp in self.experiments.items()}
+            )
+        return list(self._comparisons[devices])
+
+    def fault_comparisons(self, devices: Sequence[str] | None = None) -> list[Comparison]:
+        """The comparison of every fault instance (``fault_<name>``, expected to fail) on
+        ``devices`` (default: the configured ones), grouped by experiment."""
+        devices = tuple(self.devices if devices is None else devices)
+        key = ("faults", *devices)
+        if key not in self._comparisons:
+            self._comparisons[key] = self._build_comparisons(devices, self._fault_comparisons)
+        return list(self._comparisons[key])
+
+    def correct_pairs(self, devices: Sequence[str] | None = None) -> list[Comparison]:
+        """Comparisons of the default target expected to pass: each one a fault criterion
+        flags is a false alarm."""
+        return [c for c in self.comparisons(devices) if c.expect == "pass"]
+
+    def for_devices(self, devices: Sequence[str]) -> Plan:
+        """The same plan restricted to ``devices`` (a per-device target)."""
+        other = copy.copy(self)
+        other.devices = list(devices)
+        other._comparisons = {}
+        return other
+
+    def local_devices(self) -> list[str]:
+        """Devices whose runs this host makes (every device but the imported ones)."""
+        return [d for d in DEVICES if d not in self.imported_devices]
+
+    def _pair_key(self, experiment: str, run: str, dtype: str, device: str) -> RunKey:
+        key = RunKey(experiment, run, dtype, device)
+        if not key.supported:
+            # A float64 run on a device without float64 is taken from the CPU.
+            key = RunKey(experiment, run, dtype, "cpu")
+        return key
+
+    def _build_comparisons(
+        self, devices: Sequence[str], by_experiment: Mapping[str, Mapping[str, dict]]
+    ) -> list[Comparison]:
+        out = []
+        primary = "f32" if "f32" in self.dtypes else self.dtypes[0]
+        for e, comparisons in by_experiment.items():
+            for name, comp in comparisons.items():
+                for dev in devices:
+                    ref_dev = dev if self.reference_device == "same" else self.reference_device
+                    ref = self._pair_key(e, comp["reference"], primary, ref_dev)
+                    cand = self._pair_key(e, comp["candidate"], primary, dev)
+                    f64 = None
+                    if primary == "f32" and "f64" in self.dtypes:
+                        f64 = (
+                            self._pair_key(e, comp["reference"], "f64", ref_dev),
+                            self._pair_key(e, comp["candidate"], "f64", dev),
+                        )
+                    out.append(
+                        Comparison(e, name, dev, ref, cand, comp["expect"], comp["tolerance"], f64)
+                    )
+        return out
+
+    def comparison(self, experiment: str, tag: str) -> Comparison:
+        """The comparison with this file-name tag, on any device (per-device targets may
+        ask for devices the config does not list), fault instances' too. Raises ``KeyError``
+        if none."""
+        for c in self.comparisons(DEVICES) + self.fault_comparisons(DEVICES):
+            if c.experiment == experiment and c.tag == tag:
+                return c
+        raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}")
+
+    def comparison_job(self, c: Comparison) -> dict:
+        """What a comparison job needs besides its input files, as plain data (a rule's
+        params, so a change reruns it): the comparison, what each of its traces must carry
+        (by role, :attr:`Comparison.keys`), the reference run's model (the diagnosis
+        counts ReLU units) and the diagnosis settings."""
+        return {
+            "comparison": c.to_params(),
+            "expectations": {role: self.trace_expectation(k) for role, k in c.keys.items()},
+            "model": self.run_settings(c.experiment, c.reference.run)["model"],
+            "diagnosis": self.diagnosis,
+        }
+
+    # ----- tables over many comparisons ----------------------------------------------
+
+    def framework_summary_rows(self) -> list[dict]:
+        """The study's "burn vs PyTorch | candle vs PyTorch" table, as configured
+        (``framework_summary``): per row the experiment, its label, its steps and, for each
+        framework, the comparison of that framework's run against the ``torch`` run on the
+        CPU (None when no such run is configured)."""
+        rows = []
+        for item in self.config.get("framework_summary", []):
+            e = item["experiment"]
+            if e not in self.experiments:
+                continue
+            cells = {}
+            for fw in frameworks.FRAMEWORKS[1:]:
+                cells[fw] = next(
+                    (
+                        c
+                        for c in self.comparisons()
+                        if c.experiment == e
+                        and c.device == "cpu"
+                        and c.reference.run == "torch"
+                        and c.candidate.run == fw
+                    ),
+                    None,
+                )
+            rows.append(
+                {
+                    "experiment": e,
+                    "label": item["label"],
+                    "steps": self.experiments[e]["steps"],
+                    "comparisons": cells,
+                }
+            )
+        return rows
+
+    def framework_summary_inputs(self) -> list[str]:
+        """Result files the framework table reads."""
+        out = []
+        for item in self.framework_summary_rows():
+            for comp in item["comparisons"].values():
+                if comp is not None:
+                    out.append(comp.result("perstep"))
+                    if comp.f64_pair is not None:
+                        out.append(comp.result("split"))
+        return out
