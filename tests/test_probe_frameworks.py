@@ -18,7 +18,7 @@ from conftest import REPO
 LOG = logging.getLogger("test")
 DTYPES = ("f32", "f64")
 
-# SPEC §5, the study's values.
+# The study's conv1d values (docs/study.md).
 RIGHT_1D = [340, 392, 444, 484, 568, 652]
 CANDLE_CPU_1D = [220, 256, 292, 508, 608, 708]
 BATCH1_1D = [20, 30, 40, 44, 70, 96]

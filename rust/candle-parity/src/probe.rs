@@ -331,8 +331,8 @@ pub fn run<W: Write>(spec: &ProbeSpec, sink: W) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// SPEC §5's conv1d probe, built by hand: candle 0.11.0's CPU kernel gradient is the
-    /// known wrong one with batch 2, and right with batch 1.
+    /// The study's conv1d probe (docs/study.md), built by hand: candle 0.11.0's CPU kernel
+    /// gradient is the known wrong one with batch 2, and right with batch 1.
     fn conv1d_spec(batch: usize) -> ProbeSpec {
         let x: Vec<f64> = (0..6 * batch).map(|i| i as f64).collect();
         let c: Vec<f64> = (1..=8 * batch).map(|i| i as f64).collect();

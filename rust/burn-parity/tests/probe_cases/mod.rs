@@ -43,7 +43,8 @@ use parity_common::probe_spec::ProbeSpec;
 use parity_common::spec::{DeviceKind, FloatType};
 use serde_json::{json, Value};
 
-/// SPEC §5, PyTorch's values (the study's and this workflow's torch rows).
+/// The study's conv1d probe (docs/study.md): PyTorch's values (the study's and this
+/// workflow's torch rows).
 const RIGHT_1D: [f64; 6] = [340.0, 392.0, 444.0, 484.0, 568.0, 652.0];
 const BATCH1_1D: [f64; 6] = [20.0, 30.0, 40.0, 44.0, 70.0, 96.0];
 const RIGHT_2D: [f64; 8] = [
