@@ -1,7 +1,7 @@
 """The documentation stays true to the repository.
 
 * docs/architecture.md's module map lists exactly the modules, rule files and crates that
-  exist: every ``scripts/parity/**/*.py`` except ``__init__.py`` files, every
+  exist: every ``scripts/parity/**/*.py`` except the top package's ``__init__.py``, every
   ``rules/*.smk`` and every crate folder under ``rust/`` (a folder with a ``Cargo.toml``);
 * README.md is a front page: at most 250 lines, opening with the two commands CI runs;
 * no tracked file outside tests/ points at a specification outside the repository;
@@ -59,7 +59,7 @@ def modules_on_disk() -> set[str]:
     found = {
         p.relative_to(REPO).as_posix()
         for p in parity.rglob("*.py")
-        if p.name != "__init__.py" and "__pycache__" not in p.parts
+        if p != parity / "__init__.py" and "__pycache__" not in p.parts
     }
     found |= {p.relative_to(REPO).as_posix() for p in (REPO / "rules").glob("*.smk")}
     rust = REPO / "rust"
