@@ -1,8 +1,11 @@
 """The comparison maths, in one place. Every table is a view of these functions.
 
-Differences are taken in float64: a float32 value widens to float64 exactly, and the
-difference of two float32 values is exact in float64, so a reported difference is the true
-distance between the two runs' values, not a rounded one.
+Differences are :mod:`closeness`'s: |a − b| in float64 (a float32 value widens to float64
+exactly, and the difference of two float32 values is exact in float64, so a reported
+difference is the true distance between the two runs' values, not a rounded one), under
+its one rule for NaN and Inf (equal values and NaN against NaN count 0, a NaN or an Inf
+against a different value counts ``+inf``; never NaN). ``max_abs_diff`` and ``MaxDiff`` are
+closeness's, named here too for the comparison jobs.
 
 Locations are reported in PyTorch layout as ``name[flat index]`` (``fc.weight[67]`` is
 ``fc.weight[1, 19]`` for a ``[3, 48]`` weight). Ties go to the first parameter in state_dict
@@ -22,53 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .closeness import MaxDiff, abs_diff, max_abs_diff
 from .schema import StepRecord, TraceReader
 
 
 class ComparisonError(ValueError):
     """Traces that cannot be compared (different parameters, steps or fixtures)."""
-
-
-@dataclass(frozen=True)
-class MaxDiff:
-    """The largest absolute difference between two sets of tensors, and where it is."""
-
-    value: float
-    name: str
-    index: int
-
-    @property
-    def where(self) -> str:
-        """``name[flat index]`` in PyTorch layout."""
-        return f"{self.name}[{self.index}]"
-
-
-def max_abs_diff(
-    a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: Sequence[str]
-) -> MaxDiff:
-    """max over ``names`` and elements of |a − b|, computed in float64.
-
-    Arrays are flat and of equal size per name (any float dtype). A NaN difference (a NaN
-    or an Inf on either side) wins and is reported as NaN at its first position.
-    Raises ``ValueError`` on a size mismatch.
-    """
-    best = MaxDiff(0.0, names[0], 0)
-    for name in names:
-        x, y = np.asarray(a[name]), np.asarray(b[name])
-        if x.shape != y.shape:
-            raise ValueError(f"{name}: shapes {x.shape} and {y.shape} differ")
-        if x.size == 0:
-            continue
-        # One float64 buffer, one pass each: the subtraction casts as it goes, and argmax
-        # returns the first NaN when there is one.
-        d = np.subtract(x, y, dtype=np.float64)
-        np.abs(d, out=d)
-        i = int(np.argmax(d))
-        if np.isnan(d[i]):
-            return MaxDiff(math.nan, name, i)
-        if d[i] > best.value:
-            best = MaxDiff(float(d[i]), name, i)
-    return best
 
 
 def bitwise_equal(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names) -> bool:
@@ -153,7 +115,7 @@ def _same_loss(a: float | None, b: float | None) -> bool:
 def _dloss(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None
-    return abs(a - b)
+    return abs_diff(a, b)
 
 
 @dataclass
@@ -173,8 +135,9 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
     """Per recorded step: ``step, loss_a, loss_b, dloss, max_dparam, where``.
 
     ``loss_a``/``loss_b`` are the reference's and candidate's losses (None at step 0),
-    ``dloss`` = |loss_a − loss_b|, ``max_dparam`` and ``where`` from :func:`max_abs_diff`
-    over every parameter. ``step0_identical``: the initial parameters agree bit for bit;
+    ``dloss`` = |loss_a − loss_b| (``closeness.abs_diff``), ``max_dparam`` and ``where``
+    from :func:`max_abs_diff` over every parameter (``inf`` where a run diverged
+    differently from the other). ``step0_identical``: the initial parameters agree bit for bit;
     ``bitwise_identical``: so do all parameters and losses at every step.
     """
     check_comparable([reference, candidate])
@@ -230,7 +193,9 @@ def split(
 
 
 def worst(rows: Sequence[Mapping], column: str) -> tuple[float, int | None]:
-    """(largest value of ``column`` over the rows, its first step); NaN wins, None skipped."""
+    """(largest value of ``column`` over the rows, its first step); None is skipped, a NaN
+    (which closeness's differences never are) wins, and so does the first ``inf``.
+    (NaN, None) when no row has a value."""
     best, at = -math.inf, None
     for r in rows:
         v = r[column]

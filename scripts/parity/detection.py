@@ -299,8 +299,8 @@ def _fmt_num(v) -> str:
 
 
 def _fmt_worst(v) -> str:
-    # The comparison results store NaN (a diverged run) as null.
-    return "NaN (diverged)" if v is None else tables.sci(v)
+    # The comparison results store a non-finite difference (inf: a run diverged) as null.
+    return "inf (diverged)" if v is None else tables.sci(v)
 
 
 def detection_markdown(

@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from . import compare, tables, verdicts
+from . import closeness, compare, tables, verdicts
 from .experiments import Comparison, Plan, RunKey
 from .fileio import sha256_file, write_text_atomic
 from .probe_results import judge, read_results
@@ -63,7 +63,9 @@ def _status(*readers: TraceReader) -> str:
 
 
 def _json_number(v):
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+    """``v`` for a JSON result; JSON has neither NaN nor Infinity, so a non-finite value (a
+    difference is ``inf`` where a run diverged, see ``closeness``) is stored as null."""
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
 def perstep_job(
@@ -317,7 +319,8 @@ def diagnosis_job(
         prev = (r32, c32, r64, c64)
 
     tol = _first(rows, lambda r: not verdicts.within(r["max_dparam"], comp.tolerance))
-    f64 = _first(rows, lambda r: not r["f64_f64"] <= r["f64_threshold"])
+    # An infinite f64 difference (a float64 run diverged) is never explained by rounding.
+    f64 = _first(rows, lambda r: not closeness.within(r["f64_f64"], r["f64_threshold"]))
     flip = _first(rows, lambda r: (r["relu_flips_f32"] or 0) > 0)
     flip64 = _first(rows, lambda r: (r["relu_flips_f64"] or 0) > 0)
     rule_fail = _first(rows, lambda r: not r["fp64_rule"])

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import verdicts
+from . import closeness, verdicts
 from .fileio import atomic_path
 from .probes import Probe, ProbeKey
 
@@ -246,22 +246,13 @@ def expand(ref: Mapping, size: int) -> np.ndarray:
     return np.asarray(ref["values"], dtype=np.float64)
 
 
-def max_diff(values: np.ndarray, reference: np.ndarray) -> float:
-    """max|values − reference| in float64 over elements of equal count.
-
-    Positions that are equal (including equal infinities) or NaN on both sides count 0; a
-    non-finite value against a different one counts ``inf``. NaN if the counts differ.
-    """
+def _max_diff(quantity: str, values: np.ndarray, reference: np.ndarray) -> float:
+    """``closeness.max_abs_diff`` of one quantity's values against a reference; NaN (never
+    within a tolerance) when their counts differ, as arrays of different sizes have no
+    difference."""
     if values.size != reference.size:
         return math.nan
-    if values.size == 0:
-        return 0.0
-    same = (values == reference) | (np.isnan(values) & np.isnan(reference))
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = np.abs(values - reference)
-    d = np.where(same, 0.0, d)
-    d = np.where(np.isnan(d), math.inf, d)
-    return float(d.max())
+    return closeness.max_abs_diff({quantity: values}, {quantity: reference}, [quantity]).value
 
 
 def scaled_tolerance(tolerance: float, reference: np.ndarray) -> float:
@@ -323,13 +314,13 @@ def judge(
         return Judgement(key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}")
     else:
         label, ref = key.reference.label, reference.values
-    worst = max_diff(values, ref)
+    worst = _max_diff(q, values, ref)
     notes = []
     if values.size != ref.size:
         notes.append(f"{values.size} values where the reference has {ref.size}")
     tol = scaled_tolerance(probe.tolerance(key.dtype), ref)
     # A known bug's values are held to the same absolute tolerance.
-    bug_worst = None if bug is None else max_diff(values, expand(bug, values.size))
+    bug_worst = None if bug is None else _max_diff(q, values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
     non_finite = bool((~np.isfinite(values) & finite_ref).any())
     verdict = verdicts.judge_probe(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
