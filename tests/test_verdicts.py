@@ -16,6 +16,8 @@ from parity import verdicts as v
         (5e-7, "fail", v.UNEXPECTED_PASS),
         (math.nan, "pass", v.FAIL),
         (math.nan, "fail", v.EXPECTED_FAIL),
+        (math.inf, "pass", v.FAIL),  # a non-finite mismatch (closeness)
+        (math.inf, "fail", v.EXPECTED_FAIL),
         (1e-6, "pass", v.PASS),  # the tolerance itself passes
     ],
 )

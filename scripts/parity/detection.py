@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import compare, figures, tables, verdicts
+from . import closeness, compare, figures, tables, verdicts
 from .experiments import Comparison, Plan, RunKey
 from .fileio import sha256_file
 
@@ -127,9 +127,9 @@ class Judgement:
 
 def first_beyond(rows: Sequence[Mapping], tolerance: float) -> int | None:
     """First step (> 0) of a per-step table whose ``max_dparam`` is not within
-    ``tolerance`` (``verdicts.within``: NaN never is), or None."""
+    ``tolerance`` (``closeness.within``: NaN and inf never are), or None."""
     for r in rows:
-        if r["step"] > 0 and not verdicts.within(r["max_dparam"], tolerance):
+        if r["step"] > 0 and not closeness.within(r["max_dparam"], tolerance):
             return r["step"]
     return None
 
@@ -454,14 +454,14 @@ def search(
 
     ``evaluate(δ)`` trains and returns (worst max|dparam|, its step, first step beyond the
     tolerance); δ is detected when the worst is not within ``tolerance``
-    (``verdicts.within``). No bisection when the smallest decade is already detected or
+    (``closeness.within``). No bisection when the smallest decade is already detected or
     none is.
     """
     trials: list[Trial] = []
 
     def detected(phase: str, delta: float) -> bool:
         worst, at, first = evaluate(delta)
-        hit = not verdicts.within(worst, tolerance)
+        hit = not closeness.within(worst, tolerance)
         trials.append(Trial(phase, delta, worst, at, first, hit))
         return hit
 
@@ -529,7 +529,7 @@ def sensitivity_job(
 
         clean = evaluate(0.0)
         found = search(evaluate, s["tolerance"], s["log10_range"], s["bisections"])
-    trials = [Trial("clean", 0.0, *clean, not verdicts.within(clean[0], s["tolerance"]))]
+    trials = [Trial("clean", 0.0, *clean, not closeness.within(clean[0], s["tolerance"]))]
     trials += found.trials
     rows = [
         {

@@ -318,7 +318,7 @@ def diagnosis_job(
         rows.append(row)
         prev = (r32, c32, r64, c64)
 
-    tol = _first(rows, lambda r: not verdicts.within(r["max_dparam"], comp.tolerance))
+    tol = _first(rows, lambda r: not closeness.within(r["max_dparam"], comp.tolerance))
     # An infinite f64 difference (a float64 run diverged) is never explained by rounding.
     f64 = _first(rows, lambda r: not closeness.within(r["f64_f64"], r["f64_threshold"]))
     flip = _first(rows, lambda r: (r["relu_flips_f32"] or 0) > 0)

@@ -255,14 +255,6 @@ def _max_diff(quantity: str, values: np.ndarray, reference: np.ndarray) -> float
     return closeness.max_abs_diff({quantity: values}, {quantity: reference}, [quantity]).value
 
 
-def scaled_tolerance(tolerance: float, reference: np.ndarray) -> float:
-    """The absolute tolerance of a quantity: the probe's ``tolerance`` times the largest
-    finite magnitude of its reference, at least 1 (so a float32 tolerance of 1e-6 is about
-    eight ulps of the quantity's largest value, and absolute below magnitude 1)."""
-    finite = np.abs(reference[np.isfinite(reference)])
-    return tolerance * max(1.0, float(finite.max()) if finite.size else 1.0)
-
-
 @dataclass(frozen=True)
 class Judgement:
     """A table row's comparison: reference label and values, max difference, the absolute
@@ -318,7 +310,7 @@ def judge(
     notes = []
     if values.size != ref.size:
         notes.append(f"{values.size} values where the reference has {ref.size}")
-    tol = scaled_tolerance(probe.tolerance(key.dtype), ref)
+    tol = closeness.scaled_tolerance(probe.tolerance(key.dtype), ref)
     # A known bug's values are held to the same absolute tolerance.
     bug_worst = None if bug is None else _max_diff(q, values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
