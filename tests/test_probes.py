@@ -320,8 +320,14 @@ BUG = {"candle": {"cpu": {"w.grad": WRONG}}}
 
 def test_judge_against_the_reference_run_and_exact_values(tmp_path):
     assert _judge(tmp_path, RIGHT).verdict == verdicts.PASS
+    assert _judge(tmp_path, RIGHT).note == ""
     j = _judge(tmp_path, WRONG)
     assert (j.verdict, j.max_diff, j.reference) == (verdicts.FAIL, 152.0, "torch f32 cpu")
+    # The note is closeness's mismatch message, located in the quantity's row-major layout.
+    assert j.note == (
+        "mismatched elements: 6 / 6 (100.0%), greatest absolute difference: 152 at "
+        "w.grad[2] (up to 0 allowed)"
+    )
     assert _judge(tmp_path, RIGHT, framework="torch").verdict == verdicts.REFERENCE
     # With exact values, PyTorch on the CPU is judged too.
     j = _judge(tmp_path, WRONG, framework="torch", exact={"w.grad": RIGHT})
@@ -345,6 +351,9 @@ def test_judge_outcomes_without_values(tmp_path):
     assert j.verdict == verdicts.FRAMEWORK_ERROR and j.note == "RuntimeError: boom"
     j = _judge(tmp_path, [340, math.nan, 444, 484, 568, math.inf])
     assert j.verdict == verdicts.NON_FINITE and j.max_diff == math.inf
+    assert j.note.startswith(
+        "mismatched elements: 2 / 6 (33.3%), greatest absolute difference: inf at w.grad[1]"
+    )
     # Unsupported is accepted (the framework's API lacks the op) and says whose API.
     j = _judge(tmp_path, None, framework="burn", status=verdicts.UNSUPPORTED)
     assert (j.verdict, j.note) == (verdicts.UNSUPPORTED, "not supported by burn: no such op")

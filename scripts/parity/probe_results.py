@@ -279,7 +279,9 @@ def judge(
     The reference is the probe's exact values where it gives them, else ``reference`` (the
     same quantity from PyTorch on the CPU in the same dtype; None when that run is ``key``
     itself or is missing). An ``unsupported`` outcome is the verdict ``unsupported`` (an
-    accepted one), its note "not supported by {framework}: {why}".
+    accepted one), its note "not supported by {framework}: {why}". Values not within the
+    tolerance of the reference get ``closeness.mismatch_message`` as their note (how many
+    elements, the greatest difference at ``quantity[flat index]``, the tolerance).
     """
     case = probe.case(outcome.case)
     q = outcome.quantity
@@ -307,10 +309,12 @@ def judge(
     else:
         label, ref = key.reference.label, reference.values
     worst = _max_diff(q, values, ref)
+    tol = closeness.scaled_tolerance(probe.tolerance(key.dtype), ref)
     notes = []
     if values.size != ref.size:
         notes.append(f"{values.size} values where the reference has {ref.size}")
-    tol = closeness.scaled_tolerance(probe.tolerance(key.dtype), ref)
+    elif not closeness.within(worst, tol):
+        notes.append(closeness.mismatch_message({q: values}, {q: ref}, [q], tol))
     # A known bug's values are held to the same absolute tolerance.
     bug_worst = None if bug is None else _max_diff(q, values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
