@@ -289,18 +289,18 @@ def perstep_result(verdict, tolerance=1e-6, identical=False):
     }
 
 
-def test_judge_reads_each_criterion_from_the_comparison_results():
+def test_apply_criteria_reads_each_criterion_from_the_comparison_results():
     rows = [{"step": s, "max_dparam": v} for s, v in enumerate([0.0, 1e-7, 2e-6, float("nan")])]
     diag = {"fp64_rule_first_fail": 3, "f64_divergence_step": None}
-    j = detection.judge(perstep_result("expected-fail"), rows, diag)
+    j = detection.apply_criteria(perstep_result("expected-fail"), rows, diag)
     assert j.steps == {"max_abs": 2, "fp64_rule": 3, "f64_rounding": None}
     assert j.by == ["max_abs", "fp64_rule"] and j.first_step == 2
-    clean = detection.judge(
+    clean = detection.apply_criteria(
         perstep_result("pass"), rows[:2], {**diag, "fp64_rule_first_fail": None}
     )
     assert clean.by == [] and clean.first_step is None
     # Without float64 runs only the tolerance is judged.
-    no64 = detection.judge(perstep_result("unexpected-pass"), rows[:2], None)
+    no64 = detection.apply_criteria(perstep_result("unexpected-pass"), rows[:2], None)
     assert no64.steps["fp64_rule"] == detection.NOT_COMPUTED and no64.flagged["fp64_rule"] is None
     assert no64.by == []
 

@@ -11,7 +11,7 @@ from parity import verdicts
 from parity.probe_results import (
     Outcome,
     ProbeResultError,
-    judge,
+    judge_probe_row,
     read_results,
     write_results,
 )
@@ -310,7 +310,7 @@ def _judge(tmp_path, values, framework="candle", status=None, **case_over):
     else:
         outcome = Outcome.ok("batch2", "w.grad", values, (2, 1, 3))
     reference = Outcome.ok("batch2", "w.grad", RIGHT, (2, 1, 3))
-    return judge(probe, key, outcome, None if key.is_reference else reference)
+    return judge_probe_row(probe, key, outcome, None if key.is_reference else reference)
 
 
 RIGHT = [340, 392, 444, 484, 568, 652]

@@ -101,8 +101,8 @@ def _yes(flag: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """How the criteria judge one comparison.
+class CriteriaOutcome:
+    """What the criteria of :data:`verdicts.CRITERIA` say about one comparison.
 
     ``steps`` maps each criterion of :data:`verdicts.CRITERIA` to the first step it flags,
     None when it never does, or :data:`NOT_COMPUTED` (the fp64 criteria need float64
@@ -134,11 +134,12 @@ def first_beyond(rows: Sequence[Mapping], tolerance: float) -> int | None:
     return None
 
 
-def judge(
+def apply_criteria(
     perstep: Mapping, perstep_rows: Sequence[Mapping], diagnosis: Mapping | None
-) -> Judgement:
-    """Judge one comparison from its per-step result and table and its diagnosis result
-    (None without float64 runs). Raises ``KeyError`` for results of another layout."""
+) -> CriteriaOutcome:
+    """Apply the criteria of :data:`verdicts.CRITERIA` to one comparison, from its per-step
+    result and table and its diagnosis result (None without float64 runs). Raises
+    ``KeyError`` for results of another layout."""
     max_abs = perstep["verdict"] in (verdicts.FAIL, verdicts.EXPECTED_FAIL)
     steps: dict[str, int | str | None] = {
         "max_abs": first_beyond(perstep_rows, perstep["tolerance"])
@@ -152,7 +153,7 @@ def judge(
         steps["f64_rounding"] = diagnosis["f64_divergence_step"]
         for c in ("fp64_rule", "f64_rounding"):
             flagged[c] = steps[c] is not None
-    return Judgement(steps, flagged)
+    return CriteriaOutcome(steps, flagged)
 
 
 def _load(path: str) -> dict:
@@ -215,7 +216,7 @@ def detection_rows(plan: Plan) -> tuple[list[dict], list[dict]]:
     for c in plan.fault_comparisons():
         f = faults[(c.experiment, c.name)]
         perstep, steps, diagnosis, split = _results(c)
-        j = judge(perstep, steps, diagnosis)
+        j = apply_criteria(perstep, steps, diagnosis)
         note = f["note"]
         if not j.by:
             note = "; ".join(filter(None, [_explain(perstep), note]))
@@ -247,7 +248,7 @@ def detection_rows(plan: Plan) -> tuple[list[dict], list[dict]]:
     alarms = []
     for c in plan.correct_pairs():
         perstep, steps, diagnosis, split = _results(c)
-        j = judge(perstep, steps, diagnosis)
+        j = apply_criteria(perstep, steps, diagnosis)
         flag = {k: (NOT_COMPUTED if v is None else _yes(v)) for k, v in j.flagged.items()}
         alarms.append(
             {

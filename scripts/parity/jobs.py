@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from . import closeness, compare, tables, verdicts
 from .experiments import Comparison, Plan, RunKey
 from .fileio import sha256_file, write_text_atomic
-from .probe_results import judge, read_results
+from .probe_results import judge_probe_row, read_results
 from .probes import ProbePlan
 from .schema import TraceReader
 
@@ -94,9 +94,9 @@ def perstep_job(
     dloss, _ = compare.worst(rows, "dloss")
     if comp.tolerance == 0:
         # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
-        verdict = verdicts.judge_ok(result.bitwise_identical, comp.expect)
+        verdict = verdicts.check_verdict(result.bitwise_identical, comp.expect)
     else:
-        verdict = verdicts.judge(worst, comp.tolerance, comp.expect)
+        verdict = verdicts.tolerance_verdict(worst, comp.tolerance, comp.expect)
     status = _status(ref, cand)
     notes = [
         f"reference: {comp.reference.label} (`{reference}`)",
@@ -348,7 +348,7 @@ def diagnosis_job(
         "relu_flip64_counts": flip64 and flip64["relu_counts_f64"],
         "signed_agreement_until": agree_until,
         "fp64_rule_first_fail": rule_fail and rule_fail["step"],
-        "fp64_rule_verdict": verdicts.judge_ok(rule_fail is None, comp.expect),
+        "fp64_rule_verdict": verdicts.check_verdict(rule_fail is None, comp.expect),
         "fp64_worst_ratio": max((r["fp64_ratio"] for r in rows[1:]), default=0.0),
         "worst_ulp": max((r["max_ulp"] for r in rows), default=0.0),
         "f64_rounding_factor": diag["f64_rounding_factor"],
@@ -606,8 +606,8 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
     """The probe table: one row per (probe, case, quantity, framework, device, dtype).
 
     Reads every result of ``plan`` (``results/probes/…``), judges it against the probe's
-    exact values or PyTorch on the CPU (``probe_results.judge``), and lists unsupported
-    cells with their reason. Raises ``probe_results.ProbeResultError`` for a result file
+    exact values or PyTorch on the CPU (``probe_results.judge_probe_row``), and lists
+    unsupported cells with their reason. Raises ``probe_results.ProbeResultError`` for a result file
     that is stale or malformed; nothing is written then.
     """
     results = {}
@@ -636,7 +636,7 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
                 continue
             outcome = results[key][(case, q)]
             ref_run = results.get(key.reference, {}).get((case, q))
-            j = judge(probe, key, outcome, None if key.is_reference else ref_run)
+            j = judge_probe_row(probe, key, outcome, None if key.is_reference else ref_run)
             note = j.note
             if j.verdict == verdicts.KNOWN_BUG_FIXED:
                 note = "; ".join(filter(None, ["update the probe file's known_bug", note]))

@@ -14,8 +14,8 @@ order (``Probe.quantities``):
 * ``message`` (string): the framework's error or why it cannot run the case, or null;
 * file key-value metadata ``parity.probe``: a JSON object with :data:`REQUIRED_METADATA`.
 
-:func:`judge` turns a result and its reference into a table row's verdict (see
-``verdicts.judge_probe``).
+:func:`judge_probe_row` turns a result and its reference into a table row's verdict
+(see ``verdicts.probe_verdict``).
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def _max_diff(quantity: str, values: np.ndarray, reference: np.ndarray) -> float
 
 
 @dataclass(frozen=True)
-class Judgement:
+class ProbeJudgement:
     """A table row's comparison: reference label and values, max difference, the absolute
     tolerance it was held to, verdict, note."""
 
@@ -268,12 +268,12 @@ class Judgement:
     note: str
 
 
-def judge(
+def judge_probe_row(
     probe: Probe,
     key: ProbeKey,
     outcome: Outcome,
     reference: Outcome | None,
-) -> Judgement:
+) -> ProbeJudgement:
     """Verdict of one (case, quantity) of run ``key``.
 
     The reference is the probe's exact values where it gives them, else ``reference`` (the
@@ -294,18 +294,20 @@ def judge(
         bug = None
     if outcome.status == verdicts.UNSUPPORTED:
         note = f"not supported by {key.framework}: {outcome.message or 'no reason given'}"
-        return Judgement("", None, None, None, verdicts.UNSUPPORTED, note)
+        return ProbeJudgement("", None, None, None, verdicts.UNSUPPORTED, note)
     if outcome.status in (verdicts.FRAMEWORK_ERROR, verdicts.MISSING_GRADIENT):
         verdict = verdicts.KNOWN_BUG if bug_outcome == outcome.status else outcome.status
-        return Judgement("", None, None, None, verdict, outcome.message or "")
+        return ProbeJudgement("", None, None, None, verdict, outcome.message or "")
     values = outcome.values
     if exact is not None:
         label, ref = "exact", expand(exact, values.size)
     elif key.is_reference:
-        return Judgement("", None, None, None, verdicts.REFERENCE, "")
+        return ProbeJudgement("", None, None, None, verdicts.REFERENCE, "")
     elif reference is None or reference.status != OK:
         why = "missing" if reference is None else reference.status
-        return Judgement(key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}")
+        return ProbeJudgement(
+            key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}"
+        )
     else:
         label, ref = key.reference.label, reference.values
     worst = _max_diff(q, values, ref)
@@ -319,10 +321,10 @@ def judge(
     bug_worst = None if bug is None else _max_diff(q, values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
     non_finite = bool((~np.isfinite(values) & finite_ref).any())
-    verdict = verdicts.judge_probe(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
+    verdict = verdicts.probe_verdict(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
     if bug_outcome is not None:
         if verdict == verdicts.PASS:
             verdict = verdicts.KNOWN_BUG_FIXED
         elif verdict == bug_outcome:
             verdict = verdicts.KNOWN_BUG
-    return Judgement(label, ref, worst, tol, verdict, "; ".join(notes))
+    return ProbeJudgement(label, ref, worst, tol, verdict, "; ".join(notes))

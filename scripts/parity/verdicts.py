@@ -70,7 +70,7 @@ PROBE_WORDING = {KNOWN_BUG: "known bug reproduced", KNOWN_BUG_FIXED: "known bug 
 EXPECTATIONS = {"pass": PASS, "fail": EXPECTED_FAIL}
 
 
-def judge(worst: float, tolerance: float, expect: str) -> str:
+def tolerance_verdict(worst: float, tolerance: float, expect: str) -> str:
     """Verdict of a comparison whose worst difference over all steps is ``worst``, held to
     ``tolerance`` by ``closeness.within`` (NaN and ``inf`` are never within).
 
@@ -85,9 +85,9 @@ def judge(worst: float, tolerance: float, expect: str) -> str:
     return UNEXPECTED_PASS if ok else EXPECTED_FAIL
 
 
-def judge_ok(ok: bool, expect: str) -> str:
+def check_verdict(ok: bool, expect: str) -> str:
     """Verdict of a yes/no criterion (e.g. the fp64-referenced rule) under ``expect``."""
-    return judge(0.0 if ok else math.inf, 0.0, expect)
+    return tolerance_verdict(0.0 if ok else math.inf, 0.0, expect)
 
 
 def meets_expectation(verdict: str) -> bool:
@@ -97,7 +97,7 @@ def meets_expectation(verdict: str) -> bool:
     return verdict in ACCEPTED
 
 
-def judge_probe(
+def probe_verdict(
     worst: float,
     tolerance: float,
     *,
