@@ -275,7 +275,7 @@ class ErrorAgreement:
     cand: MaxDiff  # largest |cand32 − cand64|, signed likewise
     same: bool  # same parameter, same index, same sign
     corr: float  # Pearson correlation of the two signed-error vectors (NaN if constant)
-    max_diff: float  # max |(ref32 − ref64) − (cand32 − cand64)|
+    max_diff: float  # max |(ref32 − ref64) − (cand32 − cand64)| (closeness's rule)
 
 
 def _signed_max(e: Mapping[str, np.ndarray], names) -> MaxDiff:
@@ -308,7 +308,7 @@ def error_agreement(r32, r64, c32, c64, names) -> ErrorAgreement:
     corr = math.nan
     if x.std() > 0 and y.std() > 0:
         corr = float(np.corrcoef(x, y)[0, 1])
-    return ErrorAgreement(mr, mc, bool(same), corr, float(np.abs(x - y).max(initial=0.0)))
+    return ErrorAgreement(mr, mc, bool(same), corr, max_abs_diff(er, ec, names).value)
 
 
 def fp64_rule_multiplier(numel: int, setting: float | str) -> float:
