@@ -108,6 +108,7 @@ def test_scalar_difference_follows_the_same_rule():
 )
 def test_within(d, tol, ok):
     assert within(d, tol) is ok
+    assert within(np.float64(d), tol) is ok
 
 
 def test_tolerance_scales_with_the_largest_finite_reference_magnitude():

@@ -112,7 +112,7 @@ def within(diff: float, tolerance: float) -> bool:
 
     NaN is never within, nor is ``+inf`` (a NaN or an Inf against a different value),
     whatever the tolerance."""
-    return diff <= tolerance and diff != math.inf
+    return bool(diff <= tolerance and diff != math.inf)
 
 
 def scaled_tolerance(tolerance: float, reference: np.ndarray) -> float:
