@@ -39,11 +39,31 @@ def test_difference_of_f32_values_is_exact_in_f64():
     assert d.value == 2.0**-23
 
 
-def test_nan_wins_and_is_located():
+def test_a_non_finite_difference_is_infinite_and_located():
+    # closeness's rule: a NaN against a finite value counts +inf, at its first position.
     a = {"p": np.array([0.0, 1.0, 2.0])}
     b = {"p": np.array([5.0, np.nan, 2.0])}
     d = compare.max_abs_diff(a, b, ["p"])
-    assert math.isnan(d.value) and d.where == "p[1]"
+    assert d.value == math.inf and d.where == "p[1]"
+
+
+def test_perstep_of_runs_that_diverged_alike_and_apart(tmp_path):
+    # Both runs NaN at the same position count 0 there, as do equal losses of NaN; a NaN
+    # against a finite value (parameter or loss) counts inf. The traces' own status says
+    # that they diverged.
+    w0 = [1.0, 2.0]
+    ref = [{"w": w0}, {"w": [np.nan, 2.5]}, {"w": [np.nan, 3.0]}]
+    cand = [{"w": w0}, {"w": [np.nan, 2.25]}, {"w": [4.0, 3.0]}]
+    r = write_trace(tmp_path / "ref.parquet", ref, losses=[None, np.nan, np.nan])
+    c = write_trace(tmp_path / "cand.parquet", cand, losses=[None, np.nan, 1.0], run="candle")
+    rows = compare.perstep(TraceReader(r), TraceReader(c)).rows
+    assert (rows[1]["max_dparam"], rows[1]["where"], rows[1]["dloss"]) == (0.25, "w[1]", 0.0)
+    assert (rows[2]["max_dparam"], rows[2]["where"], rows[2]["dloss"]) == (
+        math.inf,
+        "w[0]",
+        math.inf,
+    )
+    assert compare.worst(rows, "max_dparam") == (math.inf, 2)
 
 
 def test_bitwise_equal_distinguishes_signed_zero():
@@ -129,3 +149,5 @@ def test_worst_skips_none_and_reports_first_step():
     rows = [{"step": 0, "x": None}, {"step": 1, "x": 2.0}, {"step": 2, "x": 2.0}]
     assert compare.worst(rows, "x") == (2.0, 1)
     assert math.isnan(compare.worst([{"step": 1, "x": math.nan}], "x")[0])
+    inf = [{"step": 1, "x": 1.0}, {"step": 2, "x": math.inf}, {"step": 3, "x": math.inf}]
+    assert compare.worst(inf, "x") == (math.inf, 2)

@@ -1,5 +1,6 @@
 """Diagnosis maths: ULP, RMSE, signed errors, the fp64 rule, localisation, ReLU flips."""
 
+import json
 import logging
 import math
 
@@ -205,3 +206,42 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
     assert out["f64_divergence_step"] == 2 and out["f64_divergence_where"] == "fc1.bias[0]"
     assert out["fp64_rule_verdict"] == "fail"
     assert "step 3, unit `fc1[0]`, active samples 2 vs 1" in (tmp_path / "d.md").read_text()
+
+
+def test_perstep_job_of_a_diverged_run_reports_inf_and_stores_null(tmp_path):
+    # The candidate's bias is NaN from step 3: closeness counts it +inf against the
+    # reference's finite value; the JSON result stores the non-finite worst as null.
+    plan = Plan(HAND)
+    fixture = tmp_path / "hand.safetensors"
+    save_file({"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, str(fixture))
+    paths = {}
+    for run, bias in (("torch", [0.0] * 5), ("candle", [0.0, 0.0, 0.0, np.nan, np.nan])):
+        paths[run] = write_trace(
+            tmp_path / f"{run}.parquet",
+            [
+                {"fc1.weight": [1.0], "fc1.bias": [b], "fc2.weight": [1.0], "fc2.bias": [0.0]}
+                for b in bias
+            ],
+            experiment="hand",
+            run=run,
+            framework=run,
+            fixture_sha256=sha256_file(fixture),
+            config_hash=plan.config_hash("hand", run),
+            shapes={"fc1.weight": (1, 1), "fc1.bias": (1,), "fc2.weight": (1, 1), "fc2.bias": (1,)},
+        )
+    comp = plan.comparison("hand", "cpu")
+    out = compare_jobs.perstep_job(
+        plan.comparison_job(comp),
+        str(paths["torch"]),
+        str(paths["candle"]),
+        str(fixture),
+        tmp_path / "p.csv",
+        tmp_path / "p.md",
+        tmp_path / "p.json",
+        logging.getLogger("test"),
+    )
+    assert (out["worst_dparam"], out["worst_step"], out["worst_where"]) == (None, 3, "fc1.bias[0]")
+    assert out["verdict"] == "fail" and "diverged at step 3" in out["status"]
+    assert json.loads((tmp_path / "p.json").read_text())["final_dparam"] is None
+    assert "worst max|dparam| inf at step 3 (`fc1.bias[0]`)" in (tmp_path / "p.md").read_text()
+    assert (tmp_path / "p.csv").read_text().splitlines()[4].endswith(",inf,fc1.bias[0]")

@@ -229,7 +229,8 @@ def test_each_fault_changes_its_run(short, candle_binary, name):
     first = next(r["step"] for r in result.rows if r["max_dparam"] != 0)
     assert first == (2 if name == "skip_update" else 1), result.rows
     if name == "step_from_zero":
-        assert np.isnan(result.rows[1]["max_dparam"])  # 1/(1 − β⁰) = 1/0
+        # 1/(1 − β⁰) = 1/0: non-finite against the clean run's finite values (closeness: inf)
+        assert result.rows[1]["max_dparam"] == np.inf
 
 
 def test_relu_grad_at_zero_never_fires_on_the_a3_data(short, candle_binary):
@@ -297,20 +298,20 @@ def perstep_result(verdict, tolerance=1e-6, identical=False, tol_exceeded_step=N
     }
 
 
-def test_judge_reads_each_criterion_from_the_comparison_results():
+def test_apply_criteria_reads_each_criterion_from_the_comparison_results():
     rows = [{"step": s, "max_dparam": v} for s, v in enumerate([0.0, 1e-7, 2e-6, float("nan")])]
     # The per-step job stores the first step beyond the tolerance; detection reads it.
     first = compare.first_beyond(rows, 1e-6)["step"]
     assert first == 2
     assert compare.first_beyond(rows[:2], 1e-6) is None
     diag = {"fp64_rule_first_fail": 3, "f64_divergence_step": None}
-    j = detection.judge(perstep_result("expected-fail", tol_exceeded_step=first), diag)
+    j = detection.apply_criteria(perstep_result("expected-fail", tol_exceeded_step=first), diag)
     assert j.steps == {"max_abs": 2, "fp64_rule": 3, "f64_rounding": None}
     assert j.by == ["max_abs", "fp64_rule"] and j.first_step == 2
-    clean = detection.judge(perstep_result("pass"), {**diag, "fp64_rule_first_fail": None})
+    clean = detection.apply_criteria(perstep_result("pass"), {**diag, "fp64_rule_first_fail": None})
     assert clean.by == [] and clean.first_step is None
     # Without float64 runs only the tolerance is judged.
-    no64 = detection.judge(perstep_result("unexpected-pass"), None)
+    no64 = detection.apply_criteria(perstep_result("unexpected-pass"), None)
     assert no64.steps["fp64_rule"] == detection.NOT_COMPUTED and no64.flagged["fp64_rule"] is None
     assert no64.by == []
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from parity import probe_torch, rust_runner, verdicts
-from parity.probe_results import judge, read_results
+from parity.probe_results import judge_probe_row, read_results
 from parity.probes import ProbeKey, load, op_names
 
 from conftest import REPO
@@ -130,10 +130,10 @@ cases:
         o = outcomes[("copy", q)]
         assert (o.status, o.values) == (verdicts.UNSUPPORTED, None)
         assert "contiguous" in o.message
-        j = judge(probe, key, o, None)
+        j = judge_probe_row(probe, key, o, None)
         assert j.verdict == verdicts.UNSUPPORTED and verdicts.meets_expectation(j.verdict)
         assert j.note.startswith("not supported by burn: contiguous")
-        j = judge(probe, key, outcomes[("view", q)], None)
+        j = judge_probe_row(probe, key, outcomes[("view", q)], None)
         assert (j.verdict, j.max_diff) == (verdicts.PASS, 0.0)
 
 
@@ -188,7 +188,7 @@ def test_a_new_probe_file_runs_without_code_changes(candle_binary, burn_binary, 
     for framework, outcomes in results.items():
         key = ProbeKey(probe.name, framework, dtype, "cpu")
         for case, q in probe.quantities():
-            j = judge(probe, key, outcomes[(case, q)], results["torch"][(case, q)])
+            j = judge_probe_row(probe, key, outcomes[(case, q)], results["torch"][(case, q)])
             assert (j.verdict, j.max_diff) == (verdicts.PASS, 0.0), (framework, q, j)
 
 

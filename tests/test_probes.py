@@ -11,10 +11,8 @@ from parity import verdicts
 from parity.probe_results import (
     Outcome,
     ProbeResultError,
-    judge,
-    max_diff,
+    judge_probe_row,
     read_results,
-    scaled_tolerance,
     write_results,
 )
 from parity.probes import (
@@ -300,20 +298,6 @@ def test_results_refuse_missing_rows_and_wrong_sizes(tmp_path):
 # ----- judging ----------------------------------------------------------------------------
 
 
-def test_max_diff_handles_non_finite_values():
-    a = np.array([1.0, math.inf, math.nan, 2.0])
-    assert max_diff(a, a.copy()) == 0.0
-    assert max_diff(np.array([1.0, math.nan]), np.array([1.0, 2.0])) == math.inf
-    assert max_diff(np.array([1.0, 3.5]), np.array([1.0, 2.0])) == 1.5
-    assert math.isnan(max_diff(np.array([1.0]), np.array([1.0, 2.0])))
-
-
-def test_tolerance_scales_with_the_reference():
-    assert scaled_tolerance(1e-6, np.array([0.1, -0.2])) == 1e-6
-    assert scaled_tolerance(1e-6, np.array([3000.0, math.inf])) == pytest.approx(3e-3)
-    assert scaled_tolerance(0.0, np.array([340.0])) == 0.0
-
-
 def _judge(tmp_path, values, framework="candle", status=None, **case_over):
     probe = _conv1d_probe(tmp_path, **case_over)
     key = ProbeKey("conv", framework, "f32", "cpu")
@@ -326,7 +310,7 @@ def _judge(tmp_path, values, framework="candle", status=None, **case_over):
     else:
         outcome = Outcome.ok("batch2", "w.grad", values, (2, 1, 3))
     reference = Outcome.ok("batch2", "w.grad", RIGHT, (2, 1, 3))
-    return judge(probe, key, outcome, None if key.is_reference else reference)
+    return judge_probe_row(probe, key, outcome, None if key.is_reference else reference)
 
 
 RIGHT = [340, 392, 444, 484, 568, 652]
@@ -336,8 +320,14 @@ BUG = {"candle": {"cpu": {"w.grad": WRONG}}}
 
 def test_judge_against_the_reference_run_and_exact_values(tmp_path):
     assert _judge(tmp_path, RIGHT).verdict == verdicts.PASS
+    assert _judge(tmp_path, RIGHT).note == ""
     j = _judge(tmp_path, WRONG)
     assert (j.verdict, j.max_diff, j.reference) == (verdicts.FAIL, 152.0, "torch f32 cpu")
+    # The note is closeness's mismatch message, located in the quantity's row-major layout.
+    assert j.note == (
+        "mismatched elements: 6 / 6 (100.0%), greatest absolute difference: 152 at "
+        "w.grad[2] (up to 0 allowed)"
+    )
     assert _judge(tmp_path, RIGHT, framework="torch").verdict == verdicts.REFERENCE
     # With exact values, PyTorch on the CPU is judged too.
     j = _judge(tmp_path, WRONG, framework="torch", exact={"w.grad": RIGHT})
@@ -361,6 +351,9 @@ def test_judge_outcomes_without_values(tmp_path):
     assert j.verdict == verdicts.FRAMEWORK_ERROR and j.note == "RuntimeError: boom"
     j = _judge(tmp_path, [340, math.nan, 444, 484, 568, math.inf])
     assert j.verdict == verdicts.NON_FINITE and j.max_diff == math.inf
+    assert j.note.startswith(
+        "mismatched elements: 2 / 6 (33.3%), greatest absolute difference: inf at w.grad[1]"
+    )
     # Unsupported is accepted (the framework's API lacks the op) and says whose API.
     j = _judge(tmp_path, None, framework="burn", status=verdicts.UNSUPPORTED)
     assert (j.verdict, j.note) == (verdicts.UNSUPPORTED, "not supported by burn: no such op")
@@ -368,6 +361,13 @@ def test_judge_outcomes_without_values(tmp_path):
     # Even where the probe records a known bug for the framework.
     j = _judge(tmp_path, None, framework="candle", status=verdicts.UNSUPPORTED, known_bug=BUG)
     assert j.verdict == verdicts.UNSUPPORTED
+
+
+def test_judge_values_of_another_size_have_no_difference(tmp_path):
+    # closeness refuses arrays of different sizes; the row says so and fails.
+    j = _judge(tmp_path, [340, 392])
+    assert j.verdict == verdicts.FAIL and math.isnan(j.max_diff)
+    assert j.note == "2 values where the reference has 6"
 
 
 @pytest.mark.parametrize(

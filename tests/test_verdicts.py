@@ -16,16 +16,18 @@ from parity import verdicts as v
         (5e-7, "fail", v.UNEXPECTED_PASS),
         (math.nan, "pass", v.FAIL),
         (math.nan, "fail", v.EXPECTED_FAIL),
+        (math.inf, "pass", v.FAIL),  # a non-finite mismatch (closeness)
+        (math.inf, "fail", v.EXPECTED_FAIL),
         (1e-6, "pass", v.PASS),  # the tolerance itself passes
     ],
 )
-def test_judge(worst, expect, verdict):
-    assert v.judge(worst, 1e-6, expect) == verdict
+def test_tolerance_verdict(worst, expect, verdict):
+    assert v.tolerance_verdict(worst, 1e-6, expect) == verdict
 
 
 def test_zero_tolerance_demands_exact_equality():
-    assert v.judge(0.0, 0.0, "pass") == v.PASS
-    assert v.judge(1e-300, 0.0, "pass") == v.FAIL
+    assert v.tolerance_verdict(0.0, 0.0, "pass") == v.PASS
+    assert v.tolerance_verdict(1e-300, 0.0, "pass") == v.FAIL
 
 
 @pytest.mark.parametrize(
@@ -45,6 +47,29 @@ def test_meets_expectation(verdict, ok):
 
 def test_unknown_values_are_refused():
     with pytest.raises(ValueError, match="expect"):
-        v.judge(0.0, 1.0, "maybe")
+        v.tolerance_verdict(0.0, 1.0, "maybe")
     with pytest.raises(ValueError, match="unknown verdict"):
         v.meets_expectation("fine")
+
+
+def test_check_verdict_of_a_yes_no_criterion():
+    assert v.check_verdict(True, "pass") == v.PASS
+    assert v.check_verdict(False, "pass") == v.FAIL
+    assert v.check_verdict(True, "fail") == v.UNEXPECTED_PASS
+    assert v.check_verdict(False, "fail") == v.EXPECTED_FAIL
+
+
+@pytest.mark.parametrize(
+    ("worst", "bug", "non_finite", "verdict"),
+    [
+        (0.0, None, False, v.PASS),
+        (0.0, 5.0, False, v.KNOWN_BUG_FIXED),
+        (5.0, 0.0, False, v.KNOWN_BUG),
+        (5.0, 5.0, False, v.FAIL),
+        (math.inf, None, True, v.NON_FINITE),
+        (math.inf, 0.0, True, v.KNOWN_BUG),  # the known bug's own NaN/Inf, reproduced
+        (math.nan, None, False, v.FAIL),  # values of another size
+    ],
+)
+def test_probe_verdict(worst, bug, non_finite, verdict):
+    assert v.probe_verdict(worst, 1e-6, known_bug_worst=bug, non_finite=non_finite) == verdict

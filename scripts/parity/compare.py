@@ -1,8 +1,11 @@
 """The comparison maths, in one place. Every table is a view of these functions.
 
-Differences are taken in float64: a float32 value widens to float64 exactly, and the
-difference of two float32 values is exact in float64, so a reported difference is the true
-distance between the two runs' values, not a rounded one.
+Differences are :mod:`closeness`'s: |a − b| in float64 (a float32 value widens to float64
+exactly, and the difference of two float32 values is exact in float64, so a reported
+difference is the true distance between the two runs' values, not a rounded one), under
+its one rule for NaN and Inf (equal values and NaN against NaN count 0, a NaN or an Inf
+against a different value counts ``+inf``; never NaN). ``max_abs_diff`` and ``MaxDiff`` are
+closeness's, named here too for the comparison jobs.
 
 Locations are reported in PyTorch layout as ``name[flat index]`` (``fc.weight[67]`` is
 ``fc.weight[1, 19]`` for a ``[3, 48]`` weight). Ties go to the first parameter in state_dict
@@ -26,54 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import verdicts
+from . import closeness
+from .closeness import MaxDiff, abs_diff, max_abs_diff
 from .schema import StepRecord, TraceReader
 
 
 class ComparisonError(ValueError):
     """Traces that cannot be compared (different parameters, steps or fixtures)."""
-
-
-@dataclass(frozen=True)
-class MaxDiff:
-    """The largest absolute difference between two sets of tensors, and where it is."""
-
-    value: float
-    name: str
-    index: int
-
-    @property
-    def where(self) -> str:
-        """``name[flat index]`` in PyTorch layout."""
-        return f"{self.name}[{self.index}]"
-
-
-def max_abs_diff(
-    a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: Sequence[str]
-) -> MaxDiff:
-    """max over ``names`` and elements of |a − b|, computed in float64.
-
-    Arrays are flat and of equal size per name (any float dtype). A NaN difference (a NaN
-    or an Inf on either side) wins and is reported as NaN at its first position.
-    Raises ``ValueError`` on a size mismatch.
-    """
-    best = MaxDiff(0.0, names[0], 0)
-    for name in names:
-        x, y = np.asarray(a[name]), np.asarray(b[name])
-        if x.shape != y.shape:
-            raise ValueError(f"{name}: shapes {x.shape} and {y.shape} differ")
-        if x.size == 0:
-            continue
-        # One float64 buffer, one pass each: the subtraction casts as it goes, and argmax
-        # returns the first NaN when there is one.
-        d = np.subtract(x, y, dtype=np.float64)
-        np.abs(d, out=d)
-        i = int(np.argmax(d))
-        if np.isnan(d[i]):
-            return MaxDiff(math.nan, name, i)
-        if d[i] > best.value:
-            best = MaxDiff(float(d[i]), name, i)
-    return best
 
 
 def bitwise_equal(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names) -> bool:
@@ -158,7 +120,7 @@ def _same_loss(a: float | None, b: float | None) -> bool:
 def _dloss(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return None
-    return abs(a - b)
+    return abs_diff(a, b)
 
 
 @dataclass
@@ -178,8 +140,9 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
     """Per recorded step: ``step, loss_a, loss_b, dloss, max_dparam, where``.
 
     ``loss_a``/``loss_b`` are the reference's and candidate's losses (None at step 0),
-    ``dloss`` = |loss_a − loss_b|, ``max_dparam`` and ``where`` from :func:`max_abs_diff`
-    over every parameter. ``step0_identical``: the initial parameters agree bit for bit;
+    ``dloss`` = |loss_a − loss_b| (``closeness.abs_diff``), ``max_dparam`` and ``where``
+    from :func:`max_abs_diff` over every parameter (``inf`` where a run diverged
+    differently from the other). ``step0_identical``: the initial parameters agree bit for bit;
     ``bitwise_identical``: so do all parameters and losses at every step.
     """
     check_comparable([reference, candidate])
@@ -235,7 +198,9 @@ def split(
 
 
 def worst(rows: Sequence[Mapping], column: str) -> tuple[float, int | None]:
-    """(largest value of ``column`` over the rows, its first step); NaN wins, None skipped."""
+    """(largest value of ``column`` over the rows, its first step); None is skipped, a NaN
+    (which closeness's differences never are) wins, and so does the first ``inf``.
+    (NaN, None) when no row has a value."""
     best, at = -math.inf, None
     for r in rows:
         v = r[column]
@@ -255,10 +220,10 @@ def first_row(rows: Sequence[Mapping], test) -> Mapping | None:
 
 def first_beyond(rows: Sequence[Mapping], tolerance: float) -> Mapping | None:
     """The first row (step > 0) of a per-step table whose ``max_dparam`` is not within
-    ``tolerance`` (``verdicts.within``: NaN never is), or None. The per-step job stores its
-    step and place in its result (``tol_exceeded_step``, ``tol_exceeded_where``), which the
-    diagnosis figure, the summary and the detection table read."""
-    return first_row(rows, lambda r: not verdicts.within(r["max_dparam"], tolerance))
+    ``tolerance`` (``closeness.within``: NaN and inf never are), or None. The per-step job
+    stores its step and place in its result (``tol_exceeded_step``, ``tol_exceeded_where``),
+    which the diagnosis figure, the summary and the detection table read."""
+    return first_row(rows, lambda r: not closeness.within(r["max_dparam"], tolerance))
 
 
 # ----- diagnosis: ULP, RMSE, signed errors, the fp64-referenced rule -----------------
@@ -328,7 +293,7 @@ class ErrorAgreement:
     cand: MaxDiff  # largest |cand32 − cand64|, signed likewise
     same: bool  # same parameter, same index, same sign
     corr: float  # Pearson correlation of the two signed-error vectors (NaN if constant)
-    max_diff: float  # max |(ref32 − ref64) − (cand32 − cand64)|
+    max_diff: float  # max |(ref32 − ref64) − (cand32 − cand64)| (closeness's rule)
 
 
 def _signed_max(e: Mapping[str, np.ndarray], names) -> MaxDiff:
@@ -361,7 +326,7 @@ def error_agreement(r32, r64, c32, c64, names) -> ErrorAgreement:
     corr = math.nan
     if x.std() > 0 and y.std() > 0:
         corr = float(np.corrcoef(x, y)[0, 1])
-    return ErrorAgreement(mr, mc, bool(same), corr, float(np.abs(x - y).max(initial=0.0)))
+    return ErrorAgreement(mr, mc, bool(same), corr, max_abs_diff(er, ec, names).value)
 
 
 def fp64_rule_multiplier(numel: int, setting: float | str) -> float:
@@ -515,7 +480,8 @@ def diagnosis_findings(rows: Sequence[Mapping]) -> dict:
     rounding, the first ReLU flip (float32 and float64 pairs), how long the signed errors
     agree, where the fp64-referenced rule first fails, the worst fp64 ratio and ULP
     distance, and the float64 headroom (:func:`f64_headroom`)."""
-    f64 = first_row(rows, lambda r: not r["f64_f64"] <= r["f64_threshold"])
+    # An infinite f64 difference (a float64 run diverged) is never explained by rounding.
+    f64 = first_row(rows, lambda r: not closeness.within(r["f64_f64"], r["f64_threshold"]))
     flip = first_row(rows, lambda r: (r["relu_flips_f32"] or 0) > 0)
     flip64 = first_row(rows, lambda r: (r["relu_flips_f64"] or 0) > 0)
     rule_fail = first_row(rows, lambda r: not r["fp64_rule"])

@@ -59,7 +59,9 @@ def _status(*readers: TraceReader) -> str:
 
 
 def _json_number(v):
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+    """``v`` for a JSON result; JSON has neither NaN nor Infinity, so a non-finite value (a
+    difference is ``inf`` where a run diverged, see ``closeness``) is stored as null."""
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
 def perstep_job(
@@ -88,12 +90,15 @@ def perstep_job(
     worst, worst_step = compare.worst(rows, "max_dparam")
     worst_where = next((r["where"] for r in rows if r["step"] == worst_step), "")
     dloss, _ = compare.worst(rows, "dloss")
+    status = _status(ref, cand)
     if comp.tolerance == 0:
         # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
-        verdict = verdicts.judge_ok(result.bitwise_identical, comp.expect)
+        verdict = verdicts.check_verdict(result.bitwise_identical, comp.expect)
     else:
-        verdict = verdicts.judge(worst, comp.tolerance, comp.expect)
-    status = _status(ref, cand)
+        # closeness counts NaN against NaN as equal; a run that diverged still never passes
+        # a tolerance (two runs that diverge alike are not a training that matches).
+        judged = worst if status == "ok" else math.inf
+        verdict = verdicts.tolerance_verdict(judged, comp.tolerance, comp.expect)
     beyond = compare.first_beyond(rows, comp.tolerance)
     notes = [
         f"reference: {comp.reference.label} (`{reference}`)",
@@ -244,7 +249,7 @@ def diagnosis_job(
         "tol_exceeded_step": perstep["tol_exceeded_step"],
         "tol_exceeded_where": perstep["tol_exceeded_where"],
         **findings,
-        "fp64_rule_verdict": verdicts.judge_ok(
+        "fp64_rule_verdict": verdicts.check_verdict(
             findings["fp64_rule_first_fail"] is None, comp.expect
         ),
         "f64_rounding_factor": job["diagnosis"]["f64_rounding_factor"],

@@ -76,8 +76,8 @@ def yes_no(flag: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """How the criteria judge one comparison.
+class CriteriaOutcome:
+    """What the criteria of :data:`verdicts.CRITERIA` say about one comparison.
 
     ``steps`` maps each criterion of :data:`verdicts.CRITERIA` to the first step it flags,
     None when it never does, or :data:`NOT_COMPUTED` (the fp64 criteria need float64
@@ -100,9 +100,11 @@ class Judgement:
         return min(found) if found else None
 
 
-def judge(perstep: Mapping, diagnosis: Mapping | None) -> Judgement:
-    """Judge one comparison from its per-step result and its diagnosis result (None
-    without float64 runs). Raises ``KeyError`` for results of another layout."""
+def apply_criteria(perstep: Mapping, diagnosis: Mapping | None) -> CriteriaOutcome:
+    """Apply the criteria of :data:`verdicts.CRITERIA` to one comparison, from its per-step
+    result (whose first step beyond the tolerance the per-step job stored) and its
+    diagnosis result (None without float64 runs). Raises ``KeyError`` for results of
+    another layout."""
     max_abs = perstep["verdict"] in (verdicts.FAIL, verdicts.EXPECTED_FAIL)
     steps: dict[str, int | str | None] = {"max_abs": perstep["tol_exceeded_step"]}
     flagged: dict[str, bool | None] = {"max_abs": max_abs}
@@ -114,7 +116,7 @@ def judge(perstep: Mapping, diagnosis: Mapping | None) -> Judgement:
         steps["f64_rounding"] = diagnosis["f64_divergence_step"]
         for c in ("fp64_rule", "f64_rounding"):
             flagged[c] = steps[c] is not None
-    return Judgement(steps, flagged)
+    return CriteriaOutcome(steps, flagged)
 
 
 def _load(path: str) -> dict:
@@ -180,7 +182,7 @@ def detection_rows(params: Mapping) -> tuple[list[dict], list[dict]]:
     for item in params["faults"]:
         f, c = item["fault"], Comparison.from_params(item["comparison"])
         perstep, diagnosis, split = _results(c)
-        j = judge(perstep, diagnosis)
+        j = apply_criteria(perstep, diagnosis)
         note = f["note"]
         if not j.by:
             note = "; ".join(filter(None, [_explain(perstep), note]))
@@ -212,7 +214,7 @@ def detection_rows(params: Mapping) -> tuple[list[dict], list[dict]]:
     alarms = []
     for c in map(Comparison.from_params, params["correct_pairs"]):
         perstep, diagnosis, split = _results(c)
-        j = judge(perstep, diagnosis)
+        j = apply_criteria(perstep, diagnosis)
         flag = {k: (NOT_COMPUTED if v is None else yes_no(v)) for k, v in j.flagged.items()}
         alarms.append(
             {
@@ -264,8 +266,8 @@ def _fmt_num(v) -> str:
 
 
 def _fmt_worst(v) -> str:
-    # The comparison results store NaN (a diverged run) as null.
-    return "NaN (diverged)" if v is None else tables.sci(v)
+    # The comparison results store a non-finite difference (inf: a run diverged) as null.
+    return "inf (diverged)" if v is None else tables.sci(v)
 
 
 def detection_markdown(

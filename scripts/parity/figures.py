@@ -133,8 +133,9 @@ def plot_detection(
 ) -> None:
     """Worst max|dparam| of every fault instance and every correct pair, one horizontal
     bar each on a log axis, the tolerance dashed. Bars are coloured by what detects them
-    (:data:`DETECTION_COLOURS`); a NaN (a diverged run) is drawn to the right edge and
-    labelled, an exact 0 (bit-identical runs) as a mark at the left edge.
+    (:data:`DETECTION_COLOURS`); a missing or non-finite worst (a run that diverged: its
+    difference is ``inf``, stored as null) is drawn to the right edge and labelled, an
+    exact 0 (bit-identical runs) as a mark at the left edge.
 
     ``faults`` are rows of ``detection.DETECTION_COLUMNS``, ``correct`` rows of
     ``detection.FALSE_ALARM_COLUMNS``. Writes each of ``paths`` (``.png``, ``.svg``).
@@ -155,9 +156,9 @@ def plot_detection(
     y = np.arange(len(items))[::-1]
     for yi, (_, v, kind) in zip(y, items, strict=True):
         colour = DETECTION_COLOURS[kind]
-        if v is None or math.isnan(v):
+        if v is None or not math.isfinite(v):
             ax.barh(yi, hi - lo, left=lo, color=colour, hatch="//", alpha=0.6)
-            ax.text(hi, yi, " NaN (diverged)", va="center", ha="right", fontsize=8)
+            ax.text(hi, yi, " inf (diverged)", va="center", ha="right", fontsize=8)
         elif v == 0:
             ax.plot([lo], [yi], marker="|", markersize=12, color=colour)
             ax.text(lo, yi, "  0 (bit for bit)", va="center", fontsize=8)
@@ -222,7 +223,7 @@ def plot_sensitivity(
     ax.axhline(
         tolerance, color="black", linestyle="--", linewidth=1, label=f"tolerance {tolerance:g}"
     )
-    if clean and clean[0].worst > 0:
+    if clean and 0 < clean[0].worst < math.inf:
         ax.axhline(
             clean[0].worst,
             color="#555555",

@@ -14,8 +14,8 @@ order (``Probe.quantities``):
 * ``message`` (string): the framework's error or why it cannot run the case, or null;
 * file key-value metadata ``parity.probe``: a JSON object with :data:`REQUIRED_METADATA`.
 
-:func:`judge` turns a result and its reference into a table row's verdict (see
-``verdicts.judge_probe``).
+:func:`judge_probe_row` turns a result and its reference into a table row's verdict
+(see ``verdicts.probe_verdict``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import verdicts
+from . import closeness, verdicts
 from .fileio import atomic_path
 from .probes import Probe, ProbeKey
 
@@ -246,34 +246,17 @@ def expand(ref: Mapping, size: int) -> np.ndarray:
     return np.asarray(ref["values"], dtype=np.float64)
 
 
-def max_diff(values: np.ndarray, reference: np.ndarray) -> float:
-    """max|values − reference| in float64 over elements of equal count.
-
-    Positions that are equal (including equal infinities) or NaN on both sides count 0; a
-    non-finite value against a different one counts ``inf``. NaN if the counts differ.
-    """
+def _max_diff(quantity: str, values: np.ndarray, reference: np.ndarray) -> float:
+    """``closeness.max_abs_diff`` of one quantity's values against a reference; NaN (never
+    within a tolerance) when their counts differ, as arrays of different sizes have no
+    difference."""
     if values.size != reference.size:
         return math.nan
-    if values.size == 0:
-        return 0.0
-    same = (values == reference) | (np.isnan(values) & np.isnan(reference))
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = np.abs(values - reference)
-    d = np.where(same, 0.0, d)
-    d = np.where(np.isnan(d), math.inf, d)
-    return float(d.max())
-
-
-def scaled_tolerance(tolerance: float, reference: np.ndarray) -> float:
-    """The absolute tolerance of a quantity: the probe's ``tolerance`` times the largest
-    finite magnitude of its reference, at least 1 (so a float32 tolerance of 1e-6 is about
-    eight ulps of the quantity's largest value, and absolute below magnitude 1)."""
-    finite = np.abs(reference[np.isfinite(reference)])
-    return tolerance * max(1.0, float(finite.max()) if finite.size else 1.0)
+    return closeness.max_abs_diff({quantity: values}, {quantity: reference}, [quantity]).value
 
 
 @dataclass(frozen=True)
-class Judgement:
+class ProbeJudgement:
     """A table row's comparison: reference label and values, max difference, the absolute
     tolerance it was held to, verdict, note."""
 
@@ -285,18 +268,20 @@ class Judgement:
     note: str
 
 
-def judge(
+def judge_probe_row(
     probe: Probe,
     key: ProbeKey,
     outcome: Outcome,
     reference: Outcome | None,
-) -> Judgement:
+) -> ProbeJudgement:
     """Verdict of one (case, quantity) of run ``key``.
 
     The reference is the probe's exact values where it gives them, else ``reference`` (the
     same quantity from PyTorch on the CPU in the same dtype; None when that run is ``key``
     itself or is missing). An ``unsupported`` outcome is the verdict ``unsupported`` (an
-    accepted one), its note "not supported by {framework}: {why}".
+    accepted one), its note "not supported by {framework}: {why}". Values not within the
+    tolerance of the reference get ``closeness.mismatch_message`` as their note (how many
+    elements, the greatest difference at ``quantity[flat index]``, the tolerance).
     """
     case = probe.case(outcome.case)
     q = outcome.quantity
@@ -309,33 +294,37 @@ def judge(
         bug = None
     if outcome.status == verdicts.UNSUPPORTED:
         note = f"not supported by {key.framework}: {outcome.message or 'no reason given'}"
-        return Judgement("", None, None, None, verdicts.UNSUPPORTED, note)
+        return ProbeJudgement("", None, None, None, verdicts.UNSUPPORTED, note)
     if outcome.status in (verdicts.FRAMEWORK_ERROR, verdicts.MISSING_GRADIENT):
         verdict = verdicts.KNOWN_BUG if bug_outcome == outcome.status else outcome.status
-        return Judgement("", None, None, None, verdict, outcome.message or "")
+        return ProbeJudgement("", None, None, None, verdict, outcome.message or "")
     values = outcome.values
     if exact is not None:
         label, ref = "exact", expand(exact, values.size)
     elif key.is_reference:
-        return Judgement("", None, None, None, verdicts.REFERENCE, "")
+        return ProbeJudgement("", None, None, None, verdicts.REFERENCE, "")
     elif reference is None or reference.status != OK:
         why = "missing" if reference is None else reference.status
-        return Judgement(key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}")
+        return ProbeJudgement(
+            key.reference.label, None, None, None, verdicts.ERROR, f"reference {why}"
+        )
     else:
         label, ref = key.reference.label, reference.values
-    worst = max_diff(values, ref)
+    worst = _max_diff(q, values, ref)
+    tol = closeness.scaled_tolerance(probe.tolerance(key.dtype), ref)
     notes = []
     if values.size != ref.size:
         notes.append(f"{values.size} values where the reference has {ref.size}")
-    tol = scaled_tolerance(probe.tolerance(key.dtype), ref)
+    elif not closeness.within(worst, tol):
+        notes.append(closeness.mismatch_message({q: values}, {q: ref}, [q], tol))
     # A known bug's values are held to the same absolute tolerance.
-    bug_worst = None if bug is None else max_diff(values, expand(bug, values.size))
+    bug_worst = None if bug is None else _max_diff(q, values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
     non_finite = bool((~np.isfinite(values) & finite_ref).any())
-    verdict = verdicts.judge_probe(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
+    verdict = verdicts.probe_verdict(worst, tol, known_bug_worst=bug_worst, non_finite=non_finite)
     if bug_outcome is not None:
         if verdict == verdicts.PASS:
             verdict = verdicts.KNOWN_BUG_FIXED
         elif verdict == bug_outcome:
             verdict = verdicts.KNOWN_BUG
-    return Judgement(label, ref, worst, tol, verdict, "; ".join(notes))
+    return ProbeJudgement(label, ref, worst, tol, verdict, "; ".join(notes))

@@ -330,7 +330,8 @@ class Probe:
         return [(c["name"], q) for c in self.cases for q in c["compare"]]
 
     def tolerance(self, dtype: str) -> float:
-        """Largest max|value − reference| that passes in ``dtype``."""
+        """The probe's relative tolerance in ``dtype`` (0: exact); a quantity's absolute
+        tolerance is ``closeness.scaled_tolerance`` of it."""
         return float(self.spec["tolerance"][dtype])
 
     def as_params(self) -> dict:

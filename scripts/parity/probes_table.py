@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from . import tables, verdicts
-from .probe_results import judge, read_results
+from .probe_results import judge_probe_row, read_results
 from .probes import ProbePlan
 
 
@@ -13,8 +13,8 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
     """The probe table: one row per (probe, case, quantity, framework, device, dtype).
 
     Reads every result of ``plan`` (``results/probes/…``), judges it against the probe's
-    exact values or PyTorch on the CPU (``probe_results.judge``), and lists unsupported
-    cells with their reason. Raises ``probe_results.ProbeResultError`` for a result file
+    exact values or PyTorch on the CPU (``probe_results.judge_probe_row``), and lists
+    unsupported cells with their reason. Raises ``probe_results.ProbeResultError`` for a result file
     that is stale or malformed; nothing is written then.
     """
     results = {}
@@ -43,7 +43,7 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
                 continue
             outcome = results[key][(case, q)]
             ref_run = results.get(key.reference, {}).get((case, q))
-            j = judge(probe, key, outcome, None if key.is_reference else ref_run)
+            j = judge_probe_row(probe, key, outcome, None if key.is_reference else ref_run)
             note = j.note
             if j.verdict == verdicts.KNOWN_BUG_FIXED:
                 note = "; ".join(filter(None, ["update the probe file's known_bug", note]))

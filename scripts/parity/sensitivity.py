@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import compare, figures, tables, verdicts
+from . import closeness, compare, figures, tables
 from .detection import step_cell, yes_no
 from .faults import perturbed_settings
 from .fileio import sha256_file
@@ -93,14 +93,14 @@ def search(
 
     ``evaluate(δ)`` trains and returns (worst max|dparam|, its step, first step beyond the
     tolerance); δ is detected when the worst is not within ``tolerance``
-    (``verdicts.within``). No bisection when the smallest decade is already detected or
+    (``closeness.within``). No bisection when the smallest decade is already detected or
     none is.
     """
     trials: list[Trial] = []
 
     def detected(phase: str, delta: float) -> bool:
         worst, at, first = evaluate(delta)
-        hit = not verdicts.within(worst, tolerance)
+        hit = not closeness.within(worst, tolerance)
         trials.append(Trial(phase, delta, worst, at, first, hit))
         return hit
 
@@ -167,7 +167,7 @@ def sensitivity_job(
 
         clean = evaluate(0.0)
         found = search(evaluate, s["tolerance"], s["log10_range"], s["bisections"])
-    trials = [Trial("clean", 0.0, *clean, not verdicts.within(clean[0], s["tolerance"]))]
+    trials = [Trial("clean", 0.0, *clean, not closeness.within(clean[0], s["tolerance"]))]
     trials += found.trials
     rows = [
         {

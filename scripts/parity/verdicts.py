@@ -26,11 +26,16 @@ Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
 | `non-finite`       | NaN or ±Inf where the reference is finite                           |
 
 A probe row whose values match neither the reference nor a known bug is a `fail`.
+
+Differences and whether they are within a tolerance are ``closeness``'s (its NaN/Inf rule:
+NaN and ``inf`` are never within).
 """
 
 from __future__ import annotations
 
 import math
+
+from . import closeness
 
 PASS = "pass"
 FAIL = "fail"
@@ -65,28 +70,24 @@ PROBE_WORDING = {KNOWN_BUG: "known bug reproduced", KNOWN_BUG_FIXED: "known bug 
 EXPECTATIONS = {"pass": PASS, "fail": EXPECTED_FAIL}
 
 
-def within(worst: float, tolerance: float) -> bool:
-    """Whether the worst difference is at most ``tolerance``. NaN is never within."""
-    return not math.isnan(worst) and worst <= tolerance
-
-
-def judge(worst: float, tolerance: float, expect: str) -> str:
-    """Verdict of a comparison whose worst difference over all steps is ``worst``.
+def tolerance_verdict(worst: float, tolerance: float, expect: str) -> str:
+    """Verdict of a comparison whose worst difference over all steps is ``worst``, held to
+    ``tolerance`` by ``closeness.within`` (NaN and ``inf`` are never within).
 
     ``expect`` is ``"pass"`` (a correct pair) or ``"fail"`` (a negative control).
     Raises ``ValueError`` for another expectation.
     """
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {sorted(EXPECTATIONS)}, not {expect!r}")
-    ok = within(worst, tolerance)
+    ok = closeness.within(worst, tolerance)
     if expect == "pass":
         return PASS if ok else FAIL
     return UNEXPECTED_PASS if ok else EXPECTED_FAIL
 
 
-def judge_ok(ok: bool, expect: str) -> str:
+def check_verdict(ok: bool, expect: str) -> str:
     """Verdict of a yes/no criterion (e.g. the fp64-referenced rule) under ``expect``."""
-    return judge(0.0 if ok else math.inf, 0.0, expect)
+    return tolerance_verdict(0.0 if ok else math.inf, 0.0, expect)
 
 
 def meets_expectation(verdict: str) -> bool:
@@ -96,7 +97,7 @@ def meets_expectation(verdict: str) -> bool:
     return verdict in ACCEPTED
 
 
-def judge_probe(
+def probe_verdict(
     worst: float,
     tolerance: float,
     *,
@@ -105,15 +106,17 @@ def judge_probe(
 ) -> str:
     """Verdict of one probe quantity whose values the framework did produce.
 
-    ``worst`` is max|value − reference| (``inf`` where one side is non-finite and the other
-    is not; NaN counts as never within); ``known_bug_worst`` the same against the values a
-    recorded known bug produces for this framework and device, or None when none is
-    recorded; ``non_finite`` whether the values hold NaN or ±Inf where the reference does
-    not. Missing gradients, framework errors and reference rows are decided before this.
+    ``worst`` is max|value − reference| (``closeness.max_abs_diff``: ``inf`` where a NaN or
+    an Inf meets a different value; NaN where the counts differ), held to ``tolerance`` by
+    ``closeness.within`` (NaN and ``inf`` never are within); ``known_bug_worst`` the same
+    against the values a recorded known bug produces for this framework and device, or None
+    when none is recorded; ``non_finite`` whether the values hold NaN or ±Inf where the
+    reference does not. Missing gradients, framework errors and reference rows are decided
+    before this.
     """
-    if within(worst, tolerance):
+    if closeness.within(worst, tolerance):
         return PASS if known_bug_worst is None else KNOWN_BUG_FIXED
-    if known_bug_worst is not None and within(known_bug_worst, tolerance):
+    if known_bug_worst is not None and closeness.within(known_bug_worst, tolerance):
         return KNOWN_BUG
     return NON_FINITE if non_finite else FAIL
 
