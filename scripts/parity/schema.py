@@ -15,6 +15,9 @@ A trace is one Parquet file per run,
 
 Rows are grouped so that one row group holds about :data:`ROW_GROUP_BYTES` of tensor data,
 which lets readers stream a trace a few steps at a time (:meth:`TraceReader.iter_steps`).
+
+This module is longer than the others on purpose: the schema, its writer and its checked
+reader stay in one file so that what is written and what is read cannot drift apart.
 """
 
 from __future__ import annotations
