@@ -1,4 +1,5 @@
-"""Small file helpers: atomic writes, hashing, logging into a job's log file."""
+"""Small file helpers: atomic writes (with the mode the umask gives), hashing, logging into
+a job's log file."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only on success.
 
     A job killed or failing mid-write leaves at most a ``.tmp-*`` file, never a truncated
-    ``path`` that a rerun would trust. The rename is atomic on POSIX file systems.
+    ``path`` that a rerun would trust. The rename is atomic on POSIX file systems. The file
+    gets the mode a newly created file gets under this process's umask (0666 & ~umask, or
+    0777 & ~umask when the body left it executable), not mkstemp's 0600.
 
     Raises whatever the body raises, after removing the temporary file.
     """
@@ -33,10 +36,30 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp makes the file 0600 whatever the umask; give it the mode any new file
+        # gets here (0666 & ~umask), so that colleagues sharing the folder can read it, and
+        # keep the execute bits of a file the body made executable (a copied binary).
+        executable = tmp_path.stat().st_mode & 0o111
+        os.chmod(tmp_path, (0o777 if executable else 0o666) & ~current_umask())
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux reports it
+    (``/proc/self/status``), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
