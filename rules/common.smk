@@ -1,6 +1,7 @@
-# Config validation and the input functions that turn the config into file lists and
-# into the resolved data each job receives as params. What an experiment means lives in
-# scripts/parity (resolve.py, plan.py); result paths in scripts/parity/paths.py.
+# Config validation (config files read again strictly, numbers finite, the schema, the
+# Plan, sizes within limits) and the input functions that turn the config into file lists
+# and into the resolved data each job receives as params. What an experiment means lives
+# in scripts/parity (resolve.py, plan.py); result paths in scripts/parity/paths.py.
 
 import os
 import sys
@@ -11,7 +12,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity import paths  # noqa: E402
+from parity import limits, paths, yamlfile  # noqa: E402
 from parity.codeversion import code_version  # noqa: E402
 from parity.config import ConfigError  # noqa: E402
 from parity.detection import detection_inputs, detection_params  # noqa: E402
@@ -21,6 +22,17 @@ from parity.plan import Plan  # noqa: E402
 from parity.probes import ProbeError, ProbePlan  # noqa: E402
 from parity.summary import framework_summary_items, unsupported_cells  # noqa: E402
 
+LIMITS = limits.settings(config)
+try:
+    # Snakemake has parsed the config files already, keeping the last value of a key given
+    # twice: read each again strictly and bounded, and bound the merged config (files and
+    # --config values) before anything walks it.
+    for _path in workflow.configfiles:
+        yamlfile.load(_path, LIMITS["max_yaml_bytes"], LIMITS["max_yaml_nodes"])
+    yamlfile.check_nodes(config, "the config", LIMITS["max_yaml_nodes"])
+    limits.check_config_numbers(config)
+except (yamlfile.YamlError, ConfigError) as e:
+    raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
 try:
     validate(config, CONFIG_SCHEMA)
@@ -34,6 +46,7 @@ except WorkflowError:
     ) from None
 try:
     PLAN = Plan(config)
+    limits.check_plan(PLAN, LIMITS)
     PROBES = ProbePlan.from_config(config, workflow.basedir)
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None

@@ -5,10 +5,11 @@ checks the message and that nothing was created. README "Bad input" lists these 
 """
 
 import copy
+import math
 
 import pytest
 
-from conftest import load_config, run_workflow
+from conftest import REPO, load_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
@@ -184,6 +185,103 @@ CASES = [
         lambda c: exp(c, "a3_adamw")["runs"].update(torch={"optimizer_path": "turbo"}),
         "experiments.a3_adamw.runs.torch.optimizer_path: 'turbo' is not one of",
     ),
+    # Non-finite numbers (YAML's .nan and .inf) pass a JSON schema; they are refused first.
+    (
+        "tolerance .nan",
+        lambda c: c.update(tolerance=math.nan),
+        "tolerance: .nan is not a finite number; every number must be",
+    ),
+    (
+        "learning rate .inf",
+        lambda c: exp(c)["optimizer"].update(lr=math.inf),
+        "experiments.a3_sgd.optimizer.lr: .inf is not a finite number",
+    ),
+    (
+        "a run's learning rate .nan",
+        lambda c: exp(c)["runs"].update(candle={"optimizer": {"lr": math.nan}}),
+        "experiments.a3_sgd.runs.candle.optimizer.lr: .nan is not a finite number",
+    ),
+    (
+        "comparison tolerance -.inf",
+        lambda c: exp(c)["comparisons"]["main"].update(tolerance=-math.inf),
+        "experiments.a3_sgd.comparisons.main.tolerance: -.inf is not a finite number",
+    ),
+    (
+        "diagnosis atol .nan",
+        lambda c: c["diagnosis"]["fp64_rule"].update(atol=math.nan),
+        "diagnosis.fp64_rule.atol: .nan is not a finite number",
+    ),
+    # YAML 1.1 reads 1e-6 (no dot, no exponent sign) as text.
+    (
+        "tolerance written 1e-6",
+        lambda c: c.update(tolerance="1e-6"),
+        (
+            "tolerance: '1e-6' is not of type 'number': YAML 1.1, which PyYAML and Snakemake "
+            "read, takes '1e-6' as text: a number in exponent form needs a dot in the mantissa "
+            "and a sign in the exponent; write 1.0e-6"
+        ),
+    ),
+    (
+        "steps written 1e3",
+        lambda c: exp(c).update(steps="1e3"),
+        "experiments.a3_sgd.steps: '1e3' is not of type 'integer': YAML 1.1",
+    ),
+    # Sizes are estimated before the DAG is built and refused beyond config `limits`.
+    (
+        "a billion steps",
+        lambda c: exp(c).update(steps=1_000_000_000),
+        "experiments.a3_sgd.steps: steps: 1000000000, more than limits.max_steps (1000000)",
+    ),
+    (
+        "an MLP layer of 10^10 weights",
+        lambda c: exp(c)["model"].update(sizes=[100000, 100000, 4]),
+        (
+            "experiments.a3_sgd.model: parameter fc1.weight has 10000000000, more than "
+            "limits.max_tensor_elements (100000000)"
+        ),
+    ),
+    (
+        "a fixture of 10^10 inputs",
+        lambda c: exp(c)["data"].update(batches=100000, batch_size=12500),
+        (
+            "experiments.a3_sgd.data: the fixture's inputs x have 10000000000, more than "
+            "limits.max_tensor_elements"
+        ),
+    ),
+    (
+        "a trace beyond the trace limit",
+        lambda c: c["limits"].update(max_trace_bytes=100000),
+        (
+            "experiments.a3_sgd.runs.torch: its trace (101 rows) would hold 171 kB, more than "
+            "limits.max_trace_bytes (100 kB)"
+        ),
+    ),
+    (
+        "a run beyond the work limit",
+        lambda c: exp(c).update(steps=900000) or exp(c)["data"].update(batch_size=100000),
+        (
+            "experiments.a3_sgd.runs.torch: a run takes about 5.18e+13 multiply-adds, more than "
+            "limits.max_run_macs (1e+13 multiply-adds)"
+        ),
+    ),
+    (
+        "a sensitivity search of 10^9 runs",
+        lambda c: c["faults"]["sensitivity"].update(log10_range=[-1000000000, -2]),
+        (
+            "faults.sensitivity.log10_range: the search would make 1000000006 runs, more than "
+            "limits.max_sensitivity_runs (64 runs)"
+        ),
+    ),
+    (
+        "misspelt limit",
+        lambda c: c["limits"].update(max_stesp=3),
+        "limits: Additional properties are not allowed ('max_stesp' was unexpected)",
+    ),
+    (
+        "threads beyond 4096",
+        lambda c: c.update(threads=10**9),
+        "threads: 1000000000 is greater than the maximum of 4096",
+    ),
 ]
 
 
@@ -200,3 +298,82 @@ def test_bad_config_is_refused_before_any_job(tmp_path, what, mutate, message):
 
 def test_there_are_at_least_25_cases():
     assert len(CASES) >= 25
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
+    """YAML keeps the last of two equal keys silently; every config file is read again
+    strictly."""
+    text = (REPO / "config.yaml").read_text() + "\ntolerance: 0.5\n"
+    cfg = tmp_path / "dup.yaml"
+    cfg.write_text(text)
+    proc = run_workflow(tmp_path, None, "-n", "--cores", "1", "--configfile", str(cfg), check=False)
+    assert proc.returncode != 0
+    assert "invalid config (nothing was run)" in proc.stdout
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("tolerance"))
+    last = len(text.splitlines())
+    assert (
+        f"dup.yaml: line {last}: duplicate key 'tolerance' (first given at line {first})"
+        in proc.stdout
+    ), proc.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_config_file_over_the_size_limit_is_refused(tmp_path):
+    config = unshare(load_config())
+    config["limits"]["max_yaml_bytes"] = 1000
+    proc = run_workflow(tmp_path, config, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "bytes, more than limits.max_yaml_bytes (1000); nothing was parsed" in proc.stdout
+
+
+#: Probe files refused while the DAG is built: (what, probe document edit, message).
+PROBE_CASES = [
+    (
+        "ones of 10^10 elements",
+        "inputs:\n  a: {ones: [100000, 100000]}\n",
+        (
+            "inputs.a.ones: shape [100000, 100000] holds 10000000000 elements, more than "
+            "limits.max_probe_tensor_elements (1000000); nothing was allocated"
+        ),
+    ),
+    (
+        "one element broadcast to 10^10",
+        "inputs:\n  a: {ones: [1, 1]}\n",
+        "cases.big.steps[0].broadcast_to: output shape [100000, 100000] holds 10000000000 elements",
+    ),
+    ("a .nan input value", "inputs:\n  a: {values: [[1, .nan]]}\n", "inputs.a.values[0][1]: .nan"),
+    (
+        "a key given twice",
+        "tolerance: {f32: 0}\ntolerance: {f32: 1}\n",
+        "duplicate key 'tolerance'",
+    ),
+    (
+        "a tolerance written 1e-6",
+        "tolerance: {f32: 1e-6}\n",
+        "tolerance.f32: '1e-6' is not of type 'number': YAML 1.1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "head", "message"), PROBE_CASES, ids=[c[0] for c in PROBE_CASES])
+def test_bad_probe_file_is_refused_naming_file_and_field(tmp_path, what, head, message):
+    folder = tmp_path / "myprobes"
+    folder.mkdir()
+    body = (
+        "description: x\n"
+        + head
+        + "cases:\n  big:\n    steps:\n"
+        + "      - broadcast_to: {in: a, shape: [100000, 100000], out: b}\n"
+        + "    compare: [b]\n"
+    )
+    if "inputs:" not in head:
+        body = "inputs:\n  a: {ones: [1, 1]}\n" + body
+    (folder / "big.yaml").write_text(body)
+    config = load_config()
+    config["probes"] = {"folder": str(folder)}
+    proc = run_workflow(tmp_path / "w", config, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0, what
+    assert "invalid config (nothing was run)" in proc.stdout
+    assert f"big.yaml: {message}" in proc.stdout or message in proc.stdout, proc.stdout[-3000:]
+    assert str(folder / "big.yaml") in proc.stdout
+    assert not (tmp_path / "w" / "results").exists()

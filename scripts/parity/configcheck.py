@@ -1,4 +1,5 @@
-"""Concise messages for a config that fails its JSON schema.
+"""Concise messages for a config that fails its JSON schema (and why a number written
+``1e-6`` is text: ``yamlfile.number_hint``).
 
 Snakemake's ``validate`` reports the first error with the whole sub-schema; users need the
 key path and the reason. This module re-runs the same schema with ``jsonschema`` (the
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jsonschema
-import yaml
+
+from . import yamlfile
 
 
 def key_path(path) -> str:
@@ -23,12 +25,13 @@ def key_path(path) -> str:
 
 def schema_errors(config: Mapping, schema_path: str) -> list[str]:
     """Every schema violation of ``config`` as ``key.path: reason``, most specific first."""
-    with open(schema_path, encoding="utf-8") as f:
-        schema = yaml.safe_load(f)
+    schema = yamlfile.load(schema_path)
     cls = jsonschema.validators.validator_for(schema)
     validator = cls(schema)
     messages = []
     for err in sorted(validator.iter_errors(config), key=lambda e: -len(e.absolute_path)):
         best = jsonschema.exceptions.best_match([err])
-        messages.append(f"{key_path(best.absolute_path)}: {best.message}")
+        hint = yamlfile.number_hint(best.instance)
+        message = f"{best.message}: {hint}" if hint else best.message
+        messages.append(f"{key_path(best.absolute_path)}: {message}")
     return messages

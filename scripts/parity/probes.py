@@ -38,9 +38,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from . import limits as size_limits
 from .config import canonical_hash
 from .devices import DEVICES, DTYPES
 from .frameworks import unsupported_reason
+from .yamlfile import YamlError, number_hint
 
 #: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
 #: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
@@ -76,10 +78,9 @@ def parse_quantity(q: str) -> tuple[str, str | None]:
 @cache
 def schema() -> dict:
     """The probe JSON schema (``schemas/probe.schema.yaml``), parsed once."""
-    import yaml
+    from . import yamlfile
 
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    return yamlfile.load(SCHEMA_PATH)
 
 
 def _resolve(node: Mapping) -> Mapping:
@@ -132,6 +133,9 @@ def _validate(path: Path, doc: Any) -> None:
     message = err.message
     if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):
         message = f"not valid here: {' '.join(err.schema['description'].split())}"
+    hint = number_hint(err.instance)
+    if hint:
+        message = f"{message}: {hint}"
     raise ProbeError(path, _field(err.absolute_path), message)
 
 
@@ -355,16 +359,23 @@ class Probe:
         }
 
 
-def parse(path: str | Path, doc: Any) -> Probe:
+def parse(path: str | Path, doc: Any, limits: Mapping[str, Any] | None = None) -> Probe:
     """Validate and normalize a parsed probe document read from ``path``.
 
-    Raises :class:`ProbeError` naming the file and the field.
+    Besides the schema, every number must be finite and every tensor (input, op output)
+    within ``limits`` (``limits.settings``; default ``limits.DEFAULTS``), estimated before
+    anything is allocated (``limits.check_probe``). Raises :class:`ProbeError` naming the
+    file and the field.
     """
     path = Path(path)
     name = path.name.removesuffix(".yaml")
     if not NAME.match(name):
         raise ProbeError(path, "", f"file name {name!r} must match {NAME.pattern} plus .yaml")
     _validate(path, doc)
+    try:
+        size_limits.check_probe(doc, limits or size_limits.DEFAULTS)
+    except size_limits.LimitError as e:
+        raise ProbeError(path, e.field, e.problem) from None
     inputs = {n: _input(path, n, s) for n, s in doc["inputs"].items()}
     tol = doc.get("tolerance", {})
     spec = {
@@ -377,30 +388,34 @@ def parse(path: str | Path, doc: Any) -> Probe:
     return Probe(name, spec, str(path))
 
 
-def load(path: str | Path) -> Probe:
+def load(path: str | Path, limits: Mapping[str, Any] | None = None) -> Probe:
     """Read, validate and normalize a probe file.
 
-    Raises :class:`ProbeError` naming the file and the field: unreadable file or YAML, a
-    schema violation, a name used before it is defined, a quantity that does not exist.
+    The file is read by ``yamlfile.load`` (libyaml's safe loader: the probe files are read
+    every time the DAG is built), which refuses a file over ``limits.max_yaml_bytes``
+    before parsing it, a key given twice, and a document of more than
+    ``limits.max_yaml_nodes`` values. Raises :class:`ProbeError` naming the file and the
+    field: unreadable file or YAML, a schema violation, a non-finite number, a tensor
+    beyond the limits, a name used before it is defined, a quantity that does not exist.
     """
-    import yaml
+    from . import yamlfile
 
+    lim = limits or size_limits.DEFAULTS
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ProbeError(path, "", f"cannot read ({e.strerror})") from e
-    try:
-        # libyaml's safe loader when PyYAML has it (ten times faster: the probe files are
-        # read every time the DAG is built), else the pure-Python one; both are safe.
-        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as e:
-        raise ProbeError(path, "", f"not valid YAML ({e})") from e
-    return parse(path, doc)
+        doc = yamlfile.load(path, lim["max_yaml_bytes"], lim["max_yaml_nodes"])
+    except YamlError as e:
+        raise ProbeError(path, "", e.problem) from e
+    return parse(path, doc, lim)
 
 
-def discover(folder: str | Path, select: Sequence[str] | None = None) -> dict[str, Probe]:
-    """The probes of ``folder`` (every ``*.yaml``, or only ``select``), by name, sorted.
+def discover(
+    folder: str | Path,
+    select: Sequence[str] | None = None,
+    limits: Mapping[str, Any] | None = None,
+) -> dict[str, Probe]:
+    """The probes of ``folder`` (every ``*.yaml``, or only ``select``), by name, sorted,
+    each read within ``limits`` (:func:`load`).
 
     Raises :class:`ProbeError` for a missing folder or selected probe, or a malformed file.
     """
@@ -413,7 +428,7 @@ def discover(folder: str | Path, select: Sequence[str] | None = None) -> dict[st
         if missing:
             raise ProbeError(folder, "", f"selected probe {missing[0]!r} has no file here")
         names = [n for n in names if n in select]
-    return {n: load(folder / f"{n}.yaml") for n in names}
+    return {n: load(folder / f"{n}.yaml", limits) for n in names}
 
 
 # ----- jobs ------------------------------------------------------------------------------
@@ -478,7 +493,8 @@ class ProbePlan:
         folder = Path(settings.get("folder", "probes"))
         folder = folder if folder.is_absolute() else Path(basedir) / folder
         enabled = settings.get("enabled", True)
-        probes = discover(folder, settings.get("select")) if enabled else {}
+        limits = size_limits.settings(config)
+        probes = discover(folder, settings.get("select"), limits) if enabled else {}
         return cls(probes, config["devices"], config["dtypes"])
 
     def to_params(self) -> dict:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .frames import FrameError, read_frames
 from .keys import RunKey
+from .limits import non_finite
 from .models import model_params
 from .probe_results import OK, Outcome, write_results
 from .probes import Probe, ProbeKey
@@ -41,14 +42,25 @@ def _tail(path: str, lines: int = 20) -> str:
         return ""
 
 
+def spec_json(spec: Mapping[str, Any]) -> str:
+    """The JSON text of a spec for a Rust runner. JSON has no NaN or Infinity (serde refuses
+    them with a message that names no field), so a spec holding one is refused here, naming
+    its fields. Raises :class:`RunnerError`."""
+    bad = [f"{where} = {value}" for where, value in non_finite(spec)]
+    if bad:
+        raise RunnerError(f"the runner spec holds non-finite numbers: {', '.join(bad)}")
+    return json.dumps(spec, indent=1, allow_nan=False)
+
+
 @contextlib.contextmanager
 def _invocation(spec: dict, threads: int, log_path: str | None):
     """One runner invocation's spec file (temporary JSON), environment
     (``RAYON_NUM_THREADS``: the Rust runners' CPU thread pool) and stderr sink (the job's
     log); the file is removed afterwards."""
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    text = spec_json(spec)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f, indent=1)
+        f.write(text)
     stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
     try:
         yield f.name, env, stderr

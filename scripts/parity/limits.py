@@ -1,0 +1,400 @@
+"""What a config or a probe file may ask for: every number finite, and every job's size
+estimated, and refused beyond the configured limits, before the DAG is built.
+
+* :func:`non_finite` walks a parsed document for NaN and ±Inf (YAML's ``.nan``, ``.inf``),
+  which a JSON schema cannot refuse (``nan > 0`` is false, so ``exclusiveMinimum`` lets it
+  through), and names each one's key path;
+* :func:`check_plan` estimates, for every experiment and run of a resolved config, the
+  elements of its largest tensor (parameters, the fixture's inputs, one batch's
+  activations), its trace's size (recorded rows × bytes per row), every trace together,
+  its steps and its work (multiply-adds), and refuses what exceeds the limits;
+* :func:`probe_tensor_sizes` infers, from a probe file as written (before anything is
+  allocated), the shape of every input and every op's output, so that ``ones: [100000,
+  100000]`` or a one-element input broadcast to ``[100000, 100000]`` is refused by name
+  instead of exhausting memory while the DAG is built or in a Rust job.
+
+The limits are config keys (``limits.*``, :data:`DEFAULTS`, docs/usage.md); the YAML
+reading limits are applied by :mod:`parity.yamlfile`. Pure Python: cheap to import.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from .config import ConfigError
+from .models import model_io, model_params
+from .yamlfile import MAX_BYTES, MAX_NODES
+
+#: Every limit and its default (config ``limits``; docs/usage.md explains each).
+DEFAULTS: dict[str, int | float] = {
+    # Steps of one experiment: each job lists every recorded step.
+    "max_steps": 1_000_000,
+    # Elements of any one tensor of a training run: a parameter, the fixture's inputs,
+    # one batch's activations of the widest layer.
+    "max_tensor_elements": 100_000_000,
+    # Tensor data of one trace (recorded rows × bytes per row, in the widest dtype run).
+    "max_trace_bytes": 8 << 30,
+    # Tensor data of every trace of the run together.
+    "max_total_trace_bytes": 64 << 30,
+    # Multiply-adds of one training run, about 3 × steps × batch × the model's
+    # multiply-adds per sample (forward and backward); 1e13 is hours on one CPU core.
+    "max_run_macs": 1.0e13,
+    # Training runs of the learning-rate sensitivity search (decades scanned, bisections).
+    "max_sensitivity_runs": 64,
+    # Elements of any tensor of a probe: an input, an op's output, a gradient.
+    "max_probe_tensor_elements": 1_000_000,
+    # A YAML file the workflow reads (config files, probe files), before it is parsed.
+    "max_yaml_bytes": MAX_BYTES,
+    # Values of a parsed YAML document with aliases expanded.
+    "max_yaml_nodes": MAX_NODES,
+}
+
+
+class LimitError(ValueError):
+    """A probe file beyond a limit: ``field`` is its key path, ``problem`` the reason."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def settings(config: Mapping[str, Any] | None) -> dict[str, int | float]:
+    """The limits of ``config``: :data:`DEFAULTS` with ``config["limits"]`` over them. A
+    value that is not a positive number is left to the schema to refuse (the default holds
+    until then, so that reading the config files stays bounded)."""
+    out = dict(DEFAULTS)
+    given = (config or {}).get("limits")
+    if isinstance(given, Mapping):
+        for k, v in given.items():
+            if k in out and isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+                out[k] = v
+    return out
+
+
+def key_path(path: Sequence[Any]) -> str:
+    """``experiments.a3_sgd.optimizer.lr`` / ``inputs.x.values[3]`` from path parts."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def non_finite(doc: Any) -> Iterator[tuple[str, float]]:
+    """Yield (key path, value) of every NaN or ±Inf in a parsed document, in document order.
+
+    Walks without recursion; a document must have passed ``yamlfile.check_nodes`` (which
+    bounds the walk, aliases included)."""
+    stack: list[tuple[tuple, Any]] = [((), doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            yield key_path(path), node
+        elif isinstance(node, Mapping):
+            stack.extend(reversed([((*path, k), v) for k, v in node.items()]))
+        elif isinstance(node, list | tuple):
+            stack.extend(reversed([((*path, i), v) for i, v in enumerate(node)]))
+
+
+def yaml_text(value: float) -> str:
+    """How YAML writes a non-finite value: ``.nan``, ``.inf``, ``-.inf``."""
+    return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+
+
+def check_config_numbers(config: Mapping[str, Any]) -> None:
+    """Refuse every NaN and ±Inf of a config (files and ``--config`` values merged), each
+    with its key path. Raises :class:`ConfigError` (every one at once)."""
+    problems = [
+        ConfigError(where, f"{yaml_text(v)} is not a finite number; every number must be")
+        for where, v in non_finite(config)
+    ]
+    if problems:
+        raise ConfigError.every(problems)
+
+
+# ----- training runs -----------------------------------------------------------------------
+
+
+def _bytes(n: float) -> str:
+    """``171 kB``, ``8.59 GB``: a byte count for a message."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def recorded_rows(steps: int, every: int) -> int:
+    """How many rows ``schema.recorded_steps(steps, every)`` lists, without listing them:
+    step 0, every ``every``-th step, and the last step."""
+    return 1 + steps // every + (1 if steps % every else 0)
+
+
+def macs_per_sample(model: Mapping[str, Any]) -> int:
+    """Multiply-adds of one sample's forward pass (weights × positions they apply to)."""
+    if model["family"] == "mlp":
+        sizes = model["sizes"]
+        return sum(a * b for a, b in itertools.pairwise(sizes))
+    out_len = model["length"] - model["kernel"] + 1
+    conv = model["channels"] * model["in_channels"] * model["kernel"] * out_len
+    return conv + model["channels"] * out_len * model["classes"]
+
+
+def largest_activation(model: Mapping[str, Any]) -> int:
+    """Elements of one sample's widest layer output (the forward pass keeps it)."""
+    if model["family"] == "mlp":
+        return max(model["sizes"])
+    return model["channels"] * max(1, model["length"] - model["kernel"] + 1)
+
+
+def run_estimate(settings: Mapping[str, Any], itemsize: int) -> dict[str, int | float]:
+    """Estimated size of one training run with resolved ``settings``
+    (``resolve.resolve_run``): ``rows`` and ``trace_bytes`` of its trace in a dtype of
+    ``itemsize`` bytes, and ``macs``, its multiply-adds."""
+    model, record = settings["model"], settings["record"]
+    shapes = dict(model_params(model))
+    recorded = record.get("tensors") or list(shapes)
+    per_param = 1 + bool(record.get("grads")) + 2 * bool(record.get("moments"))
+    row = itemsize * per_param * sum(math.prod(shapes[n]) for n in recorded if n in shapes)
+    rows = recorded_rows(settings["steps"], record["every"])
+    batch = settings["data"]["batch_size"]
+    return {
+        "rows": rows,
+        "trace_bytes": rows * row,
+        "macs": 3 * settings["steps"] * batch * macs_per_sample(model),
+    }
+
+
+def check_plan(plan, limits: Mapping[str, int | float]) -> None:
+    """Estimate every job of ``plan`` (a :class:`parity.plan.Plan`) and refuse what exceeds
+    ``limits`` (:func:`settings`), naming the key. Raises :class:`ConfigError` listing every
+    problem. Nothing is allocated: the estimates are arithmetic on the config."""
+    problems: list[ConfigError] = []
+
+    def over(where: str, what: str, value: float, key: str, unit=str) -> None:
+        if value > limits[key]:
+            problems.append(
+                ConfigError(
+                    where, f"{what} {unit(value)}, more than limits.{key} ({unit(limits[key])})"
+                )
+            )
+
+    itemsize = 8 if "f64" in plan.dtypes else 4
+    for e, exp in plan.experiments.items():
+        where = f"experiments.{e}"
+        over(f"{where}.steps", "steps:", exp["steps"], "max_steps")
+        for name, shape in model_params(exp["model"]):
+            over(f"{where}.model", f"parameter {name} has", math.prod(shape), "max_tensor_elements")
+        data = exp["data"]
+        in_shape, outputs = model_io(exp["model"])
+        lead = data["batches"] * data["batch_size"]
+        over(
+            f"{where}.data",
+            "the fixture's inputs x have",
+            lead * math.prod(in_shape),
+            "max_tensor_elements",
+        )
+        over(f"{where}.data", "the fixture's targets y have", lead * outputs, "max_tensor_elements")
+        over(
+            f"{where}.model",
+            "one batch's widest activation has",
+            data["batch_size"] * largest_activation(exp["model"]),
+            "max_tensor_elements",
+        )
+    runs = [(e, r) for e, exp in plan.experiments.items() for r in exp["runs"]]
+    runs += [(f["experiment"], f["run"]) for f in plan.faults.values()]
+    for e, r in runs:
+        if e not in plan.experiments:
+            continue
+        est = run_estimate(plan.run_settings(e, r), itemsize)
+        where = f"experiments.{e}.runs.{r}"
+        over(
+            where,
+            f"its trace ({est['rows']} rows) would hold",
+            est["trace_bytes"],
+            "max_trace_bytes",
+            _bytes,
+        )
+        over(
+            where,
+            "a run takes about",
+            est["macs"],
+            "max_run_macs",
+            lambda v: f"{v:.3g} multiply-adds",
+        )
+    total = sum(
+        run_estimate(plan.run_settings(k.experiment, k.run), 8 if k.dtype == "f64" else 4)[
+            "trace_bytes"
+        ]
+        for k in plan.runs()
+    )
+    over("experiments", "every trace together would hold", total, "max_total_trace_bytes", _bytes)
+    if plan.sensitivity is not None:
+        lo, hi = plan.sensitivity["log10_range"]
+        n = (hi - lo + 1) + plan.sensitivity["bisections"] + 1
+        over(
+            "faults.sensitivity.log10_range",
+            "the search would make",
+            n,
+            "max_sensitivity_runs",
+            lambda v: f"{v} runs",
+        )
+    if problems:
+        raise ConfigError.every(problems)
+
+
+# ----- probes ------------------------------------------------------------------------------
+
+
+def _leaves(nested: Any) -> tuple[int, list[int] | None]:
+    """(number of values, shape or None when ragged) of a nested list, without copying."""
+    if not isinstance(nested, list):
+        return 1, []
+    if not nested:
+        return 0, [0]
+    parts = [_leaves(x) for x in nested]
+    shape = parts[0][1]
+    ragged = any(s != shape for _, s in parts) or shape is None
+    return sum(n for n, _ in parts), None if ragged else [len(nested), *shape]
+
+
+def _broadcast(a: Sequence[int], b: Sequence[int]) -> list[int] | None:
+    """PyTorch's broadcast of two shapes, or None when they do not broadcast."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y) if 1 in (x, y) else x)
+    return out[::-1]
+
+
+def _dim(d: int, ndim: int) -> int | None:
+    d = d + ndim if d < 0 else d
+    return d if 0 <= d < ndim else None
+
+
+def _conv_out(size: int, k: int, args: Mapping) -> int:
+    pad, stride, dil = args.get("padding", 0), args.get("stride", 1), args.get("dilation", 1)
+    return max(0, (size + 2 * pad - dil * (k - 1) - 1) // stride + 1)
+
+
+def _op_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | None, int]:
+    """(output shape or None when the inputs do not fit, elements of the largest
+    intermediate an implementation allocates: im2col for convolutions, else 0)."""
+    a = shapes[0] if shapes else None
+    if op in ("broadcast_to", "reshape"):
+        return list(args["shape"]), 0
+    if a is None:
+        return None, 0
+    if op in ("contiguous", "relu", "abs", "softmax", "layer_norm"):
+        return list(a), 0
+    if op == "transpose":
+        d0, d1 = _dim(args["dim0"], len(a)), _dim(args["dim1"], len(a))
+        if d0 is None or d1 is None:
+            return None, 0
+        out = list(a)
+        out[d0], out[d1] = out[d1], out[d0]
+        return out, 0
+    if op == "narrow":
+        d = _dim(args["dim"], len(a))
+        return (None if d is None else [*a[:d], min(args["length"], a[d]), *a[d + 1 :]]), 0
+    if op == "unsqueeze":
+        d = _dim(args["dim"], len(a) + 1)
+        return (None if d is None else [*a[:d], 1, *a[d:]]), 0
+    if op == "squeeze":
+        d = _dim(args["dim"], len(a))
+        return (None if d is None else [x for i, x in enumerate(a) if i != d or x != 1]), 0
+    if op == "bce_with_logits":
+        return [], 0
+    if op in ("upsample_nearest1d", "upsample_nearest2d"):
+        size = args["size"] if isinstance(args["size"], list) else [args["size"]]
+        return (list(a[:2]) + list(size) if len(a) >= 2 else None), 0
+    b = shapes[1] if len(shapes) > 1 else None
+    if b is None:
+        return None, 0
+    if op in ("add", "mul"):
+        return _broadcast(a, b), 0
+    if op == "linear":
+        return ([*list(a[:-1]), b[0]] if a and len(b) == 2 else None), 0
+    if op == "matmul":
+        if not a or not b:
+            return None, 0
+        a2 = [1, *a] if len(a) == 1 else list(a)
+        b2 = [*b, 1] if len(b) == 1 else list(b)
+        batch = _broadcast(a2[:-2], b2[:-2])
+        if batch is None:
+            return None, 0
+        out = [*batch, a2[-2], b2[-1]]
+        if len(a) == 1:
+            out.pop(-2)
+        if len(b) == 1:
+            out.pop(-1)
+        return out, 0
+    if op in ("conv1d", "conv2d"):
+        spatial = 1 if op == "conv1d" else 2
+        if len(a) != 2 + spatial or len(b) != 2 + spatial:
+            return None, 0
+        outs = [_conv_out(a[2 + i], b[2 + i], args) for i in range(spatial)]
+        per_position = b[1] * math.prod(b[2:])
+        return [a[0], b[0], *outs], a[0] * math.prod(outs) * per_position
+    return None, 0
+
+
+def probe_tensor_sizes(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]:
+    """(key path, what, elements) of every tensor a probe file makes, inferred from the
+    file as written (a document that passed ``schemas/probe.schema.yaml``), nothing
+    allocated: each input, each op's output (and a convolution's im2col buffer); a
+    gradient has its input's size. An op whose inputs do not fit gives no estimate for its
+    output (the frameworks report that as an outcome)."""
+    inputs: dict[str, list[int] | None] = {}
+    for name, spec in doc["inputs"].items():
+        where = f"inputs.{name}"
+        if "values" in spec:
+            n, nested = _leaves(spec["values"])
+            shape = spec.get("shape", nested)
+            yield f"{where}.values", "values", n
+        else:
+            key = next(k for k in ("arange", "ones", "zeros") if k in spec)
+            shape = spec["shape"] if key == "arange" else spec[key]
+            where = f"{where}.shape" if key == "arange" else f"{where}.{key}"
+        if shape is not None:
+            yield where, f"shape {list(shape)}", math.prod(shape)
+        inputs[name] = None if shape is None else list(shape)
+    for cname, case in doc["cases"].items():
+        known = dict(inputs)
+        for i, step in enumerate(case["steps"]):
+            ((op, args),) = step.items()
+            ins = [args["in"]] if isinstance(args["in"], str) else list(args["in"])
+            shape, scratch = _op_shapes(op, args, [known.get(n) for n in ins])
+            where = f"cases.{cname}.steps[{i}].{op}"
+            if shape is not None:
+                yield where, f"output shape {shape}", math.prod(shape)
+            if scratch:
+                yield where, "im2col buffer", scratch
+            known[args["out"]] = shape
+
+
+def check_probe(doc: Mapping[str, Any], limits: Mapping[str, int | float]) -> None:
+    """Refuse a probe document (after its JSON schema) with a non-finite number or a tensor
+    beyond ``limits["max_probe_tensor_elements"]``. Raises :class:`LimitError` naming the
+    first field."""
+    for where, v in non_finite(doc):
+        raise LimitError(where, f"{yaml_text(v)} is not a finite number; every number must be")
+    for name, spec in doc["inputs"].items():
+        if "arange" in spec:
+            ar = spec["arange"]
+            top = abs(ar.get("start", 0)) + abs(ar.get("scale", 1)) * math.prod(spec["shape"])
+            if not math.isfinite(float(top)):
+                raise LimitError(f"inputs.{name}.arange", "its values grow beyond float64")
+    most = limits["max_probe_tensor_elements"]
+    for where, what, n in probe_tensor_sizes(doc):
+        if n > most:
+            raise LimitError(
+                where,
+                f"{what} holds {n} elements, more than limits.max_probe_tensor_elements "
+                f"({most}); nothing was allocated",
+            )
