@@ -103,9 +103,35 @@ def write_partial_summary():
         )
 
 
+def known_experiment(experiment):
+    """``experiment``, when the config runs it; else a WorkflowError naming it, for a target
+    (a file under results/) that names an experiment the config lacks or disables."""
+    if experiment in PLAN.experiments:
+        return experiment
+    if experiment in config["experiments"]:
+        raise WorkflowError(
+            f"experiment {experiment!r} is disabled in the config (enabled: false): enable "
+            "it to make its files (scale_mlp: --configfile bench/scale.yaml)"
+        )
+    raise WorkflowError(
+        f"unknown experiment {experiment!r}: a target names it but the config has no such "
+        f"experiment (experiments: {', '.join(PLAN.experiments)})"
+    )
+
+
 def comparison(wildcards):
     """The Comparison a table job computes."""
-    return PLAN.comparison(wildcards.experiment, wildcards.tag)
+    known_experiment(wildcards.experiment)
+    try:
+        return PLAN.comparison(wildcards.experiment, wildcards.tag)
+    except KeyError:
+        tags = sorted(
+            c.tag for c in PLAN.comparisons() if c.experiment == wildcards.experiment
+        )
+        raise WorkflowError(
+            f"experiment {wildcards.experiment!r} has no comparison with file tag "
+            f"{wildcards.tag!r} (its tags: {', '.join(tags)})"
+        ) from None
 
 
 def comparison_job(wildcards):
@@ -116,7 +142,20 @@ def comparison_job(wildcards):
 
 def run_settings(wildcards):
     """The resolved settings a training job receives (Plan.run_settings)."""
-    return PLAN.run_settings(wildcards.experiment, wildcards.run)
+    known_experiment(wildcards.experiment)
+    try:
+        return PLAN.run_settings(wildcards.experiment, wildcards.run)
+    except KeyError:
+        runs = PLAN.experiments[wildcards.experiment]["runs"]
+        raise WorkflowError(
+            f"experiment {wildcards.experiment!r} has no run {wildcards.run!r} "
+            f"(its runs: {', '.join(runs)})"
+        ) from None
+
+
+def fixture_settings(wildcards):
+    """What a fixture job draws from (Plan.fixture_settings)."""
+    return PLAN.fixture_settings(known_experiment(wildcards.experiment))
 
 
 def split_traces(wildcards):

@@ -9,7 +9,7 @@ rule fixture:
     conda:
         "../envs/analysis.yaml"
     params:
-        settings=lambda wc: PLAN.fixture_settings(wc.experiment),
+        settings=fixture_settings,
         code=code("make_fixture.py"),
     script:
         "../scripts/make_fixture.py"
