@@ -1,7 +1,7 @@
 """Snakemake job: one probe run with a Rust runner binary, candle-parity or burn-parity (see
-parity.rust_runner); the rule names the framework."""
+parity.rust_probe); the rule names the framework."""
 
-from parity import rust_runner
+from parity import rust_probe
 from parity.fileio import job_logger
 from parity.probes import Probe, ProbeKey
 
@@ -10,4 +10,4 @@ log = job_logger(sm.log[0])
 w = sm.wildcards
 probe = Probe(**sm.params.probe)
 key = ProbeKey(w.probe, sm.params.framework, w.dtype, w.device)
-rust_runner.probe(probe, key, sm.input.binary, sm.output.result, sm.threads, log, sm.log[0])
+rust_probe.probe(probe, key, sm.input.binary, sm.output.result, sm.threads, log, sm.log[0])

@@ -9,7 +9,7 @@ import logging
 import pytest
 import yaml
 
-from parity import probe_torch, rust_runner, verdicts
+from parity import probe_torch, rust_probe, verdicts
 from parity.probe_results import judge_probe_row, read_results
 from parity.probes import ProbeKey, load, op_names
 
@@ -29,7 +29,7 @@ def run_rust(framework, binary, probe, dtype, tmp_path):
     """Outcomes of ``probe`` from a Rust runner, by (case, quantity), via its result file."""
     key = ProbeKey(probe.name, framework, dtype, "cpu")
     out = tmp_path / f"{framework}-{probe.name}-{dtype}.parquet"
-    rust_runner.probe(probe, key, binary, str(out), 1, LOG, None)
+    rust_probe.probe(probe, key, binary, str(out), 1, LOG, None)
     return read_results(out, probe, key)[1]
 
 

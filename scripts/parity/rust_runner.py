@@ -1,7 +1,7 @@
-"""The Rust side: runs a runner binary (``candle-parity``, ``burn-parity``) and writes its
-frames as a trace or, for an op probe, as probe results.
+"""The Rust side of training: runs a runner binary (``candle-parity``, ``burn-parity``) and
+writes its frames as a trace. Its op probes are :mod:`parity.rust_probe`.
 
-The binary gets a JSON spec (``runspec.runner_spec`` or ``Probe.runner_spec``) and streams
+The binary gets a JSON spec (``runspec.runner_spec``) and streams
 frames on standard output (``rust/parity-common/src/frames.rs``); its standard error
 (progress, errors) goes to the job's log. No shell is involved: arguments are passed
 as a list.
@@ -10,7 +10,6 @@ as a list.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import os
@@ -24,9 +23,7 @@ from .frames import FrameError, read_frames
 from .keys import RunKey
 from .limits import non_finite
 from .models import model_params
-from .probe_results import OK, Outcome, write_results
-from .probes import Probe, ProbeKey
-from .provenance import probe_metadata, trace_metadata
+from .provenance import trace_metadata
 from .runspec import runner_spec
 from .schema import TraceLayout, TraceWriter, extra_column
 
@@ -35,7 +32,7 @@ class RunnerError(RuntimeError):
     """The binary failed; the message carries its exit status and the tail of its stderr."""
 
 
-def _tail(path: str, lines: int = 20) -> str:
+def log_tail(path: str, lines: int = 20) -> str:
     try:
         return "".join(Path(path).read_text(errors="replace").splitlines(True)[-lines:])
     except OSError:
@@ -53,7 +50,7 @@ def spec_json(spec: Mapping[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def _invocation(spec: dict, threads: int, log_path: str | None):
+def invocation(spec: dict, threads: int, log_path: str | None):
     """One runner invocation's spec file (temporary JSON), environment
     (``RAYON_NUM_THREADS``: the Rust runners' CPU thread pool) and stderr sink (the job's
     log); the file is removed afterwards."""
@@ -99,7 +96,7 @@ def train(
     layout = TraceLayout.of(key.dtype, [(n, shapes[n]) for n in names], extras)
 
     log.info("run spec %s", json.dumps(spec, sort_keys=True))
-    with _invocation(spec, threads, log_path) as (spec_path, env, stderr):
+    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
         proc = subprocess.Popen(
             [binary, "train", "--spec", spec_path, "--out", "-"],
             stdout=subprocess.PIPE,
@@ -111,7 +108,7 @@ def train(
         except RunnerError as e:
             proc.kill()
             proc.wait()
-            tail = _tail(log_path) if log_path else ""
+            tail = log_tail(log_path) if log_path else ""
             raise RunnerError(f"{e}; last lines of its log:\n{tail}") from None
         except BaseException:
             proc.kill()
@@ -156,71 +153,3 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
         if isinstance(e, FrameError):
             raise RunnerError(f"malformed frame stream from {binary}: {e}") from e
         raise
-
-
-HEADER_RUNNER_KEYS = ("compiler", "device_detail", "features")
-
-
-def probe(
-    probe: Probe,
-    key: ProbeKey,
-    binary: str,
-    out: str,
-    threads: int,
-    log: logging.Logger,
-    log_path: str | None,
-) -> None:
-    """Run ``probe`` in ``key.dtype`` on ``key.device`` with the Rust runner of
-    ``key.framework`` (``binary``: candle-parity or burn-parity, whose ``probe`` subcommand
-    writes one ``result`` frame per quantity) and write its results to ``out``
-    (``probe_results.write_results``).
-
-    The framework's errors, missing gradients and unsupported ops arrive as outcomes. Raises
-    :class:`RunnerError` when the binary exits non-zero (a spec it refuses, a missing
-    device), its header names another framework, or its stream is malformed; nothing is
-    written then.
-    """
-    name = Path(binary).name
-    spec = probe.runner_spec(key.dtype, key.device)
-    with _invocation(spec, threads, log_path) as (spec_path, env, stderr):
-        proc = subprocess.run(
-            [binary, "probe", "--spec", spec_path, "--out", "-"],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            check=False,
-        )
-    tail = _tail(log_path) if log_path else ""
-    if proc.returncode != 0:
-        raise RunnerError(
-            f"{name} probe exited with status {proc.returncode}; last lines of its log:\n{tail}"
-        )
-    try:
-        frames = list(read_frames(io.BytesIO(proc.stdout)))
-    except FrameError as e:
-        raise RunnerError(f"malformed frame stream from {name}: {e}") from e
-    if not frames or frames[0].kind != "header" or frames[-1].kind != "end":
-        raise RunnerError(f"{name} probe stream lacks its header or end frame")
-    header = frames[0].meta
-    if header.get("framework") != key.framework:
-        raise RunnerError(
-            f"{name} reports framework {header.get('framework')!r}, expected {key.framework!r}"
-        )
-    outcomes = []
-    for frame in frames[1:-1]:
-        m = frame.meta
-        if frame.kind != "result":
-            raise RunnerError(f"unexpected {frame.kind!r} frame in a probe stream")
-        if m["status"] == OK:
-            values = frame.tensors["values"]
-            outcomes.append(Outcome.ok(m["case"], m["quantity"], values, values.shape))
-        else:
-            outcomes.append(
-                Outcome(m["case"], m["quantity"], m["status"], message=m.get("message") or None)
-            )
-        log.info("%s %s: %s %s", m["case"], m["quantity"], m["status"], m.get("message", ""))
-    runner = {k: header[k] for k in HEADER_RUNNER_KEYS}
-    runner["threads"] = int(header["threads"])
-    metadata = probe_metadata(header["framework_version"], runner)
-    write_results(out, probe, key, outcomes, metadata)
-    log.info("wrote %s", out)
