@@ -206,12 +206,14 @@ def runner_binary(framework, device):
 
 
 def figure_inputs(wildcards):
-    """A figure's table, and for a diagnosis also its localised findings."""
+    """A figure's table, the result of the job that wrote it (which records the table's
+    sha256, and for a diagnosis its localised findings) and the per-step result."""
     c = comparison(wildcards)
-    out = {"csv": c.table(wildcards.kind), "perstep": c.result("perstep")}
-    if wildcards.kind == "diagnosis":
-        out["result"] = c.result("diagnosis")
-    return out
+    return {
+        "csv": c.table(wildcards.kind),
+        "result": c.result(wildcards.kind),
+        "perstep": c.result("perstep"),
+    }
 
 
 def all_tables():

@@ -131,7 +131,11 @@ rule training_loop_page:
     """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
     input:
         text=os.path.join(workflow.basedir, "report", "training_loop.rst"),
-        defaults="results/tables/optimizer_defaults.csv",
+        defaults=[
+            "results/defaults/torch.json",
+            "results/defaults/candle.json",
+            "results/defaults/burn.json",
+        ],
     output:
         html=report(
             "results/report/training_loop.html",

@@ -15,4 +15,5 @@ compare_jobs.diagnosis_job(
     sm.output.md,
     sm.output.result,
     log,
+    code=sm.params.code,
 )

@@ -14,4 +14,5 @@ compare_jobs.perstep_job(
     sm.output.md,
     sm.output.result,
     log,
+    code=sm.params.code,
 )

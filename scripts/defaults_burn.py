@@ -1,10 +1,8 @@
 """Snakemake job: burn's optimizer defaults, printed by the burn-parity binary."""
 
-import json
-
 from parity import defaults
-from parity.fileio import job_logger, write_text_atomic
+from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-write_text_atomic(sm.output[0], json.dumps(defaults.burn_defaults(sm.input.binary), indent=1))
+defaults.write(sm.output[0], defaults.burn_defaults(sm.input.binary))

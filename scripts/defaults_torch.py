@@ -1,10 +1,8 @@
 """Snakemake job: PyTorch's optimizer defaults, read from torch itself."""
 
-import json
-
 from parity import defaults
-from parity.fileio import job_logger, write_text_atomic
+from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-write_text_atomic(sm.output[0], json.dumps(defaults.torch_defaults(), indent=1))
+defaults.write(sm.output[0], defaults.torch_defaults())

@@ -1,18 +1,18 @@
 """Snakemake job: draw one table as PNG and SVG (see parity.figures)."""
 
-import json
-
 import pandas as pd
 
-from parity import figures
+from parity import figures, integrity
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
+# The table must be the one its comparison job wrote (its sealed result records its sha256).
+found = integrity.read_sealed_json(sm.input.result)
+integrity.check_file(sm.input.csv, found["tables"]["csv"]["sha256"], sm.input.result)
 frame = pd.read_csv(sm.input.csv)
 rows = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
-with open(sm.input.perstep, encoding="utf-8") as f:
-    perstep = json.load(f)
+perstep = integrity.read_sealed_json(sm.input.perstep)
 scale = perstep["param_scale"]
 markers = {}
 if sm.wildcards.kind == "perstep":
@@ -31,8 +31,6 @@ else:
         "f64_threshold": "float64 rounding threshold",
         "rmse": "RMSE(ref32 − cand32)",
     }
-    with open(sm.input.result, encoding="utf-8") as f:
-        found = json.load(f)
     markers = {
         "f32 exceeds tolerance": perstep["tol_exceeded_step"],
         "f64 leaves rounding": found["f64_divergence_step"],

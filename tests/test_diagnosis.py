@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
-from parity import activations, compare, compare_jobs
+from parity import activations, compare, compare_jobs, fixtures
 from parity.fileio import sha256_file
 from parity.plan import Plan
 
@@ -141,7 +140,7 @@ HAND = {
 def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
     plan = Plan(HAND)
     fixture = tmp_path / "hand.safetensors"
-    save_file({"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, str(fixture))
+    fixtures.save(fixture, {"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, {})
     sha = sha256_file(fixture)
     # Both runs: fc1.weight = 1. Reference bias stays 0 (samples 0.5 and 2 active).
     # Candidate bias drops to -0.6 after step 2, so in the forward pass of step 3 the
@@ -213,7 +212,7 @@ def test_perstep_job_of_a_diverged_run_reports_inf_and_stores_null(tmp_path):
     # reference's finite value; the JSON result stores the non-finite worst as null.
     plan = Plan(HAND)
     fixture = tmp_path / "hand.safetensors"
-    save_file({"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, str(fixture))
+    fixtures.save(fixture, {"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, {})
     paths = {}
     for run, bias in (("torch", [0.0] * 5), ("candle", [0.0, 0.0, 0.0, np.nan, np.nan])):
         paths[run] = write_trace(

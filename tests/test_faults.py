@@ -7,7 +7,6 @@ import logging
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -263,7 +262,8 @@ def test_relu_grad_at_zero_changes_the_run_where_a_preactivation_is_zero(tmp_pat
     plan = Plan(config)
     fixture = str(tmp_path / "zero.safetensors")
     f32 = np.float32
-    save_file(
+    fixtures.save(
+        fixture,
         {
             # No other sample has a pre-activation of exactly 0.
             "fc1.weight": np.array([[0.5, -0.3], [0.75, 1.0]], f32),
@@ -273,7 +273,7 @@ def test_relu_grad_at_zero_changes_the_run_where_a_preactivation_is_zero(tmp_pat
             "x": np.array([[[0.0, 0.0], [1.0, 2.0], [-1.0, 0.5]]], f32),
             "y": np.array([[[1.0], [0.0], [2.0]]], f32),
         },
-        fixture,
+        {},
     )
     runs = {
         run: train(plan, RunKey("zero", run, "f32", "cpu"), fixture, None, tmp_path / f"{run}.pq")

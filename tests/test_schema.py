@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from parity import integrity
 from parity.schema import (
     METADATA_KEY,
     TraceError,
@@ -27,8 +28,10 @@ def good(tmp_path, **kw):
 
 
 def rewrite(path, table, meta):
-    """Write ``table`` back with trace metadata ``meta`` (simulating a tampered file)."""
-    pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(meta)}), path)
+    """Write ``table`` back with trace metadata ``meta`` (a file made wrong by a writer, not
+    corrupted afterwards: its metadata is sealed, its pages checksummed)."""
+    sealed = integrity.seal(METADATA_KEY, json.dumps(meta))
+    pq.write_table(table.replace_schema_metadata(sealed), path, **integrity.PARQUET_WRITE)
 
 
 def test_round_trip_keeps_values_dtype_and_metadata(tmp_path):

@@ -4,20 +4,26 @@ as plain functions of what the rule resolved and of paths.
 ``scripts/compare_*.py`` are thin adapters from Snakemake's ``snakemake`` object to these
 functions; tests call them directly. Every job opens its traces against what the rule says
 they must carry (:func:`open_trace`), and writes a CSV, its Markdown twin and a
-machine-readable JSON result for the summary.
+machine-readable JSON result for the summary, sealed (``integrity.write_sealed_json``),
+which records the sha256 of every file it was made from (``sources``) and of the tables it
+wrote (``tables``): the summary can tell a result that is still current from one whose
+traces have changed or gone since, and the figure job refuses a table that changed since.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
 
-from . import compare, tables, verdicts
-from .fileio import sha256_file, write_text_atomic
+from . import compare, fixtures, integrity, tables, verdicts
+from .config import canonical_hash
+from .fileio import sha256_file
 from .keys import Comparison
 from .schema import TraceReader
+
+#: The traces of a float64 split and a diagnosis, by role.
+SPLIT_ROLES = ("ref32", "cand32", "ref64", "cand64")
 
 
 def open_trace(job: Mapping, role: str, path: str) -> TraceReader:
@@ -26,12 +32,15 @@ def open_trace(job: Mapping, role: str, path: str) -> TraceReader:
     return TraceReader(path, expect=job["expectations"][role])
 
 
-def open_split(job: Mapping, traces: Mapping[str, str], fixture: str) -> dict[str, TraceReader]:
+def open_split(
+    job: Mapping, traces: Mapping[str, str], fixture: str, fixture_sha256: str | None = None
+) -> dict[str, TraceReader]:
     """The four traces of a float64 split (``ref32``, ``cand32``, ``ref64``, ``cand64`` →
-    path), each checked against the config, all against each other and the fixture.
-    Returns the readers, keyed like ``traces``."""
+    path), each checked against the config, all against each other and the fixture (whose
+    sha256 is ``fixture_sha256`` when the caller has it). Returns the readers, keyed like
+    ``traces``."""
     readers = {k: open_trace(job, k, traces[k]) for k in ("ref32", "cand32", "ref64", "cand64")}
-    compare.check_comparable(list(readers.values()), sha256_file(fixture))
+    compare.check_comparable(list(readers.values()), fixture_sha256 or sha256_file(fixture))
     return readers
 
 
@@ -58,6 +67,41 @@ def _status(*readers: TraceReader) -> str:
     return "; ".join(bad) or "ok"
 
 
+def sources(paths: Mapping[str, str]) -> dict[str, dict]:
+    """What a job reads, by role: each file's path and sha256 (taken before it is read)."""
+    return {role: {"path": str(p), "sha256": sha256_file(p)} for role, p in paths.items()}
+
+
+def job_stamp(job: Mapping, code: str | None) -> dict:
+    """What a result records of the job that made it: the hash of its params (``job``,
+    ``Plan.comparison_job``) and of its code (the rule's ``code`` param), so that a result
+    made under another config or by other code is not taken for a current one."""
+    return {"job_sha256": canonical_hash(job), "code": code}
+
+
+def write_result(
+    out_result: str,
+    result: Mapping,
+    made_from: Mapping[str, dict],
+    out_csv: str,
+    out_md: str,
+    stamp: Mapping,
+) -> dict:
+    """Write a comparison job's sealed result: ``result`` with ``sources`` (``made_from``,
+    :func:`sources`), ``tables`` (the sha256 of the CSV, Markdown and HTML it wrote) and
+    the job's :func:`job_stamp`."""
+    html = str(out_md).rsplit(".", 1)[0] + ".html"
+    written = {"csv": out_csv, "md": out_md, "html": html}
+    full = {**result, "sources": dict(made_from), "tables": sources(written), **stamp}
+    integrity.write_sealed_json(out_result, full)
+    return full
+
+
+def read_result(path: str) -> dict:
+    """A comparison job's result, its seal checked (``integrity.read_sealed_json``)."""
+    return integrity.read_sealed_json(path)
+
+
 def _json_number(v):
     """``v`` for a JSON result; JSON has neither NaN nor Infinity, so a non-finite value (a
     difference is ``inf`` where a run diverged, see ``closeness``) is stored as null."""
@@ -73,6 +117,7 @@ def perstep_job(
     out_md: str,
     out_result: str,
     log: logging.Logger,
+    code: str | None = None,
 ) -> dict:
     """Per-step table of a comparison, its Markdown twin and its result for the summary.
 
@@ -82,9 +127,10 @@ def perstep_job(
     trusted or compared; nothing is written then.
     """
     comp = Comparison.from_params(job["comparison"])
+    made_from = sources({"ref32": reference, "cand32": candidate, "fixture": fixture})
     ref = open_trace(job, "ref32", reference)
     cand = open_trace(job, "cand32", candidate)
-    compare.check_comparable([ref, cand], sha256_file(fixture))
+    compare.check_comparable([ref, cand], made_from["fixture"]["sha256"])
     result = compare.perstep(ref, cand)
     rows = result.rows
     worst, worst_step = compare.worst(rows, "max_dparam")
@@ -140,7 +186,7 @@ def perstep_job(
         "reference_provenance": _provenance(ref),
         "candidate_provenance": _provenance(cand),
     }
-    write_text_atomic(out_result, json.dumps(summary, indent=1, sort_keys=True))
+    summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
     log.info("%s %s: worst %s -> %s", comp.experiment, comp.tag, worst, verdict)
     return summary
 
@@ -153,6 +199,7 @@ def split_job(
     out_md: str,
     out_result: str,
     log: logging.Logger,
+    code: str | None = None,
 ) -> dict:
     """Float64 split table of a comparison (see ``compare.split``).
 
@@ -160,7 +207,9 @@ def split_job(
     :func:`perstep_job`.
     """
     comp = Comparison.from_params(job["comparison"])
-    keys, readers = comp.keys, open_split(job, traces, fixture)
+    made_from = sources({**{k: traces[k] for k in SPLIT_ROLES}, "fixture": fixture})
+    keys = comp.keys
+    readers = open_split(job, traces, fixture, made_from["fixture"]["sha256"])
     rows = compare.split(readers["ref32"], readers["cand32"], readers["ref64"], readers["cand64"])
     worst = {c: compare.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
     notes = [f"{k}: {keys[k].label}" for k in keys]
@@ -187,7 +236,7 @@ def split_job(
         "worst": {k: _json_number(v) for k, v in worst.items()},
         "final": {k: _json_number(rows[-1][k]) for k in tables.SPLIT_COLUMNS[1:]},
     }
-    write_text_atomic(out_result, json.dumps(summary, indent=1, sort_keys=True))
+    summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
     log.info("%s %s split: %s", comp.experiment, comp.tag, worst)
     return summary
 
@@ -225,6 +274,7 @@ def diagnosis_job(
     out_md: str,
     out_result: str,
     log: logging.Logger,
+    code: str | None = None,
 ) -> dict:
     """Why a pair differs, per step and localised (docs/diagnosis.md): the table of
     ``compare.diagnose`` and its findings (``compare.diagnosis_findings``), with the first
@@ -233,13 +283,13 @@ def diagnosis_job(
     ``job`` is what the rule resolved (``plan.Plan.comparison_job``); ``traces`` has
     ``ref32``, ``cand32``, ``ref64``, ``cand64`` paths. Raises like :func:`perstep_job`.
     """
-    from safetensors.numpy import load_file
-
     comp = Comparison.from_params(job["comparison"])
-    readers = open_split(job, traces, fixture)
-    rows = compare.diagnose(readers, job["model"], load_file(fixture)["x"], job["diagnosis"])
-    with open(perstep_result, encoding="utf-8") as f:
-        perstep = json.load(f)
+    made_from = sources(
+        {**{k: traces[k] for k in SPLIT_ROLES}, "fixture": fixture, "perstep": perstep_result}
+    )
+    readers = open_split(job, traces, fixture, made_from["fixture"]["sha256"])
+    rows = compare.diagnose(readers, job["model"], fixtures.load(fixture)["x"], job["diagnosis"])
+    perstep = read_result(perstep_result)
     findings = compare.diagnosis_findings(rows)
     result = {
         "kind": "diagnosis",
@@ -256,6 +306,6 @@ def diagnosis_job(
     }
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
     tables.write_twins(out_md, tables.diagnosis_markdown(rows, result, comp))
-    write_text_atomic(out_result, json.dumps(result, indent=1, sort_keys=True))
+    result = write_result(out_result, result, made_from, out_csv, out_md, job_stamp(job, code))
     log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, result)
     return result

@@ -1,7 +1,9 @@
 """Optimizer defaults, read from each framework by running it (never typed in).
 
 The table has one row per (framework, optimizer) with the hyperparameters users compare
-(lr, betas, eps, weight_decay, momentum) and the remaining settings as JSON.
+(lr, betas, eps, weight_decay, momentum) and the remaining settings as JSON. Each
+framework's rows are kept as sealed JSON (:func:`write`, :func:`read`) that the table and
+the report's training-loop page read.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import subprocess
 from collections.abc import Sequence
 
 import numpy as np
+
+from . import integrity
 
 COLUMNS = (
     "framework",
@@ -119,3 +123,13 @@ def burn_defaults(binary: str) -> list[dict]:
 def merge(parts: Sequence[Sequence[dict]]) -> list[dict]:
     """Rows of several frameworks, in order."""
     return [r for part in parts for r in part]
+
+
+def write(path: str, rows: Sequence[dict]) -> None:
+    """One framework's rows as sealed JSON (``integrity.write_sealed_json``)."""
+    integrity.write_sealed_json(path, {"rows": list(rows)})
+
+
+def read(paths: Sequence[str]) -> list[dict]:
+    """The rows :func:`write` wrote to each of ``paths``, seals checked, merged in order."""
+    return merge([integrity.read_sealed_json(p)["rows"] for p in paths])

@@ -12,12 +12,11 @@ module reads their results. The learning-rate sensitivity search is :mod:`parity
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from . import figures, tables, verdicts
+from . import figures, integrity, tables, verdicts
 from .keys import Comparison
 from .plan import Plan
 
@@ -120,8 +119,7 @@ def apply_criteria(perstep: Mapping, diagnosis: Mapping | None) -> CriteriaOutco
 
 
 def _load(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return integrity.read_sealed_json(path)
 
 
 def _results(c: Comparison) -> tuple[dict, dict | None, dict | None]:

@@ -11,10 +11,15 @@ Draw order, from one generator: each parameter in state_dict order, then ``x``, 
 * ``x``: N(0, 1), shape ``[batches, batch_size, *input]``;
 * ``y``: N(0, 1) ``[batches, batch_size, outputs]`` for MSE; for cross-entropy, uniform
   class labels in ``[0, outputs)`` as int64 ``[batches, batch_size]``.
+
+The metadata records the sha256 of the tensors (:func:`tensors_sha256`), and every reader
+loads a fixture through :func:`load`, which checks it: a fixture corrupted after it was
+drawn is refused, never trained from.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -22,7 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 
 from .config import canonical_hash
 from .fileio import atomic_path
@@ -58,12 +64,63 @@ def draw(settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def write(path: str | os.PathLike, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Draw and write a fixture atomically; returns the tensors.
+class FixtureError(RuntimeError):
+    """A fixture that cannot be trusted; the message names the file and says why."""
 
-    The safetensors metadata ``parity.fixture`` records the generator and the settings.
+
+def tensors_sha256(tensors: Mapping[str, np.ndarray]) -> str:
+    """sha256 over each tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """A fixture's tensors, checked against the sha256 its metadata records.
+
+    Raises :class:`FixtureError` naming the file: not a readable safetensors file, no or
+    malformed ``parity.fixture`` metadata, or tensors that differ from their checksum
+    (corrupt: deleting it makes the workflow draw it again, byte for byte the same).
     """
+    try:
+        tensors = load_file(str(path))
+        with safe_open(str(path), framework="numpy") as f:
+            raw = (f.metadata() or {}).get("parity.fixture")
+    except Exception as e:  # safetensors raises its own error types
+        raise FixtureError(f"fixture {path}: not a readable safetensors file ({e})") from e
+    try:
+        meta = json.loads(raw)
+        want = meta["tensors_sha256"]
+    except (TypeError, ValueError, KeyError) as e:
+        raise FixtureError(
+            f"fixture {path}: no valid parity.fixture metadata ({e!r}); delete it to draw it again"
+        ) from None
+    if meta.get("settings_sha256") != canonical_hash(meta.get("settings")):
+        raise FixtureError(f"fixture {path}: its settings do not match their sha256 (corrupt)")
+    if tensors_sha256(tensors) != want:
+        raise FixtureError(
+            f"fixture {path}: its tensors do not match the sha256 recorded when it was drawn "
+            "(corrupt); delete it to draw it again"
+        )
+    return tensors
+
+
+def write(path: str | os.PathLike, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Draw and write a fixture atomically (:func:`save`); returns the tensors."""
     tensors = draw(settings)
+    save(path, tensors, settings)
+    return tensors
+
+
+def save(
+    path: str | os.PathLike, tensors: Mapping[str, np.ndarray], settings: Mapping[str, Any]
+) -> None:
+    """Write ``tensors`` as a fixture atomically. The safetensors metadata
+    ``parity.fixture`` records the generator, the settings and the sha256 of the tensors
+    (checked by :func:`load`)."""
     # One metadata entry: safetensors keeps metadata in a hash map, so several entries
     # would be written in varying order and the bytes would differ from run to run.
     meta = {
@@ -72,10 +129,10 @@ def write(path: str | os.PathLike, settings: Mapping[str, Any]) -> dict[str, np.
                 "generator": GENERATOR,
                 "settings": settings,
                 "settings_sha256": canonical_hash(settings),
+                "tensors_sha256": tensors_sha256(tensors),
             },
             sort_keys=True,
         )
     }
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=meta)
-    return tensors
+        save_file(dict(tensors), str(tmp), metadata=meta)

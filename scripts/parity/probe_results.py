@@ -12,7 +12,9 @@ order (``Probe.quantities``):
 * ``shape`` (list<int64>) and ``values`` (list<float64>, row-major): null unless ``ok``;
   values of the run's dtype widened exactly to float64; NaN and ±Inf kept as they are;
 * ``message`` (string): the framework's error or why it cannot run the case, or null;
-* file key-value metadata ``parity.probe``: a JSON object with :data:`REQUIRED_METADATA`.
+* file key-value metadata ``parity.probe``: a JSON object with :data:`REQUIRED_METADATA`,
+  sealed with its sha256 under ``parity.probe.sha256``;
+* CRC-32 checksums on every page, verified by :func:`read_results` (``integrity``).
 
 :func:`judge_probe_row` turns a result and its reference into a table row's verdict
 (see ``verdicts.probe_verdict``).
@@ -31,11 +33,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import closeness, verdicts
+from . import closeness, integrity, verdicts
 from .fileio import atomic_path
 from .probes import Probe, ProbeKey
 
-SCHEMA_VERSION = 1
+#: 2: page checksums and the sealed metadata (a version 1 result is refused: rerun it).
+SCHEMA_VERSION = 2
 METADATA_KEY = b"parity.probe"
 OK = "ok"
 STATUSES = (OK, verdicts.MISSING_GRADIENT, verdicts.FRAMEWORK_ERROR, verdicts.UNSUPPORTED)
@@ -164,9 +167,11 @@ def write_results(
         },
         schema=ARROW_SCHEMA,
     )
-    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
+    table = table.replace_schema_metadata(
+        integrity.seal(METADATA_KEY, json.dumps(meta, sort_keys=True))
+    )
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, **integrity.PARQUET_WRITE)
 
 
 def _check_metadata(path, meta: Mapping) -> None:
@@ -187,16 +192,20 @@ def read_results(
     """Open a result file and check it against the probe and the run it must come from.
 
     Returns (metadata, outcomes by (case, quantity)). Raises :class:`ProbeResultError`
-    naming the file and the field: unreadable file, missing or malformed metadata, a
+    naming the file and the field: unreadable file, a page or the metadata that does not
+    match its checksum (corrupt), missing or malformed metadata, a
     metadata value that differs from ``probe``/``key`` (a stale result), a column of the
     wrong type, or rows that differ from the probe's quantities.
     """
     path = Path(path)
     try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as e:
+        pf = integrity.open_parquet(path)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         raise ProbeResultError(path, f"not a readable Parquet file ({e})") from e
-    raw = (pf.metadata.metadata or {}).get(METADATA_KEY)
+    try:
+        raw = integrity.unseal(path, pf.metadata.metadata, METADATA_KEY)
+    except integrity.IntegrityError as e:
+        raise ProbeResultError(path, e.problem) from None
     if raw is None:
         raise ProbeResultError(path, "no 'parity.probe' metadata: not a probe result")
     try:
@@ -222,7 +231,12 @@ def read_results(
             raise ProbeResultError(
                 path, f"column {f.name!r} has type {got.field(f.name).type}, expected {f.type}"
             )
-    rows = pf.read().to_pylist()
+    try:
+        rows = pf.read().to_pylist()
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        raise ProbeResultError(
+            path, f"corrupt: {e} (its page checksums do not match); rerun the job"
+        ) from e
     out = {}
     for r in rows:
         values = None if r["values"] is None else np.asarray(r["values"], dtype=np.float64)

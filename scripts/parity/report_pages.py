@@ -4,9 +4,10 @@ training-loop page of the Snakemake report."""
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 
-from . import tables
+from . import defaults, tables
 from .fileio import write_text_atomic
 from .schema import TraceReader
 
@@ -91,15 +92,17 @@ def provenance_job(traces: Sequence[str], out_csv: str, out_md: str) -> list[dic
     return rows
 
 
-def training_loop_page_job(rst_path: str, defaults_csv: str, out_html: str) -> None:
+def training_loop_page_job(rst_path: str, defaults_json: Sequence[str], out_html: str) -> None:
     """The report's training-loop page: our text (``report/training_loop.rst``) followed by
-    the optimizer defaults both frameworks printed, rendered to HTML with docutils."""
+    the optimizer defaults every framework printed (its sealed JSON, ``defaults.read``, as
+    the optimizer-defaults table shows them), rendered to HTML with docutils."""
     from docutils.core import publish_string
 
     with open(rst_path, encoding="utf-8") as f:
         text = f.read()
-    with open(defaults_csv, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    # The cells exactly as the optimizer-defaults table writes them.
+    table = tables.csv_text(defaults.read(defaults_json), defaults.COLUMNS)
+    rows = list(csv.DictReader(io.StringIO(table)))
     cols = ("framework", "version", "optimizer", "lr", "betas", "eps", "weight_decay", "momentum")
 
     def cell(v: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import fixtures
 from .frames import FrameError, read_frames
 from .keys import RunKey
 from .limits import non_finite
@@ -81,10 +82,12 @@ def train(
     binary from the fixture ``fixture`` and write its trace to ``out``.
 
     ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
-    :class:`RunnerError` when the binary exits non-zero or its stream is malformed; the trace
-    is then not written.
+    :class:`RunnerError` when the binary exits non-zero or its stream is malformed, and
+    ``fixtures.FixtureError`` for a fixture that does not match its checksum; the trace is
+    then not written.
     """
     s = settings
+    fixtures.load(fixture)  # the binary reads it itself: refuse a corrupt one here first
     spec = runner_spec(key, s, fixture)
     names = spec["record"]["tensors"] or [n for n, _ in model_params(s["model"])]
     extras = []

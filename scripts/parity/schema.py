@@ -11,7 +11,10 @@ A trace is one Parquet file per run,
   the run's own dtype (float32 or float64);
 * optional columns ``grad:<key>``, ``exp_avg:<key>``, ``exp_avg_sq:<key>`` (same type; null
   at step 0);
-* file key-value metadata ``parity.trace``: a JSON object with :data:`REQUIRED_METADATA`.
+* file key-value metadata ``parity.trace``: a JSON object with :data:`REQUIRED_METADATA`,
+  sealed with its sha256 under ``parity.trace.sha256`` (``integrity.seal``);
+* CRC-32 checksums on every page, verified whenever a page is read (``integrity``): a
+  corrupt trace is refused by name, never compared.
 
 Rows are grouped so that one row group holds about :data:`ROW_GROUP_BYTES` of tensor data,
 which lets readers stream a trace a few steps at a time (:meth:`TraceReader.iter_steps`).
@@ -36,9 +39,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import integrity
 from .fileio import atomic_path
 
-SCHEMA_VERSION = 1
+#: 2: page checksums and the sealed metadata (a version 1 trace is refused: rerun it).
+SCHEMA_VERSION = 2
 METADATA_KEY = b"parity.trace"
 ROW_GROUP_BYTES = 8 << 20
 
@@ -50,8 +55,14 @@ def writer_options(layout: TraceLayout) -> dict:
     parameters. Measured on one 1.86M-value float64 row with non-null list elements
     (:meth:`TraceLayout.list_type`): written in 15 ms and read in 12 ms
     uncompressed and PLAIN; zstd level 1 with BYTE_STREAM_SPLIT saved 12% of the space
-    for 72 ms and 15 ms. pyarrow's defaults took 196 ms to write a float32 row."""
-    return {"compression": "none", "use_dictionary": False, "write_statistics": False}
+    for 72 ms and 15 ms. pyarrow's defaults took 196 ms to write a float32 row. Every page
+    carries its CRC-32 (``integrity.PARQUET_WRITE``; its cost is in docs/bad-input.md)."""
+    return {
+        "compression": "none",
+        "use_dictionary": False,
+        "write_statistics": False,
+        **integrity.PARQUET_WRITE,
+    }
 
 
 FLOAT_TYPES = {"f32": pa.float32(), "f64": pa.float64()}
@@ -340,7 +351,9 @@ class TraceWriter:
             err = TraceError(self.path, f"trace ends before step {missing[0]}")
             self.abort(type(err), err, None)
             raise err
-        self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self.meta, sort_keys=True)})
+        self._writer.add_key_value_metadata(
+            integrity.seal(METADATA_KEY, json.dumps(self.meta, sort_keys=True))
+        )
         self._writer.close()
         self._done = True
         self._atomic.__exit__(None, None, None)
@@ -381,10 +394,13 @@ class TraceReader:
         if not self.path.exists():
             raise TraceError(path, "file does not exist")
         try:
-            self._file = pq.ParquetFile(self.path, pre_buffer=False)
-        except (pa.ArrowException, OSError) as e:
+            self._file = integrity.open_parquet(self.path, pre_buffer=False)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
             raise TraceError(path, f"not a readable Parquet file ({e})") from e
-        raw = (self._file.metadata.metadata or {}).get(METADATA_KEY)
+        try:
+            raw = integrity.unseal(path, self._file.metadata.metadata, METADATA_KEY)
+        except integrity.IntegrityError as e:
+            raise TraceError(path, e.problem) from None
         if raw is None:
             raise TraceError(path, "no 'parity.trace' metadata: not a trace of this workflow")
         try:
@@ -396,12 +412,22 @@ class TraceReader:
         self._check_schema()
         if expect:
             self._check_expectations(expect)
-        self.steps = self._file.read(columns=["step"]).column("step").to_pylist()
+        self.steps = self._read(lambda f: f.read(columns=["step"])).column("step").to_pylist()
         want = recorded_steps(self.meta["steps"], self.meta["record_every"])
         if self.steps != want:
             missing = sorted(set(want) - set(self.steps))
             what = f"step {missing[0]} is missing" if missing else "steps are out of order"
             raise TraceError(path, f"{what} (found {len(self.steps)} of {len(want)} steps)")
+
+    def _read(self, how):
+        """``how(parquet_file)``, with a corrupt page (a CRC-32 that does not match, or
+        bytes that do not decode) refused as a :class:`TraceError` naming the file."""
+        try:
+            return how(self._file)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+            raise TraceError(
+                self.path, f"corrupt: {e} (its page checksums do not match); rerun the job"
+            ) from e
 
     def _check_schema(self) -> None:
         want = self.layout.arrow_schema()
@@ -457,8 +483,10 @@ class TraceReader:
         names = list(self.layout.names if columns is None else columns)
         for g in range(self._file.num_row_groups):
             table = arrays = None  # release the previous row group first
-            table = self._file.read_row_group(
-                g, columns=["step", "loss", *names], use_threads=False
+            table = self._read(
+                lambda f, g=g: f.read_row_group(
+                    g, columns=["step", "loss", *names], use_threads=False
+                )
             )
             steps = table.column("step").to_pylist()
             losses = table.column("loss").to_pylist()

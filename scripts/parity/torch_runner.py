@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.numpy import load_file
 
+from . import fixtures
 from .devices import TORCH_DEVICE
 from .frameworks import pytorch
 from .keys import RunKey
@@ -163,10 +163,7 @@ def train(
     if key.device == "metal" and not torch.backends.mps.is_available():
         raise RuntimeError("device metal requested but torch.backends.mps.is_available() is False")
     dtype = TORCH_DTYPES[key.dtype]
-    try:
-        fx = load_file(fixture)
-    except Exception as e:  # safetensors raises its own error types
-        raise RuntimeError(f"fixture {fixture}: not a readable safetensors file ({e})") from e
+    fx = fixtures.load(fixture)
     missing = [n for n in ("x", "y") if n not in fx]
     if missing:
         raise RuntimeError(f"fixture {fixture} has no tensor {missing[0]!r}")
