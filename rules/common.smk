@@ -12,7 +12,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity import limits, paths, yamlfile  # noqa: E402
+from parity import integrity, limits, paths, yamlfile  # noqa: E402
 from parity.codeversion import code_version  # noqa: E402
 from parity.config import ConfigError  # noqa: E402
 from parity.detection import detection_inputs, detection_params  # noqa: E402
@@ -21,6 +21,9 @@ from parity.frameworks import unsupported_reason  # noqa: E402
 from parity.plan import Plan  # noqa: E402
 from parity.probes import ProbeError, ProbePlan  # noqa: E402
 from parity.summary import framework_summary_items, unsupported_cells  # noqa: E402
+
+#: This run's id, recorded with the tables over many results; jobs inherit it.
+os.environ.setdefault(integrity.RUN_ID_ENV, integrity.new_run_id())
 
 LIMITS = limits.settings(config)
 try:
@@ -87,20 +90,31 @@ def code(script):
     return code_version(os.path.join(workflow.basedir, "scripts", script))
 
 
-def write_partial_summary():
-    """After a failed run (e.g. with --keep-going): summarise what exists; each comparison
-    that could not be made gets verdict "error" and the log of the job that failed."""
-    from parity import summary
+def job_codes():
+    """The ``code`` param of each job whose results the summary and the probe table gather:
+    a result made by other code is not current."""
+    return {
+        "perstep": code("compare_perstep.py"),
+        "split": code("compare_split.py"),
+        "diagnosis": code("compare_diagnosis.py"),
+        "summary": code("summary.py"),
+        "probes_table": code("probes_table.py"),
+    }
 
-    n = summary.partial_summary_job(
-        PLAN, paths.SUMMARY.format(ext="csv"), paths.SUMMARY.format(ext="md")
+
+def write_partial_summary():
+    """After a failed run (onerror): keep summary.csv and probes.csv only where they are
+    still current, else remove them and write summary.partial.* / probes.partial.* with
+    an "error" row naming the log of each comparison or probe cell without a current
+    result (parity.summary.after_failed_run, parity.probes_table.after_failed_run)."""
+    from parity import probes_table, summary
+
+    codes = job_codes()
+    print(
+        summary.after_failed_run(PLAN, unsupported_cells(PLAN), codes), file=sys.stderr
     )
-    if n:
-        print(
-            f"{n} comparison(s) could not be made; results/tables/summary.md lists them "
-            "with verdict 'error' and the log to read",
-            file=sys.stderr,
-        )
+    if PROBES.probes:
+        print(probes_table.after_failed_run(PROBES, codes), file=sys.stderr)
 
 
 def known_experiment(experiment):
@@ -246,10 +260,14 @@ def device_outputs(device):
 
 
 def check_inputs(wildcards):
-    """The tables whose verdicts the check target gates on."""
-    out = {"summary": paths.SUMMARY.format(ext="csv")}
+    """The tables whose verdicts the check target gates on, and their records."""
+    out = {
+        "summary": paths.SUMMARY.format(ext="csv"),
+        "summary_sources": paths.SUMMARY_SOURCES,
+    }
     if PROBES.probes:
         out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+        out["probes_sources"] = paths.PROBES_SOURCES
     return out
 
 
@@ -263,12 +281,14 @@ def all_outputs():
         + [
             paths.SUMMARY.format(ext="csv"),
             paths.SUMMARY.format(ext="md"),
+            paths.SUMMARY_SOURCES,
             paths.FRAMEWORK_SUMMARY.format(ext="csv"),
             paths.OPTIMIZER_DEFAULTS.format(ext="csv"),
             paths.PROVENANCE.format(ext="csv"),
             paths.TRAINING_LOOP_PAGE,
         ]
         + PROBES.outputs()
+        + ([paths.PROBES_SOURCES] if PROBES.probes else [])
     )
 
 

@@ -88,6 +88,7 @@ rule probes_table:
             category="3 Probes",
             labels={"table": "probes"},
         ),
+        sources=paths.PROBES_SOURCES,
     log:
         "results/logs/probes/table.log",
     benchmark:

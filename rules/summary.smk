@@ -3,7 +3,8 @@
 
 
 rule summary:
-    """One row per comparison: worst values, tolerance, verdict and expected verdict."""
+    """One row per comparison: worst values, tolerance, verdict and expected verdict; and
+    what it was made from (summary.sources.json: the run, each result's sha256)."""
     input:
         all_results(),
     output:
@@ -15,6 +16,7 @@ rule summary:
             category="1 Summary",
             labels={"table": "summary of verdicts"},
         ),
+        sources=paths.SUMMARY_SOURCES,
     log:
         "results/logs/summary.log",
     benchmark:

@@ -8,6 +8,12 @@ from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-bad = summary.check_job(sm.input.summary, log, sm.input.get("probes"))
+bad = summary.check_job(
+    sm.input.summary,
+    log,
+    sm.input.get("probes"),
+    sm.input.summary_sources,
+    sm.input.get("probes_sources"),
+)
 if bad:
     sys.exit(f"{len(bad)} verdict(s) differ from their expectation; see {sm.log[0]}")

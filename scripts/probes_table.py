@@ -8,5 +8,10 @@ from parity.probes import ProbePlan
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 probes_table.probes_table_job(
-    ProbePlan.from_params(sm.params.plan), sm.output.csv, sm.output.md, log
+    ProbePlan.from_params(sm.params.plan),
+    sm.output.csv,
+    sm.output.md,
+    log,
+    sm.output.sources,
+    code=sm.params.code,
 )

@@ -5,5 +5,12 @@ from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-rows = summary.summary_job(list(sm.input), sm.params.unsupported, sm.output.csv, sm.output.md)
+rows = summary.summary_job(
+    list(sm.input),
+    sm.params.unsupported,
+    sm.output.csv,
+    sm.output.md,
+    sm.output.sources,
+    code=sm.params.code,
+)
 log.info("%d rows", len(rows))

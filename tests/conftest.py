@@ -70,11 +70,13 @@ def run_workflow(
     timeout=1800,
     env=None,
     snakefile=None,
+    umask=None,
 ):
     """Run the real workflow in ``workdir`` (config written there as test-config.yaml).
 
     ``env`` replaces the environment (default: this process's); ``snakefile`` runs another
-    checkout's workflow. Returns the CompletedProcess (stdout+stderr merged in ``stdout``).
+    checkout's workflow; ``umask`` sets the umask Snakemake and its jobs run under. Returns
+    the CompletedProcess (stdout+stderr merged in ``stdout``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     snakefile = snakefile or REPO / "Snakefile"
@@ -94,6 +96,7 @@ def run_workflow(
         stderr=subprocess.STDOUT,
         text=True,
         timeout=timeout,
+        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
     )
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-6000:]}")

@@ -1,13 +1,16 @@
 """Corruption is detected by every reader: traces and probe results (page checksums and the
-sealed footer metadata), fixtures, JSON results, tables a later job reads."""
+sealed footer metadata), fixtures, JSON results, tables a later job reads; and the lock
+around the tables over many results."""
 
 import json
+import multiprocessing
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from parity import fixtures, integrity
+from parity import fileio, fixtures, integrity, paths, summary
 from parity.probe_results import Outcome, ProbeResultError, read_results, write_results
 from parity.probes import ProbeKey, load
 from parity.schema import TraceError, TraceReader
@@ -161,3 +164,32 @@ def test_a_table_is_checked_against_the_digest_its_job_recorded(tmp_path):
     assert integrity.changed({"t": record}) == [f"{table} changed since"]
     table.unlink()
     assert integrity.changed({"t": record}) == [f"{table} is gone"]
+
+
+def _hold(path, seconds, ready):
+    with fileio.exclusive_lock(path):
+        ready.set()
+        time.sleep(seconds)
+
+
+def test_the_tables_lock_keeps_a_second_writer_out(tmp_path, monkeypatch):
+    """Two runs in one folder (the Snakemake lock allows disjoint targets) may both end in
+    onerror: the second one leaves the summary to the first."""
+    monkeypatch.chdir(tmp_path)
+    ready = multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold, args=(paths.TABLES_LOCK, 5, ready))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with (
+            pytest.raises(fileio.LockHeld, match="held by another run"),
+            fileio.exclusive_lock(paths.TABLES_LOCK, timeout=0.2),
+        ):
+            pass
+        monkeypatch.setattr(summary, "ONERROR_WAIT", 0.2)
+        line = summary.after_failed_run(None, [], {})
+        assert "could not be written" in line and "held by another run" in line
+    finally:
+        holder.join()
+    with fileio.exclusive_lock(paths.TABLES_LOCK, timeout=1):
+        pass

@@ -1,15 +1,17 @@
-"""Small file helpers: atomic writes (with the mode the umask gives), hashing, logging into
-a job's log file."""
+"""Small file helpers: atomic writes (with the mode the umask gives), hashing, a lock file,
+logging into a job's log file."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import hashlib
 import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +77,37 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+class LockHeld(RuntimeError):
+    """Another process holds the lock and did not let go in time."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike, timeout: float = 0.0) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block.
+
+    Waits up to ``timeout`` seconds for another holder, then raises :class:`LockHeld`
+    naming the path. The lock goes with the process, so a killed holder never leaves it
+    stuck. Two Snakemake runs on different targets in one folder may both end in
+    ``onerror``: whatever both may rewrite is written under this lock.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    with open(path, "a+b") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockHeld(f"{path} is held by another run") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def job_logger(log_path: str | os.PathLike | None, name: str = "parity") -> logging.Logger:

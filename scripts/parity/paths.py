@@ -39,6 +39,17 @@ OPTIMIZER_DEFAULTS = "results/tables/optimizer_defaults.{ext}"
 PROVENANCE = "results/tables/provenance.{ext}"
 TRAINING_LOOP_PAGE = "results/report/training_loop.html"
 
+#: What the summary and the probe table were made from (``integrity.write_record``): the
+#: run, each result's sha256, the sha256 of the tables written. ``check`` reads them.
+SUMMARY_SOURCES = "results/tables/summary.sources.json"
+PROBES_SOURCES = "results/tables/probes.sources.json"
+#: After a failed run, what could be summarised (ext: csv, md, html, sources.json), written
+#: by ``onerror`` beside (never over) the tables the rules write.
+SUMMARY_PARTIAL = "results/tables/summary.partial.{ext}"
+PROBES_PARTIAL = "results/tables/probes.partial.{ext}"
+#: Held while any of the above is written or removed (``fileio.exclusive_lock``).
+TABLES_LOCK = "results/tables/.tables.lock"
+
 
 def fill(pattern: str, **values: object) -> str:
     """``pattern`` with the named wildcards replaced by ``values``; the others stay.

@@ -1,25 +1,109 @@
-"""The probe table job: every probe result judged against its reference."""
+"""The probe table job: every probe result judged against its reference; and, after a
+failed run, the partial probe table that names each cell without a result.
+
+Like the summary (``parity.summary``), ``probes.csv`` comes with ``probes.sources.json``
+(the run, each result's sha256), and :func:`after_failed_run` keeps it only while it is
+current, else removes it and writes ``probes.partial.*`` with an ``error`` row, naming the
+job's log, for every cell whose result is missing or cannot be trusted.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 
-from . import tables, verdicts
-from .probe_results import judge_probe_row, read_results
-from .probes import ProbePlan
+from . import integrity, paths, tables, verdicts
+from .config import canonical_hash
+from .fileio import exclusive_lock
+from .probe_results import ProbeResultError, judge_probe_row, read_results
+from .probes import ProbeKey, ProbePlan
+
+#: How long ``onerror`` waits for another run that holds the tables' lock, then leaves
+#: the tables to it.
+ONERROR_WAIT = 30.0
+#: How long the table job waits for another run's ``onerror`` to finish with the tables.
+LOCK_WAIT = 600.0
 
 
-def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Logger) -> list[dict]:
+def probe_log(key: ProbeKey) -> str:
+    """The log of the job that writes ``key``'s result."""
+    return paths.PROBE_LOG.format(
+        probe=key.probe, framework=key.framework, dtype=key.dtype, device=key.device
+    )
+
+
+def gather(plan: ProbePlan) -> tuple[dict, dict[ProbeKey, Exception], dict[str, dict]]:
+    """Every result of ``plan`` that can be read: (outcomes by key, the error of each
+    other key, file record of each result read)."""
+    results, errors, made_from = {}, {}, {}
+    for key in plan.jobs():
+        if not os.path.exists(key.result):
+            errors[key] = FileNotFoundError(f"{key.result} does not exist")
+            continue
+        try:
+            made_from[key.result] = integrity.file_record(key.result)
+            _, results[key] = read_results(key.result, plan.probe(key.probe), key)
+        except ProbeResultError as e:
+            made_from.pop(key.result, None)
+            errors[key] = e
+    return results, errors, made_from
+
+
+def probes_table_job(
+    plan: ProbePlan,
+    out_csv: str,
+    out_md: str,
+    log: logging.Logger,
+    out_record: str | None = None,
+    code: str | None = None,
+) -> list[dict]:
     """The probe table: one row per (probe, case, quantity, framework, device, dtype).
 
     Reads every result of ``plan`` (``results/probes/…``), judges it against the probe's
     exact values or PyTorch on the CPU (``probe_results.judge_probe_row``), and lists
-    unsupported cells with their reason. Raises ``probe_results.ProbeResultError`` for a result file
-    that is stale or malformed; nothing is written then.
+    unsupported cells with their reason. Raises ``probe_results.ProbeResultError`` for a
+    result file that is stale, malformed or corrupt; nothing is written then.
+    ``out_record`` (``probes.sources.json``) records the run and each result's sha256;
+    written under the tables' lock, which also removes a partial table an earlier failed
+    run left.
     """
-    results = {}
-    for key in plan.jobs():
-        _, results[key] = read_results(key.result, plan.probe(key.probe), key)
+    results, errors, made_from = gather(plan)
+    if errors:
+        raise next(iter(errors.values()))
+    rows = table_rows(plan, results, errors)
+    with exclusive_lock(paths.TABLES_LOCK, LOCK_WAIT):
+        written = write_table(plan, rows, out_csv, out_md, log)
+        if out_record is not None:
+            integrity.write_record(
+                out_record,
+                "probes",
+                made_from,
+                written,
+                partial=False,
+                params_sha256=canonical_hash(plan.to_params()),
+                code=code,
+            )
+            _remove(_partial())
+    return rows
+
+
+def _partial() -> list[str]:
+    return [paths.PROBES_PARTIAL.format(ext=e) for e in ("csv", "md", "html", "sources.json")]
+
+
+def _remove(files) -> list[str]:
+    gone = [f for f in files if os.path.exists(f)]
+    for f in gone:
+        os.unlink(f)
+    return gone
+
+
+def table_rows(
+    plan: ProbePlan, results: Mapping[ProbeKey, dict], errors: Mapping[ProbeKey, Exception]
+) -> list[dict]:
+    """The table's rows from the results read (:func:`gather`); a cell in ``errors`` is a
+    row with verdict ``error`` naming why and the log of its job."""
     rows = []
     for key in plan.cells():
         probe = plan.probe(key.probe)
@@ -41,6 +125,10 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
             if reason is not None:
                 rows.append({**row, "verdict": verdicts.UNSUPPORTED, "note": reason})
                 continue
+            if key in errors:
+                note = f"no current result ({errors[key]}); see {probe_log(key)}"
+                rows.append({**row, "verdict": verdicts.ERROR, "note": note})
+                continue
             outcome = results[key][(case, q)]
             ref_run = results.get(key.reference, {}).get((case, q))
             j = judge_probe_row(probe, key, outcome, None if key.is_reference else ref_run)
@@ -61,6 +149,13 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
                     "note": note,
                 }
             )
+    return rows
+
+
+def write_table(
+    plan: ProbePlan, rows: list[dict], out_csv: str, out_md: str, log: logging.Logger, intro=""
+) -> dict[str, str]:
+    """Write the table's CSV and Markdown twin; returns what was written, kind → path."""
     csv_rows = [
         {
             **r,
@@ -75,9 +170,75 @@ def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Lo
         name: [f"{c['name']}: {c['note']}" for c in p.cases if c["note"]]
         for name, p in plan.probes.items()
     }
-    tables.write_twins(out_md, tables.probes_markdown(rows, descriptions, notes))
+    md = tables.probes_markdown(rows, descriptions, notes)
+    if intro:
+        md = md.replace("\n", "\n\n" + intro, 1)
+    md += (
+        f"\nMade by run {integrity.run_id()}; "
+        f"`{os.path.basename(str(out_md).rsplit('.', 1)[0])}.sources.json` lists every "
+        "result it was made from with its sha256.\n"
+    )
+    tables.write_twins(out_md, md)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     log.info("%d probe rows: %s", len(rows), counts)
-    return rows
+    html = str(out_md).rsplit(".", 1)[0] + ".html"
+    return {"csv": out_csv, "md": out_md, "html": html}
+
+
+def table_problems(plan: ProbePlan, code: str | None, record_path=paths.PROBES_SOURCES) -> list:
+    """Why ``probes.csv`` is not the current table of ``plan``: empty when it is (its record
+    intact, its files as written, made with these params and this code from exactly the
+    plan's results, each unchanged)."""
+    try:
+        record = integrity.read_sealed_json(record_path)
+    except (OSError, integrity.IntegrityError) as e:
+        return [f"{record_path}: {getattr(e, 'problem', None) or e}"]
+    out = integrity.changed(record["tables"])
+    if record.get("params_sha256") != canonical_hash(plan.to_params()):
+        out.append("made under another config or other probe files")
+    if code is not None and record.get("code") != code:
+        out.append("made by other code")
+    if set(record["made_from"]) != set(plan.results()):
+        out.append("made from another set of probe results")
+    return out + integrity.changed(record["made_from"])
+
+
+def after_failed_run(plan: ProbePlan, codes: Mapping[str, str | None]) -> str:
+    """What ``onerror`` does with the probe table (rules/common.smk): under the tables'
+    lock, keep ``probes.csv`` while it is current (:func:`table_problems`); else remove it
+    (and its twins and record) and write ``probes.partial.*``, where each cell without a
+    readable result is an ``error`` row naming its job's log. Returns a console line."""
+    log = logging.getLogger("parity.probes_table")
+    try:
+        with exclusive_lock(paths.TABLES_LOCK, timeout=ONERROR_WAIT):
+            why = table_problems(plan, codes.get("probes_table"))
+            if not why:
+                _remove(_partial())
+                return f"{paths.PROBES_TABLE.format(ext='csv')} is current; it was kept"
+            removed = _remove(
+                [paths.PROBES_TABLE.format(ext=e) for e in ("csv", "md", "html")]
+                + [paths.PROBES_SOURCES]
+            )
+            results, errors, made_from = gather(plan)
+            rows = table_rows(plan, results, errors)
+            intro = (
+                f"**A run failed ({integrity.run_id()}).** This partial table lists what "
+                f"could be judged; {len(errors)} probe job(s) have no current result "
+                "(verdict `error`, with the log to read). `probes.csv` is not current ("
+                + "; ".join(why[:3])
+                + ") and was removed: the next successful run writes it again.\n\n"
+            )
+            part = _partial()
+            written = write_table(plan, rows, part[0], part[1], log, intro)
+            integrity.write_record(
+                part[3], "probes.partial", made_from, written, partial=True, errors=len(errors)
+            )
+    except Exception as e:  # onerror must not hide the run's own error
+        return f"the partial probe table could not be written: {e}"
+    return (
+        f"{len(errors)} probe job(s) have no current result; "
+        f"{paths.PROBES_PARTIAL.format(ext='md')} names them with verdict 'error' and the log"
+        + (f"; removed the stale {', '.join(removed)}" if removed else "")
+    )

@@ -1,6 +1,15 @@
 """The jobs over all comparisons: the summary (and the partial one written when a run
 fails), the check that gates on it, and the study's framework table.
 
+A summary is never shown as current when it is not: ``summary.csv`` comes with
+``summary.sources.json`` (``integrity.write_record``: the run, and the sha256 of every
+result it was made from), and after a failed run :func:`after_failed_run` keeps it only
+if every result it was made from is still the current result of its comparison; else it
+removes it (so the next run's summary job makes it again: Snakemake reruns a missing
+output) and writes ``summary.partial.*`` beside it, with an ``error`` row naming the log
+of each comparison that has no current result. Both are written under one lock, so two
+runs in one folder never both rewrite them.
+
 Plain functions of what the rules resolved and of paths; ``scripts/summary.py``,
 ``scripts/check.py`` and ``scripts/framework_summary.py`` are thin adapters.
 """
@@ -8,13 +17,21 @@ Plain functions of what the rules resolved and of paths; ``scripts/summary.py``,
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from . import tables, verdicts
+from . import integrity, paths, tables, verdicts
+from .config import canonical_hash
+from .fileio import exclusive_lock
+from .keys import Comparison
 from .plan import Plan
+
+#: How long ``onerror`` waits for another run that holds the tables' lock, then leaves
+#: the tables to it.
+ONERROR_WAIT = 30.0
+#: How long the summary job waits for another run's ``onerror`` to finish with the tables.
+LOCK_WAIT = 600.0
 
 
 def unsupported_cells(plan: Plan) -> list[dict]:
@@ -91,24 +108,15 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_job(
-    results: Sequence[str],
-    unsupported: Sequence[Mapping],
-    out_csv: str,
-    out_md: str,
-    errors: Sequence[dict] = (),
+def summary_rows(
+    results: Mapping[str, Mapping], unsupported: Sequence[Mapping], errors: Sequence[dict] = ()
 ) -> list[dict]:
-    """Gather per-comparison results into ``summary.csv`` and its Markdown twin.
-
-    ``results`` are the comparison jobs' JSON results; ``unsupported`` the cells the
-    validity matrix excludes (``experiment``, ``device``, ``label``, ``reason``), each a row
-    with verdict ``unsupported``; ``errors`` (from :func:`partial_summary_job`) are rows with
-    verdict ``error``.
-    """
+    """The summary's rows from comparison results (path → result): one per comparison with
+    a per-step result, joined with its split and diagnosis; then ``errors`` (verdict
+    ``error``) and the ``unsupported`` cells (``experiment``, ``device``, ``label``,
+    ``reason``)."""
     by_kind: dict[str, dict] = {"perstep": {}, "split": {}, "diagnosis": {}}
-    for path in results:
-        with open(path, encoding="utf-8") as f:
-            r = json.load(f)
+    for r in results.values():
         by_kind[r["kind"]][(r["experiment"], r["comparison"], r["device"])] = r
     rows = []
     for key, r in sorted(by_kind["perstep"].items()):
@@ -158,6 +166,14 @@ def summary_job(
                 "expected_verdict": verdicts.UNSUPPORTED,
             }
         )
+    return rows
+
+
+def _write_tables(
+    rows: list[dict], out_csv: str, out_md: str, n_results: int, intro: str = ""
+) -> dict:
+    """Write summary.csv and its Markdown twin, which says which run made it from how many
+    results (its record lists them); returns what was written, kind → path."""
     tables.write_csv(out_csv, rows, SUMMARY_COLUMNS)
     fmt = {
         c: tables.sci
@@ -185,7 +201,7 @@ def summary_job(
         "expected_verdict",
     )
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
-    head = "# Summary\n\n"
+    head = ("# Summary (partial)\n\n" if intro else "# Summary\n\n") + intro
     for r in bad:
         head += f"- **{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}**"
         if r["verdict"] == verdicts.UNEXPECTED_PASS:
@@ -193,46 +209,258 @@ def summary_job(
         head += "\n"
     if bad:
         head += "\n"
-    tables.write_twins(out_md, head + tables.markdown_table(rows, md_cols, fmt))
+    made = (
+        f"\nMade by run {integrity.run_id()} from {n_results} comparison results; "
+        f"`{os.path.basename(_record_of(out_md))}` lists each with its sha256.\n"
+    )
+    tables.write_twins(out_md, head + tables.markdown_table(rows, md_cols, fmt) + made)
+    return {"csv": out_csv, "md": out_md, "html": _html(out_md)}
+
+
+def _record_of(md_path: str) -> str:
+    return str(md_path).rsplit(".", 1)[0] + ".sources.json"
+
+
+def _html(md_path: str) -> str:
+    return str(md_path).rsplit(".", 1)[0] + ".html"
+
+
+def summary_job(
+    results: Sequence[str],
+    unsupported: Sequence[Mapping],
+    out_csv: str,
+    out_md: str,
+    out_record: str,
+    code: str | None = None,
+) -> list[dict]:
+    """Gather per-comparison results into ``summary.csv``, its Markdown twin and its record.
+
+    ``results`` are the comparison jobs' sealed JSON results (a corrupt one is refused,
+    ``integrity.IntegrityError``); ``unsupported`` the cells the validity matrix excludes
+    (``experiment``, ``device``, ``label``, ``reason``), each a row with verdict
+    ``unsupported``. ``out_record`` (``summary.sources.json``) records the run, each
+    result's sha256, the params and ``code`` hashes. Written under the tables' lock, which
+    also removes the partial summary an earlier failed run left.
+    """
+    made_from, found = {}, {}
+    for path in results:
+        found[path], sha = integrity.read_sealed_json_digest(path)
+        made_from[path] = {"path": str(path), "sha256": sha}
+    rows = summary_rows(found, unsupported)
+    with exclusive_lock(paths.TABLES_LOCK, LOCK_WAIT):
+        written = _write_tables(rows, out_csv, out_md, len(found))
+        integrity.write_record(
+            out_record,
+            "summary",
+            made_from,
+            written,
+            partial=False,
+            params_sha256=canonical_hash(list(unsupported)),
+            code=code,
+        )
+        _remove(partial_paths(paths.SUMMARY_PARTIAL))
     return rows
 
 
-def partial_summary_job(plan: Plan, out_csv: str, out_md: str) -> int:
-    """Summary of a run that failed part-way: every comparison whose per-step result
-    exists is summarised; each one missing becomes an ``error`` row naming the log of the
-    first job in its chain that did not deliver (a training run whose trace is missing,
-    else the comparison job). Returns the number of error rows; writes nothing when no
-    result is missing (the normal summary job is then authoritative)."""
-    results, errors = [], []
+def partial_paths(pattern: str) -> list[str]:
+    """The files of a partial table (``summary.partial.*``, ``probes.partial.*``)."""
+    return [pattern.format(ext=e) for e in ("csv", "md", "html", "sources.json")]
+
+
+def table_paths(pattern: str, record: str) -> list[str]:
+    """The files a table rule writes (csv, md, html) and its record."""
+    return [pattern.format(ext=e) for e in ("csv", "md", "html")] + [record]
+
+
+def _remove(files: Sequence[str]) -> list[str]:
+    gone = [f for f in files if os.path.exists(f)]
+    for f in gone:
+        os.unlink(f)
+    return gone
+
+
+# ----- staleness -------------------------------------------------------------------------
+
+
+def current_result(path: str, job: Mapping, code: str | None) -> tuple[dict | None, str]:
+    """(result, "") when ``path`` holds the current result of a comparison job whose params
+    are ``job`` (``Plan.comparison_job``) and whose code hash is ``code``: sealed intact,
+    made with these params and this code, from inputs that are all still as they were read.
+    Else (None, why not)."""
+    if not os.path.exists(path):
+        return None, f"{path} does not exist"
+    try:
+        r = integrity.read_sealed_json(path)
+    except integrity.IntegrityError as e:
+        return None, str(e)
+    if r.get("job_sha256") != canonical_hash(job):
+        return None, f"{path} was made under another config"
+    if code is not None and r.get("code") != code:
+        return None, f"{path} was made by other code"
+    gone = integrity.changed(r.get("sources", {}))
+    if gone:
+        return None, f"{path} is out of date: " + "; ".join(gone)
+    return r, ""
+
+
+def comparison_state(
+    plan: Plan, c: Comparison, codes: Mapping[str, str | None]
+) -> dict[str, tuple[dict | None, str]]:
+    """:func:`current_result` of each table kind of comparison ``c`` (``codes``: kind →
+    code hash of its job script)."""
+    job = plan.comparison_job(c)
+    return {k: current_result(c.result(k), job, codes.get(k)) for k in c.kinds}
+
+
+def summary_problems(
+    plan: Plan,
+    unsupported: Sequence[Mapping],
+    codes: Mapping[str, str | None],
+    record_path: str = paths.SUMMARY_SOURCES,
+) -> list[str]:
+    """Why ``summary.csv`` is not the current summary of ``plan``: empty when it is (its
+    record intact, its files as written, made with these params and this code from
+    exactly the plan's results, each of them current)."""
+    try:
+        record = integrity.read_sealed_json(record_path)
+    except (OSError, integrity.IntegrityError) as e:
+        return [f"{record_path}: {getattr(e, 'problem', None) or e}"]
+    out = integrity.changed(record["tables"])
+    if record.get("params_sha256") != canonical_hash(list(unsupported)):
+        out.append("made under another config")
+    if codes.get("summary") is not None and record.get("code") != codes["summary"]:
+        out.append("made by other code")
+    want = {c.result(k) for c in plan.comparisons() for k in c.kinds}
+    if set(record["made_from"]) != want:
+        out.append("made from another set of comparisons")
+    out += integrity.changed(record["made_from"])
     for c in plan.comparisons():
-        kinds = c.kinds
-        have = [k for k in kinds if os.path.exists(c.result(k))]
-        results += [c.result(k) for k in have]
-        if "perstep" in have:
+        out += [why for r, why in comparison_state(plan, c, codes).values() if r is None]
+    return out
+
+
+def partial_summary_job(
+    plan: Plan,
+    unsupported: Sequence[Mapping],
+    codes: Mapping[str, str | None],
+    out_csv: str,
+    out_md: str,
+    out_record: str,
+    why: Sequence[str] = (),
+) -> int:
+    """Summary of a run that failed part-way, written beside ``summary.csv``: every
+    comparison whose per-step result is current (:func:`current_result`) is summarised
+    (with its split and diagnosis where those are current); each other one is an ``error``
+    row whose status says why and names the log to read: the training job's when a trace
+    is missing (that run failed), else the comparison job's. ``why`` says why summary.csv
+    is not current. Returns the number of error rows."""
+    results, errors, made_from = {}, [], {}
+    for c in plan.comparisons():
+        state = comparison_state(plan, c, codes)
+        for k, (r, _) in state.items():
+            if r is not None and state["perstep"][0] is not None:
+                results[c.result(k)] = r
+                made_from[c.result(k)] = integrity.file_record(c.result(k))
+        r, problem = state["perstep"]
+        if r is not None:
             continue
         keys = [c.reference, c.candidate, *(c.f64_pair or ())]
         missing = next((k for k in keys if not os.path.exists(k.trace)), None)
         log = missing.log if missing else c.log("perstep")
+        status = f"no current result ({problem}); see {log}"
+        if missing:
+            status += f" (run {missing.label} failed: its trace is missing)"
         errors.append(
             {
                 "experiment": c.experiment,
                 "comparison": c.name,
                 "device": c.device,
                 "pair": f"{c.reference.label} vs {c.candidate.label}",
-                "status": f"no result: see {log}"
-                + (f" (run {missing.label} failed)" if missing else ""),
+                "status": status,
                 "tolerance": c.tolerance,
                 "expected_verdict": verdicts.EXPECTATIONS[c.expect],
             }
         )
-    if errors:
-        summary_job(results, unsupported_cells(plan), out_csv, out_md, errors)
+    rows = summary_rows(results, unsupported, errors)
+    intro = (
+        f"**A run failed ({integrity.run_id()}).** This partial summary lists what could be "
+        f"summarised; {len(errors)} comparison(s) have no current result (verdict `error`, "
+        "with the log to read). `summary.csv` is not current"
+        + (f" ({'; '.join(why[:3])})" if why else "")
+        + " and was removed: the next successful run writes it again.\n\n"
+    )
+    written = _write_tables(rows, out_csv, out_md, len(results), intro)
+    integrity.write_record(
+        out_record, "summary.partial", made_from, written, partial=True, errors=len(errors)
+    )
     return len(errors)
 
 
-def check_job(summary_csv: str, log: logging.Logger, probes_csv: str | None = None) -> list[dict]:
+def after_failed_run(
+    plan: Plan, unsupported: Sequence[Mapping], codes: Mapping[str, str | None]
+) -> str:
+    """What ``onerror`` does with the summary (rules/common.smk): under the tables' lock,
+    keep ``summary.csv`` when it is still current (:func:`summary_problems`) and remove a
+    stale partial summary; else remove ``summary.csv`` (and its twins and record, so no
+    earlier verdict is shown as current and the next run makes it again) and write
+    ``summary.partial.*``. Returns a line for the console. When another run holds the
+    lock, nothing is touched (that run writes them)."""
+    try:
+        with exclusive_lock(paths.TABLES_LOCK, timeout=ONERROR_WAIT):
+            why = summary_problems(plan, unsupported, codes)
+            if not why:
+                _remove(partial_paths(paths.SUMMARY_PARTIAL))
+                return f"{paths.SUMMARY.format(ext='csv')} is current; it was kept"
+            removed = _remove(table_paths(paths.SUMMARY, paths.SUMMARY_SOURCES))
+            n = partial_summary_job(
+                plan,
+                unsupported,
+                codes,
+                *partial_paths(paths.SUMMARY_PARTIAL)[:2],
+                partial_paths(paths.SUMMARY_PARTIAL)[3],
+                why,
+            )
+    except Exception as e:  # onerror must not hide the run's own error
+        return f"the partial summary could not be written: {e}"
+    return (
+        f"{n} comparison(s) have no current result; {paths.SUMMARY_PARTIAL.format(ext='md')} "
+        "lists them with verdict 'error' and the log to read"
+        + (f"; removed the stale {', '.join(removed)}" if removed else "")
+    )
+
+
+class StaleTable(ValueError):
+    """A table that is no longer what its record says it was made from."""
+
+
+def check_record(table: str, record_path: str) -> None:
+    """Refuse a table (``summary.csv``, ``probes.csv``) that is not what its record
+    (``*.sources.json``) says: the table changed since it was written, or an input it was
+    made from (a result, and each result's traces and fixture) changed or is gone. Raises
+    :class:`StaleTable` or ``integrity.IntegrityError`` naming the file."""
+    record = integrity.read_sealed_json(record_path)
+    integrity.check_file(table, record["tables"]["csv"]["sha256"], record_path)
+    gone = integrity.changed(record["made_from"])
+    for r in record["made_from"].values():
+        if r["path"].endswith(".json") and os.path.exists(r["path"]):
+            gone += integrity.changed(integrity.read_sealed_json(r["path"]).get("sources", {}))
+    if gone:
+        raise StaleTable(
+            f"{table} is not current: {'; '.join(gone)}; rerun the workflow to make it again"
+        )
+
+
+def check_job(
+    summary_csv: str,
+    log: logging.Logger,
+    probes_csv: str | None = None,
+    summary_record: str = paths.SUMMARY_SOURCES,
+    probes_record: str = paths.PROBES_SOURCES,
+) -> list[dict]:
     """Rows of ``summary.csv`` (and ``probes.csv``) whose verdict does not meet its
-    expectation, each logged with what it means."""
+    expectation, each logged with what it means. Each table is first checked against its
+    record (:func:`check_record`): a stale or altered table is refused, never judged."""
+    check_record(summary_csv, summary_record)
     with open(summary_csv, encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
@@ -245,6 +473,7 @@ def check_job(summary_csv: str, log: logging.Logger, probes_csv: str | None = No
         log.error(msg)
     log.info("%d comparisons, %d differ from their expectation", len(rows), len(bad))
     if probes_csv is not None:
+        check_record(probes_csv, probes_record)
         with open(probes_csv, encoding="utf-8") as f:
             probe_rows = list(csv.DictReader(f))
         probe_bad = [r for r in probe_rows if not verdicts.meets_expectation(r["verdict"])]
@@ -286,13 +515,11 @@ def framework_summary_job(items: Sequence[Mapping], out_csv: str, out_md: str) -
             if found is None:
                 f32[col] = f64[col] = "not run"
                 continue
-            with open(found["perstep"], encoding="utf-8") as f:
-                f32[col] = json.load(f)["final_dparam"]
+            f32[col] = integrity.read_sealed_json(found["perstep"])["final_dparam"]
             if found["split"] is None:
                 f64[col] = "no f64 runs"
             else:
-                with open(found["split"], encoding="utf-8") as f:
-                    f64[col] = json.load(f)["final"]["f64_f64"]
+                f64[col] = integrity.read_sealed_json(found["split"])["final"]["f64_f64"]
         for r in (f32, f64):
             r.update(experiment=e, steps=steps)
             for col in FRAMEWORK_SUMMARY_COLUMNS[3:]:

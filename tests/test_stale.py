@@ -1,0 +1,195 @@
+"""No stale verdicts, no unnoticed corruption, outputs the group can read: the issue's
+reproductions on the real workflow (docs/bad-input.md).
+
+One small run (two experiments of three steps, one probe) is made once under umask 002;
+each test works on its own copy of it.
+"""
+
+import copy
+import csv
+import logging
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from parity import paths, summary
+from parity.plan import Plan
+
+from conftest import load_config, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+TRACE = "results/traces/a3_sgd/candle-f32-cpu.parquet"
+
+
+def small_config():
+    config = copy.deepcopy(load_config())
+    keep = {"a3_sgd": {"torch": {}, "candle": {}}, "a1_adam": None}
+    config["experiments"] = {k: copy.deepcopy(config["experiments"][k]) for k in keep}
+    a1 = config["experiments"]["a1_adam"]
+    a1["runs"] = {"torch": {}, "candle": a1["runs"]["candle"]}
+    config["experiments"]["a3_sgd"]["runs"] = keep["a3_sgd"]
+    for e in config["experiments"].values():
+        e["steps"] = 3
+        e["comparisons"] = {"main": {"reference": "torch", "candidate": "candle"}}
+    config["framework_summary"] = []
+    config["probes"] = {"select": ["relu_abs_at_zero"]}
+    return config
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("finished")
+    config = small_config()
+    run_workflow(workdir, config, "--cores", "2", umask=0o002)
+    return workdir, config
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    """A copy of the finished run (mtimes and Snakemake's records kept)."""
+    src, config = finished
+    dst = tmp_path / "run"
+    shutil.copytree(src, dst, symlinks=True)
+    return dst, copy.deepcopy(config)
+
+
+def rows(path):
+    with open(path, encoding="utf-8") as f:
+        return {(r["experiment"], r["comparison"]): r for r in csv.DictReader(f)}
+
+
+def probe_rows(path):
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_output_is_readable_by_the_group(finished):
+    workdir, _ = finished
+    modes = {}
+    for p in (workdir / "results").rglob("*"):
+        if p.is_file() and ".tmp-" not in p.name and not p.name.startswith(".tables"):
+            modes[str(p.relative_to(workdir))] = stat.S_IMODE(p.stat().st_mode)
+    assert len(modes) > 50
+    for name, mode in modes.items():
+        want = 0o775 if name.startswith("results/bin/") else 0o664
+        assert oct(mode) == oct(want), name
+
+
+def test_the_summary_says_what_it_was_made_from(finished):
+    workdir, config = finished
+    record = summary.integrity.read_sealed_json(workdir / paths.SUMMARY_SOURCES)
+    plan = Plan(config)
+    assert set(record["made_from"]) == {c.result(k) for c in plan.comparisons() for k in c.kinds}
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", record["run_id"])
+    md = (workdir / "results/tables/summary.md").read_text()
+    assert f"Made by run {record['run_id']} from 6 comparison results" in md
+    probes = summary.integrity.read_sealed_json(workdir / paths.PROBES_SOURCES)
+    assert len(probes["made_from"]) == 6 and probes["run_id"] == record["run_id"]
+    assert not list((workdir / "results/tables").glob("*.partial.*"))
+
+
+def test_truncated_fixture_with_keep_going_shows_no_earlier_pass(run):
+    """Issue 22, kind 1: every a1_adam run fails, its traces are gone; summary.csv must not
+    still say a1_adam pass."""
+    workdir, config = run
+    fixture = workdir / "results/fixtures/a1_adam.safetensors"
+    fixture.write_bytes(fixture.read_bytes()[:100])
+    proc = run_workflow(workdir, config, "--cores", "2", "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert not (workdir / "results/tables/summary.csv").exists()
+    assert not (workdir / paths.SUMMARY_SOURCES).exists()
+    partial = rows(workdir / "results/tables/summary.partial.csv")
+    assert partial[("a3_sgd", "main")]["verdict"] == "pass"  # what could run, ran
+    bad = partial[("a1_adam", "main")]
+    assert bad["verdict"] == "error"
+    log = re.search(r"see (\S+\.log)", bad["status"]).group(1)
+    assert log.startswith("results/logs/train/a1_adam/")
+    assert "its trace is missing" in bad["status"]
+    assert "not a readable safetensors file" in (workdir / log).read_text()
+    assert "summary.partial.md lists them" in proc.stdout
+    check = run_workflow(workdir, config, "--cores", "1", "check", check=False)
+    assert check.returncode != 0
+    assert not (workdir / "results/tables/summary.csv").exists()
+
+
+def test_a_comparison_that_failed_then_works_again_leaves_no_stale_error(run):
+    """Issue 22, kind 1: break a trace so its comparison fails, restore it, rerun: the
+    summary is made again (nothing stale is 'up to date') and check passes."""
+    workdir, config = run
+    trace = workdir / TRACE
+    good = trace.read_bytes()
+    trace.write_bytes(good[: len(good) // 2])
+    proc = run_workflow(workdir, config, "--cores", "2", check=False)
+    assert proc.returncode != 0
+    assert not (workdir / "results/tables/summary.csv").exists()
+    bad = rows(workdir / "results/tables/summary.partial.csv")[("a3_sgd", "main")]
+    assert bad["verdict"] == "error" and "results/logs/perstep/a3_sgd/cpu.log" in bad["status"]
+    trace.write_bytes(good)
+    again = run_workflow(workdir, config, "--cores", "2", "check")
+    assert "Nothing to be done" not in again.stdout
+    assert rows(workdir / "results/tables/summary.csv")[("a3_sgd", "main")]["verdict"] == "pass"
+    assert not (workdir / "results/tables/summary.partial.csv").exists()
+
+
+def test_a_flipped_bit_in_a_parameter_column_fails_the_comparison_naming_the_file(run):
+    """Issue 22, kind 2: size and mtime kept, the comparison rerun: refused, not a changed
+    verdict."""
+    workdir, config = run
+    trace = workdir / TRACE
+    before = trace.stat()
+    chunk = pq.ParquetFile(trace).metadata.row_group(0).column(2)
+    assert chunk.path_in_schema.startswith("fc1.weight")
+    middle = chunk.data_page_offset + chunk.total_compressed_size // 2
+    data = bytearray(trace.read_bytes())
+    data[middle] ^= 0x04
+    trace.write_bytes(bytes(data))
+    os.utime(trace, ns=(before.st_atime_ns, before.st_mtime_ns))
+    target = "results/tables/a3_sgd/perstep-cpu.csv"
+    proc = run_workflow(workdir, config, "--cores", "1", "--forcerun", "perstep", target,
+                        check=False)  # fmt: skip
+    assert proc.returncode != 0
+    log = (workdir / "results/logs/perstep/a3_sgd/cpu.log").read_text()
+    assert f"{TRACE}: corrupt:" in log and "CRC checksum verification failed" in log
+    assert not (workdir / target).exists()
+
+
+def test_a_crashed_probe_job_is_named_in_the_partial_probe_table(run):
+    """Issue 22, kind 1: with --keep-going and a probe job that crashes, the old probes.csv
+    is not left standing, and the failed cells are named with their log."""
+    workdir, config = run
+    binary = workdir / "results/bin/burn-parity-cpu"
+    binary.write_text("#!/bin/sh\necho 'burn-parity: crashed' >&2\nexit 3\n")
+    binary.chmod(0o755)
+    proc = run_workflow(workdir, config, "--cores", "2", "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert not (workdir / "results/tables/probes.csv").exists()
+    table = probe_rows(workdir / "results/tables/probes.partial.csv")
+    burn = [r for r in table if r["framework"] == "burn"]
+    assert burn and all(r["verdict"] == "error" for r in burn)
+    assert "results/logs/probes/relu_abs_at_zero/burn-f32-cpu.log" in burn[0]["note"]
+    assert {r["verdict"] for r in table if r["framework"] == "torch"} <= {"reference", "pass"}
+    assert "probe job(s) have no current result" in proc.stdout
+    # The comparisons did not change: summary.csv is current and stays.
+    assert (workdir / "results/tables/summary.csv").exists()
+
+
+def test_a_trace_that_is_gone_takes_its_pass_with_it(run, monkeypatch):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    plan = Plan(config)
+    (workdir / TRACE).unlink()
+    with pytest.raises(summary.StaleTable, match=f"{TRACE} is gone"):
+        summary.check_job("results/tables/summary.csv", logging.getLogger("t"), None)
+    codes = {"perstep": None, "split": None, "diagnosis": None, "summary": None}
+    line = summary.after_failed_run(plan, summary.unsupported_cells(plan), codes)
+    assert "removed the stale results/tables/summary.csv" in line
+    row = rows("results/tables/summary.partial.csv")[("a3_sgd", "main")]
+    assert row["verdict"] == "error" and "candle f32 cpu failed" in row["status"]
+    assert rows("results/tables/summary.partial.csv")[("a1_adam", "main")]["verdict"] == "pass"
+    assert not Path("results/tables/summary.csv").exists()
