@@ -388,7 +388,10 @@ def sensitivity_inputs(wildcards):
     """The clean run's float32 CPU trace, the fixture and, for a Rust run, its binary."""
     s = PLAN.sensitivity
     if s is None:
-        raise WorkflowError("config faults.sensitivity is not set")
+        named = config.get("faults", {}).get("sensitivity")
+        if named is None:
+            raise WorkflowError("config faults.sensitivity is not set")
+        known_experiment(named["experiment"])
     e = s["experiment"]
     out = {
         "reference": paths.TRACE.format(

@@ -377,3 +377,53 @@ def test_bad_probe_file_is_refused_naming_file_and_field(tmp_path, what, head, m
     assert f"big.yaml: {message}" in proc.stdout or message in proc.stdout, proc.stdout[-3000:]
     assert str(folder / "big.yaml") in proc.stdout
     assert not (tmp_path / "w" / "results").exists()
+
+
+#: Targets (files under results/) naming what the config does not run: (target, message).
+TARGETS = [
+    (
+        "results/tables/a9/perstep-cpu.csv",
+        (
+            "unknown experiment 'a9': a target names it but the config has no such experiment "
+            "(experiments: a1_adam, a3_adam,"
+        ),
+    ),
+    ("results/traces/a9/torch-f32-cpu.parquet", "unknown experiment 'a9'"),
+    ("results/fixtures/a9.safetensors", "unknown experiment 'a9'"),
+    ("results/figures/a9/split-cpu.png", "unknown experiment 'a9'"),
+    (
+        "results/tables/scale_mlp/perstep-cpu.csv",
+        "experiment 'scale_mlp' is disabled in the config (enabled: false)",
+    ),
+    (
+        "results/tables/a3_sgd/perstep-cpu-nope.csv",
+        "experiment 'a3_sgd' has no comparison with file tag 'cpu-nope' (its tags: cpu,",
+    ),
+    (
+        "results/traces/a3_sgd/torch_x-f32-cpu.parquet",
+        "experiment 'a3_sgd' has no run 'torch_x' (its runs: burn, candle, torch)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("target", "message"), TARGETS, ids=[t for t, _ in TARGETS])
+def test_a_target_naming_an_unknown_experiment_names_it(tmp_path, target, message):
+    proc = run_workflow(tmp_path, load_config(), "-n", "--cores", "1", target, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout, proc.stdout[-3000:]
+    assert "KeyError" not in proc.stdout
+
+
+def test_config_on_the_command_line_naming_an_unknown_experiment_names_it(tmp_path):
+    config = load_config()
+    for option, message in [
+        ("determinism={experiments: [a9]}", "determinism.experiments[0]: 'a9' is not an"),
+        ("framework_summary=[{experiment: a9, label: x}]", "framework_summary[0].experiment"),
+    ]:
+        proc = run_workflow(tmp_path, config, "-n", "--config", option, check=False)
+        assert proc.returncode != 0
+        assert "invalid config (nothing was run)" in proc.stdout
+        assert message in proc.stdout, proc.stdout[-3000:]
+    config["faults"]["sensitivity"]["experiment"] = "a9"
+    proc = run_workflow(tmp_path, config, "-n", "results/tables/sensitivity.csv", check=False)
+    assert "unknown experiment 'a9'" in proc.stdout, proc.stdout[-3000:]
