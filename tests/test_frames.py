@@ -35,3 +35,13 @@ def test_truncated_stream_is_an_error():
 def test_frame_without_kind_is_an_error():
     with pytest.raises(FrameError, match="no 'kind'"):
         list(read_frames(io.BytesIO(frame({"step": "0"}))))
+
+
+def test_a_frame_longer_than_the_caller_expects_is_refused_before_it_is_read():
+    data = frame({"kind": "step", "step": "0"}, {"w": np.zeros(1000, np.float32)})
+    with pytest.raises(FrameError, match=r"implausible \(at most 100 expected\)"):
+        list(read_frames(io.BytesIO(data), max_frame=100))
+    # a corrupted length of 2^40 bytes: refused, nothing allocated
+    huge = struct.pack("<Q", 1 << 40) + data[8:]
+    with pytest.raises(FrameError, match="implausible"):
+        list(read_frames(io.BytesIO(huge), max_frame=1 << 20))

@@ -63,8 +63,10 @@ def decode(buf: bytes) -> Frame:
     return Frame(meta, tensors)
 
 
-def read_frames(stream: BinaryIO) -> Iterator[Frame]:
-    """Yield frames until the stream ends. A partial frame raises :class:`FrameError`."""
+def read_frames(stream: BinaryIO, max_frame: int = MAX_FRAME) -> Iterator[Frame]:
+    """Yield frames until the stream ends. A partial frame, or one longer than
+    ``max_frame`` bytes (the caller knows how large a step can be), raises
+    :class:`FrameError` before anything of it is read."""
     while True:
         head = _read_exact(stream, 8)
         if not head:
@@ -72,8 +74,8 @@ def read_frames(stream: BinaryIO) -> Iterator[Frame]:
         if len(head) < 8:
             raise FrameError("stream ends inside a frame length")
         (n,) = struct.unpack("<Q", head)
-        if n > MAX_FRAME:
-            raise FrameError(f"frame length {n} is implausible")
+        if n > max_frame:
+            raise FrameError(f"frame length {n} is implausible (at most {max_frame} expected)")
         body = _read_exact(stream, n)
         if len(body) < n:
             raise FrameError(f"stream ends inside a frame ({len(body)} of {n} bytes)")

@@ -120,7 +120,9 @@ def train(
 
 
 def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
-    frames = read_frames(proc.stdout)
+    # A step frame holds at most one row of the layout (and its loss) plus its header, so
+    # a corrupted length cannot make this read gigabytes.
+    frames = read_frames(proc.stdout, max_frame=2 * layout.row_bytes() + (1 << 20))
     writer = None
     try:
         header = next(frames, None)
