@@ -82,7 +82,7 @@ def loads(text: str, path: str | os.PathLike = "<text>", max_nodes: int = MAX_NO
     import yaml
 
     try:
-        doc = yaml.load(text, Loader=_loader_class())
+        doc = yaml.load(text, Loader=_loader_class())  # a subclass of (C)SafeLoader
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f"line {mark.line + 1}" if mark else "somewhere"
