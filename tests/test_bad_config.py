@@ -273,6 +273,11 @@ CASES = [
         ),
     ),
     (
+        "recording every 2^33rd step (the runners count in 32 bits)",
+        lambda c: exp(c).update(record={"every": 2**33}),
+        "experiments.a3_sgd.record.every: 8589934592 is greater than the maximum of 4294967295",
+    ),
+    (
         "misspelt limit",
         lambda c: c["limits"].update(max_stesp=3),
         "limits: Additional properties are not allowed ('max_stesp' was unexpected)",

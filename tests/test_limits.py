@@ -262,6 +262,13 @@ def test_repository_probes_are_small():
             "im2col buffer holds 89910300 elements",
         ),
         ({"y": {"values": [[1.0, math.nan]]}}, [], "inputs.y.values[0][1]", ".nan is not"),
+        ({"y": {"zeros": [0, 10**30]}}, [], "inputs.y.zeros[1]", "larger than 2^53"),
+        (
+            {"a": {"ones": [4]}},
+            [{"narrow": {"in": "a", "dim": 0, "start": 10**20, "length": 1, "out": "y"}}],
+            "cases.c.steps[0].narrow.start",
+            "no runner takes an integer that large",
+        ),
         (
             {"y": {"arange": {"start": 1.0e308, "scale": 1.0e308}, "shape": [4]}},
             [],

@@ -99,6 +99,28 @@ def non_finite(doc: Any) -> Iterator[tuple[str, float]]:
             stack.extend(reversed([((*path, i), v) for i, v in enumerate(node)]))
 
 
+#: Keys of a probe file whose values are tensor values (floats), not sizes or indices.
+VALUE_KEYS = ("values", "exact", "known_bug", "arange")
+
+
+def large_integers(doc: Any, limit: int = 2**53) -> Iterator[tuple[str, int]]:
+    """(key path, value) of every integer of a probe document, outside its tensor values
+    (:data:`VALUE_KEYS`), whose magnitude exceeds ``limit``: a shape, a dimension or an
+    op argument the runners (64-bit sizes, JSON numbers) cannot take. A dimension of 0
+    makes a shape's product 0, so the size estimate alone would let ``[0, 10**30]`` by."""
+    stack: list[tuple[tuple, Any]] = [((), doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, int) and not isinstance(node, bool) and abs(node) > limit:
+            yield key_path(path), node
+        elif isinstance(node, Mapping):
+            stack.extend(
+                reversed([((*path, k), v) for k, v in node.items() if k not in VALUE_KEYS])
+            )
+        elif isinstance(node, list | tuple):
+            stack.extend(reversed([((*path, i), v) for i, v in enumerate(node)]))
+
+
 def yaml_text(value: float) -> str:
     """How YAML writes a non-finite value: ``.nan``, ``.inf``, ``-.inf``."""
     return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
@@ -384,6 +406,8 @@ def check_probe(doc: Mapping[str, Any], limits: Mapping[str, int | float]) -> No
     first field."""
     for where, v in non_finite(doc):
         raise LimitError(where, f"{yaml_text(v)} is not a finite number; every number must be")
+    for where, v in large_integers(doc):
+        raise LimitError(where, f"{v} is larger than 2^53: no runner takes an integer that large")
     for name, spec in doc["inputs"].items():
         if "arange" in spec:
             ar = spec["arange"]
