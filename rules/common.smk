@@ -14,12 +14,10 @@ sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 from parity import paths  # noqa: E402
 from parity.codeversion import code_version  # noqa: E402
 from parity.config import ConfigError  # noqa: E402
-from parity.detection import detection_inputs, detection_params  # noqa: E402
 from parity.devices import host_device_problem  # noqa: E402
 from parity.frameworks import unsupported_reason  # noqa: E402
 from parity.plan import Plan  # noqa: E402
 from parity.probes import ProbeError, ProbePlan  # noqa: E402
-from parity.summary import framework_summary_items, unsupported_cells  # noqa: E402
 
 CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
 try:
@@ -80,7 +78,10 @@ def write_partial_summary():
     from parity import summary
 
     n = summary.partial_summary_job(
-        PLAN, paths.SUMMARY.format(ext="csv"), paths.SUMMARY.format(ext="md")
+        PLAN.comparisons(),
+        PLAN.unsupported_params(),
+        paths.SUMMARY.format(ext="csv"),
+        paths.SUMMARY.format(ext="md"),
     )
     if n:
         print(

@@ -22,7 +22,7 @@ rule summary:
     conda:
         "../envs/analysis.yaml"
     params:
-        unsupported=unsupported_cells(PLAN),
+        unsupported=PLAN.unsupported_params(),
         code=code("summary.py"),
     script:
         "../scripts/summary.py"
@@ -48,7 +48,7 @@ rule framework_summary:
     conda:
         "../envs/analysis.yaml"
     params:
-        table=framework_summary_items(PLAN),
+        table=PLAN.framework_summary_params(),
         code=code("framework_summary.py"),
     script:
         "../scripts/framework_summary.py"

@@ -14,40 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from . import tables, verdicts
-from .plan import Plan
-
-
-def unsupported_cells(plan: Plan) -> list[dict]:
-    """The validity matrix's excluded cells of ``plan`` as plain data for
-    :func:`summary_job` (a rule's params)."""
-    return [
-        {"experiment": k.experiment, "device": k.device, "label": k.label, "reason": reason}
-        for k, reason in plan.unsupported_cells()
-    ]
-
-
-def framework_summary_items(plan: Plan) -> list[dict]:
-    """The framework table's rows as plain data for :func:`framework_summary_job` (a
-    rule's params): per configured experiment its label, steps and, per framework, the
-    result files of its comparison with the ``torch`` run on the CPU (None: not run)."""
-    return [
-        {
-            "experiment": item["experiment"],
-            "label": item["label"],
-            "steps": item["steps"],
-            "results": {
-                fw: None
-                if c is None
-                else {
-                    "perstep": c.result("perstep"),
-                    "split": c.result("split") if c.f64_pair is not None else None,
-                }
-                for fw, c in item["comparisons"].items()
-            },
-        }
-        for item in plan.framework_summary_rows()
-    ]
-
+from .keys import Comparison
 
 #: Diagnosis results copied into summary.csv.
 DIAGNOSIS_SUMMARY = (
@@ -197,14 +164,16 @@ def summary_job(
     return rows
 
 
-def partial_summary_job(plan: Plan, out_csv: str, out_md: str) -> int:
+def partial_summary_job(
+    comparisons: Sequence[Comparison], unsupported: Sequence[Mapping], out_csv: str, out_md: str
+) -> int:
     """Summary of a run that failed part-way: every comparison whose per-step result
     exists is summarised; each one missing becomes an ``error`` row naming the log of the
     first job in its chain that did not deliver (a training run whose trace is missing,
     else the comparison job). Returns the number of error rows; writes nothing when no
     result is missing (the normal summary job is then authoritative)."""
     results, errors = [], []
-    for c in plan.comparisons():
+    for c in comparisons:
         kinds = c.kinds
         have = [k for k in kinds if os.path.exists(c.result(k))]
         results += [c.result(k) for k in have]
@@ -226,7 +195,7 @@ def partial_summary_job(plan: Plan, out_csv: str, out_md: str) -> int:
             }
         )
     if errors:
-        summary_job(results, unsupported_cells(plan), out_csv, out_md, errors)
+        summary_job(results, unsupported, out_csv, out_md, errors)
     return len(errors)
 
 
@@ -274,7 +243,7 @@ def framework_summary_job(items: Sequence[Mapping], out_csv: str, out_md: str) -
     """The study's framework table, computed from the runs: per configured experiment, the
     f32 max|dparam| after the last step and the f64-vs-f64 distance after the last step,
     for each framework against PyTorch on the CPU, read from the result files ``items``
-    name (:func:`framework_summary_items`). A framework without runs says ``not run``; no
+    name (``plan.Plan.framework_summary_params``). A framework without runs says ``not run``; no
     number is ever typed in."""
     rows = []
     for item in items:
