@@ -35,7 +35,7 @@ except WorkflowError:
     ) from None
 try:
     PLAN = Plan(config)
-    PROBES = ProbePlan.from_config(config, workflow.basedir)
+    PROBES = ProbePlan.from_config(config, workflow.basedir, workdir=os.getcwd())
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 
