@@ -7,10 +7,10 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
+from parity import burn_adam
 from parity.schema import TraceReader
 from parity.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
 
-import burn_adam
 from conftest import REPO, load_config, run_workflow
 
 pytestmark = pytest.mark.workflow
