@@ -130,7 +130,7 @@ rule optimizer_defaults:
 rule training_loop_page:
     """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
     input:
-        text=os.path.join(workflow.basedir, "report", "training_loop.rst"),
+        text=workdir_path(os.path.join(workflow.basedir, "report", "training_loop.rst")),
         defaults="results/tables/optimizer_defaults.csv",
     output:
         html=report(

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -466,19 +467,28 @@ class ProbePlan:
         self.dtypes: list[str] = list(dtypes)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], basedir: str | Path) -> ProbePlan:
+    def from_config(
+        cls, config: Mapping[str, Any], basedir: str | Path, workdir: str | Path | None = None
+    ) -> ProbePlan:
         """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``).
 
         ``config`` has passed ``schemas/config.schema.yaml``; a relative ``probes.folder`` is
         resolved against ``basedir``, the workflow's folder (probes are part of the workflow,
-        like its scripts). Raises :class:`ProbeError` for a missing folder or selected probe,
-        or a malformed probe file.
+        like its scripts). With ``workdir`` (the jobs' working directory), each probe's
+        :attr:`Probe.path` is relative to it (``probes/x.yaml`` when it is ``basedir``): a
+        job's input then does not name the folder the project lies in, so a copy of the
+        project with its results stays up to date. Raises :class:`ProbeError` for a missing
+        folder or selected probe, or a malformed probe file.
         """
         settings = config.get("probes") or {}
         folder = Path(settings.get("folder", "probes"))
         folder = folder if folder.is_absolute() else Path(basedir) / folder
         enabled = settings.get("enabled", True)
         probes = discover(folder, settings.get("select")) if enabled else {}
+        if workdir is not None:
+            probes = {
+                n: replace(p, path=os.path.relpath(p.path, workdir)) for n, p in probes.items()
+            }
         return cls(probes, config["devices"], config["dtypes"])
 
     def to_params(self) -> dict:
