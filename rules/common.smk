@@ -17,7 +17,8 @@ from parity.config import ConfigError  # noqa: E402
 from parity.devices import host_device_problem  # noqa: E402
 from parity.frameworks import unsupported_reason  # noqa: E402
 from parity.plan import Plan  # noqa: E402
-from parity.probes import ProbeError, ProbePlan  # noqa: E402
+from parity.probe_plan import ProbePlan  # noqa: E402
+from parity.probes import ProbeError  # noqa: E402
 
 CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
 try:

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from parity import verdicts
+from parity.probe_plan import ProbeKey, ProbePlan
 from parity.probe_results import (
     Outcome,
     ProbeResultError,
@@ -17,8 +18,6 @@ from parity.probe_results import (
 )
 from parity.probes import (
     ProbeError,
-    ProbeKey,
-    ProbePlan,
     discover,
     load,
     op_defaults,

@@ -8,7 +8,7 @@ import pytest
 
 from parity.configcheck import schema_errors
 from parity.plan import Plan
-from parity.probes import ProbePlan
+from parity.probe_plan import ProbePlan
 
 from conftest import REPO, TEST_CONFIGS, load_config, load_test_config
 

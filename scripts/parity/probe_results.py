@@ -1,7 +1,7 @@
 """Probe results: the Parquet schema of one probe run, defined here once, and the judging.
 
 One file per (probe, framework, dtype, device), ``results/probes/{probe}/{framework}-{dtype}-
-{device}.parquet`` (``probes.ProbeKey.result``), one row per (case, quantity) in the probe's
+{device}.parquet`` (``probe_plan.ProbeKey.result``), one row per (case, quantity) in the probe's
 order (``Probe.quantities``):
 
 * ``case``, ``quantity`` (string, not null): ``batch2``, ``w.grad``;
@@ -33,7 +33,8 @@ import pyarrow.parquet as pq
 
 from . import closeness, verdicts
 from .fileio import atomic_path
-from .probes import Probe, ProbeKey
+from .probe_plan import ProbeKey
+from .probes import Probe
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"parity.probe"

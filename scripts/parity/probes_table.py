@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from . import tables, verdicts
+from .probe_plan import ProbePlan
 from .probe_results import judge_probe_row, read_results
-from .probes import ProbePlan
 
 
 def probes_table_job(plan: ProbePlan, out_csv: str, out_md: str, log: logging.Logger) -> list[dict]:
