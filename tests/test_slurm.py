@@ -2,7 +2,7 @@
 runs a shortened workflow through snakemake-executor-plugin-slurm with
 ``--profile profiles/slurm``.
 
-Needs root and Debian's slurm-wlm and munge (`scripts/bootstrap --test` installs them);
+Needs root and Debian's slurm-wlm and munge (`scripts/dev/bootstrap --test` installs them);
 skipped, with the
 reason, where they are missing. Everything the test starts is stopped in the fixture's
 teardown, also when the run fails.
