@@ -47,7 +47,7 @@ with open(sys.argv[1] + "/config.yaml", encoding="utf-8") as f:
     config = yaml.load(f, Loader=yaml.CSafeLoader)
 validate(config, sys.argv[1] + "/schemas/config.schema.yaml")
 from parity.plan import Plan
-from parity.probes import ProbePlan
+from parity.probe_plan import ProbePlan
 Plan(config)
 ProbePlan.from_config(config, sys.argv[1])
 print(time.perf_counter() - start)

@@ -18,12 +18,12 @@ rule build_candle:
         "../envs/rust.yaml"
     params:
         crate="candle-parity",
-        target_dir=lambda wc: cargo_target_dir(wc.device),
+        target=lambda wc: cargo_target_name(wc.device),
         features=lambda wc: cargo_features(wc.device),
         source_id=lambda wc: rust_source_id("candle-parity", cargo_features(wc.device)),
         cargo=lambda wc: cargo_command("candle-parity", cargo_features(wc.device)),
     message:
-        "{params.cargo} (device {wildcards.device})"
+        "{params.cargo} (device {wildcards.device}), cargo target folder {params.target}"
     script:
         "../scripts/build_runner.py"
 
@@ -51,11 +51,11 @@ rule build_burn:
         "../envs/rust.yaml"
     params:
         crate="burn-parity",
-        target_dir=BURN_TARGET_DIR,
+        target=BURN_TARGET_NAME,
         features=[],
         source_id=rust_source_id("burn-parity", []),
         cargo=cargo_command("burn-parity", []),
     message:
-        "{params.cargo} (device {wildcards.device})"
+        "{params.cargo} (device {wildcards.device}), cargo target folder {params.target}"
     script:
         "../scripts/build_runner.py"

@@ -15,12 +15,11 @@ sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 from parity import integrity, limits, paths, yamlfile  # noqa: E402
 from parity.codeversion import code_version  # noqa: E402
 from parity.config import ConfigError  # noqa: E402
-from parity.detection import detection_inputs, detection_params  # noqa: E402
 from parity.devices import host_device_problem  # noqa: E402
 from parity.frameworks import unsupported_reason  # noqa: E402
 from parity.plan import Plan  # noqa: E402
-from parity.probes import ProbeError, ProbePlan  # noqa: E402
-from parity.summary import framework_summary_items, unsupported_cells  # noqa: E402
+from parity.probe_plan import ProbePlan  # noqa: E402
+from parity.probes import ProbeError  # noqa: E402
 
 #: This run's id, recorded with the tables over many results; jobs inherit it.
 os.environ.setdefault(integrity.RUN_ID_ENV, integrity.new_run_id())
@@ -50,7 +49,7 @@ except WorkflowError:
 try:
     PLAN = Plan(config)
     limits.check_plan(PLAN, LIMITS)
-    PROBES = ProbePlan.from_config(config, workflow.basedir)
+    PROBES = ProbePlan.from_config(config, workflow.basedir, workdir=os.getcwd())
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 
@@ -110,8 +109,10 @@ def write_partial_summary():
     from parity import probes_table, summary
 
     codes = job_codes()
+    comparisons = [(c, PLAN.comparison_job(c)) for c in PLAN.comparisons()]
     print(
-        summary.after_failed_run(PLAN, unsupported_cells(PLAN), codes), file=sys.stderr
+        summary.after_failed_run(comparisons, PLAN.unsupported_params(), codes),
+        file=sys.stderr,
     )
     if PROBES.probes:
         print(probes_table.after_failed_run(PROBES, codes), file=sys.stderr)
@@ -318,24 +319,39 @@ def probe_params(framework):
 
 # ----- the candle build ------------------------------------------------------------
 
+
+def workdir_path(path):
+    """A file of the workflow's folder as a job's input names it: relative to the working
+    directory (``rust/Cargo.toml`` when that is the workflow's folder). Snakemake reruns a job
+    whose input set changed, so an absolute path would rerun every job in a copy of the
+    project (a moved checkout, CI's clone) although its results/ came along."""
+    return os.path.relpath(path)
+
+
 RUST_DIR = Path(workflow.basedir) / "rust"
-RUST_MANIFEST = str(RUST_DIR / "Cargo.toml")
-RUST_SOURCES = sorted(
-    str(p)
+RUST_MANIFEST = workdir_path(RUST_DIR / "Cargo.toml")
+#: What the Rust builds read, relative to RUST_DIR.
+RUST_FILES = sorted(
+    str(p.relative_to(RUST_DIR))
     for pattern in ("Cargo.*", "*/Cargo.toml", "*/build.rs", "*/src/**/*.rs")
     for p in RUST_DIR.glob(pattern)
 )
 
 
-def rust_sources(crate):
-    """What one runner's build reads: the workspace manifest and lock, parity-common and
-    the crate itself, so editing one runner does not rebuild (and rerun) the other."""
+def rust_files(crate):
+    """What one runner's build reads (relative to RUST_DIR): the workspace manifest and
+    lock, parity-common and the crate itself, so editing one runner does not rebuild (and
+    rerun) the other."""
     return [
         p
-        for p in RUST_SOURCES
-        if Path(p).parent == RUST_DIR
-        or Path(p).relative_to(RUST_DIR).parts[0] in ("parity-common", crate)
+        for p in RUST_FILES
+        if len(Path(p).parts) == 1 or Path(p).parts[0] in ("parity-common", crate)
     ]
+
+
+def rust_sources(crate):
+    """A runner's build inputs, as the job names them (workdir_path)."""
+    return [workdir_path(RUST_DIR / p) for p in rust_files(crate)]
 
 
 def rust_source_id(crate, features):
@@ -345,19 +361,19 @@ def rust_source_id(crate, features):
     import hashlib
 
     h = hashlib.sha256(" ".join(features).encode())
-    for path in rust_sources(crate):
-        h.update(str(Path(path).relative_to(RUST_DIR)).encode())
-        h.update(Path(path).read_bytes())
+    for path in rust_files(crate):
+        h.update(path.encode())
+        h.update((RUST_DIR / path).read_bytes())
     return h.hexdigest()[:16]
 
 
-def cargo_target_dir(device):
-    """One target directory per feature set, so a CPU build survives a GPU build.
-
-    Under $CARGO_TARGET_DIR when set (CI points it at a cache outside the clone)."""
+def cargo_target_name(device):
+    """The candle build's cargo target folder, one per feature set so a CPU build survives
+    a GPU build: a name, not a path. scripts/build_runner.py puts it under
+    $CARGO_TARGET_DIR when set (CI points it at a cache outside the clone), else under
+    rust/target; a param holds no path, so a copy of the project is not rebuilt."""
     features = config.get("candle", {}).get("features", {}).get(device, [])
-    base = os.environ.get("CARGO_TARGET_DIR") or str(RUST_DIR / "target")
-    return os.path.join(base, "-".join(sorted(features)) or "default")
+    return "-".join(sorted(features)) or "default"
 
 
 def cargo_command(crate, features):
@@ -374,11 +390,10 @@ def cargo_features(device):
 
 # ----- the burn build ---------------------------------------------------------------
 
-#: burn-parity's own target directory: cargo locks a target directory while it builds, so
-#: a shared one would make the candle build wait for burn's (and burn has no features).
-BURN_TARGET_DIR = os.path.join(
-    os.environ.get("CARGO_TARGET_DIR") or str(RUST_DIR / "target"), "burn"
-)
+#: burn-parity's own cargo target folder (a name, as cargo_target_name): cargo locks a
+#: target folder while it builds, so a shared one would make the candle build wait for
+#: burn's (and burn has no features).
+BURN_TARGET_NAME = "burn"
 
 
 # ----- detection power (rules/faults.smk) ----------------------------------------

@@ -15,7 +15,7 @@ SENSITIVITY_OUTPUTS = [
 rule detection:
     """Which criterion detects each fault instance, and which flags a correct pair."""
     input:
-        detection_inputs(PLAN),
+        PLAN.detection_inputs(),
     output:
         csv="results/tables/detection.csv",
         md="results/tables/detection.md",
@@ -47,7 +47,7 @@ rule detection:
     conda:
         "../envs/analysis.yaml"
     params:
-        detection=detection_params(PLAN),
+        detection=PLAN.detection_params(),
         code=code("detection.py"),
     script:
         "../scripts/detection.py"

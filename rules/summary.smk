@@ -24,7 +24,7 @@ rule summary:
     conda:
         "../envs/analysis.yaml"
     params:
-        unsupported=unsupported_cells(PLAN),
+        unsupported=PLAN.unsupported_params(),
         code=code("summary.py"),
     script:
         "../scripts/summary.py"
@@ -50,7 +50,7 @@ rule framework_summary:
     conda:
         "../envs/analysis.yaml"
     params:
-        table=framework_summary_items(PLAN),
+        table=PLAN.framework_summary_params(),
         code=code("framework_summary.py"),
     script:
         "../scripts/framework_summary.py"
@@ -132,7 +132,7 @@ rule optimizer_defaults:
 rule training_loop_page:
     """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
     input:
-        text=os.path.join(workflow.basedir, "report", "training_loop.rst"),
+        text=workdir_path(os.path.join(workflow.basedir, "report", "training_loop.rst")),
         defaults=[
             "results/defaults/torch.json",
             "results/defaults/candle.json",

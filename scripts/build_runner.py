@@ -1,6 +1,11 @@
 """Snakemake job: `cargo build --release --locked` of one Rust runner, then a check that
 the binary copied out is this checkout's.
 
+The cargo target folder is ``$CARGO_TARGET_DIR/<params.target>`` when that variable is set
+(CI keeps it outside the clone), else ``rust/target/<params.target>`` next to the manifest.
+It is worked out here, not passed as a param: a param naming a folder of this machine would
+rebuild (and rerun everything after) in every copy of the project.
+
 cargo names a workspace crate's artifacts without its checkout's path (so a cache serves
 every clone), so two checkouts sharing a target folder (CI's cache, a second clone) can
 overwrite each other's artifacts while each one's own fingerprint stays fresh: a stale
@@ -19,9 +24,13 @@ from parity.fileio import atomic_path, job_logger
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 p = sm.params
-cargo = ["--manifest-path", sm.input.manifest, "-p", p.crate, "--target-dir", p.target_dir]
+rust_dir = os.path.dirname(os.path.abspath(sm.input.manifest))
+target_dir = os.path.join(
+    os.environ.get("CARGO_TARGET_DIR") or os.path.join(rust_dir, "target"), p.target
+)
+cargo = ["--manifest-path", sm.input.manifest, "-p", p.crate, "--target-dir", target_dir]
 env = dict(os.environ, PARITY_SOURCE_ID=p.source_id)
-binary = os.path.join(p.target_dir, "release", p.crate)
+binary = os.path.join(target_dir, "release", p.crate)
 
 
 def run(*args):

@@ -3,7 +3,8 @@ parity.rust_probe); the rule names the framework."""
 
 from parity import rust_probe
 from parity.fileio import job_logger
-from parity.probes import Probe, ProbeKey
+from parity.probe_plan import ProbeKey
+from parity.probes import Probe
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -2,8 +2,9 @@
 
 from parity import probe_torch
 from parity.fileio import job_logger
+from parity.probe_plan import ProbeKey
 from parity.probe_results import write_results
-from parity.probes import Probe, ProbeKey
+from parity.probes import Probe
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -3,7 +3,7 @@ parity.probes_table.probes_table_job)."""
 
 from parity import probes_table
 from parity.fileio import job_logger
-from parity.probes import ProbePlan
+from parity.probe_plan import ProbePlan
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

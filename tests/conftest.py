@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +61,30 @@ def load_config(path=REPO / "config.yaml") -> dict:
     """The repository's default config as a dict."""
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+#: The configs of the end-to-end tests, one YAML file each; each file's header says what it
+#: is for and the command that runs it from the repository root.
+TEST_CONFIGS = REPO / ".test"
+
+
+def load_test_config(name: str) -> dict:
+    """The config ``.test/{name}.yaml`` gives: merged over config.yaml the way
+    ``snakemake --configfile .test/{name}.yaml`` merges it from the repository root
+    (Snakemake's own ``update_config``), so a test runs what that command runs. A test that
+    needs a variation changes the returned dict."""
+    from snakemake.utils import update_config
+
+    config = load_config()
+    update_config(config, load_config(TEST_CONFIGS / f"{name}.yaml"))
+    # A fresh copy without YAML's shared nodes (config.yaml's anchors), so a test's
+    # change to one experiment's model or optimizer stays in that experiment.
+    return json.loads(json.dumps(config))
+
+
+def enabled_experiments(config: dict) -> dict:
+    """The experiments a config runs (``enabled`` not false), by name."""
+    return {k: e for k, e in config["experiments"].items() if e.get("enabled", True)}
 
 
 def run_workflow(

@@ -1,7 +1,6 @@
 """The device axis: dry runs per device, per-device targets, the validity matrix, the Mac
 profile, importing another host's traces, and the conda pins."""
 
-import copy
 import csv
 import re
 import shutil
@@ -16,26 +15,33 @@ from parity.frameworks import FRAMEWORKS, unsupported_reason
 from parity.plan import Plan
 from parity.schema import TraceReader
 
-from conftest import REPO, load_config, run_workflow
+from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
 
 def sgd_only(burn=False, **over):
-    """The default config cut to a3_sgd, 4 steps; torch and candle only unless ``burn``."""
-    config = copy.deepcopy(load_config())
-    config["experiments"] = {"a3_sgd": copy.deepcopy(config["experiments"]["a3_sgd"])}
-    exp = config["experiments"]["a3_sgd"]
-    exp["steps"] = 4
-    if not burn:
-        exp["runs"] = {k: v for k, v in exp["runs"].items() if k != "burn"}
-        exp["comparisons"] = {
-            k: v for k, v in exp["comparisons"].items() if "burn" not in v.values()
-        }
-    config["framework_summary"] = []
-    config["probes"] = {"enabled": False}
+    """.test/devices.yaml: A3 SGD as a3_sgd_pair (torch and candle), 4 steps, with the
+    top-level settings ``over``; with ``burn``, config.yaml's a3_sgd (torch, candle and
+    burn) in its place, also for 4 steps."""
+    config = load_test_config("devices")
+    if burn:
+        config["experiments"]["a3_sgd_pair"]["enabled"] = False
+        config["experiments"]["a3_sgd"].update(enabled=True, steps=4)
     config.update(over)
     return config
+
+
+def test_devices_config_is_a3_sgd_with_torch_and_candle():
+    config = sgd_only()
+    (name,) = enabled_experiments(config)
+    exp, a3 = config["experiments"][name], load_config()["experiments"]["a3_sgd"]
+    assert name == "a3_sgd_pair" and "runs" not in exp and exp["steps"] == 4
+    assert {k: exp[k] for k in ("model", "loss", "data", "optimizer")} == {
+        k: a3[k] for k in ("model", "loss", "data", "optimizer")
+    }
+    assert {r.run for r in Plan(config).runs()} == {"torch", "candle"}
+    assert list(enabled_experiments(sgd_only(burn=True))) == ["a3_sgd"]
 
 
 def planned_traces(stdout):
@@ -69,12 +75,12 @@ def test_validity_matrix_excludes_float64_on_metal_and_burn_off_the_cpu():
 def test_cuda_dry_run_schedules_cuda_runs_and_cpu_references(tmp_path):
     proc = dry(tmp_path, sgd_only(devices=["cuda"]))
     assert planned_traces(proc.stdout) == {
-        "a3_sgd/torch-f32-cuda",
-        "a3_sgd/torch-f64-cuda",
-        "a3_sgd/candle-f32-cuda",
-        "a3_sgd/candle-f64-cuda",
-        "a3_sgd/torch-f32-cpu",
-        "a3_sgd/torch-f64-cpu",  # the reference runs on the CPU
+        "a3_sgd_pair/torch-f32-cuda",
+        "a3_sgd_pair/torch-f64-cuda",
+        "a3_sgd_pair/candle-f32-cuda",
+        "a3_sgd_pair/candle-f64-cuda",
+        "a3_sgd_pair/torch-f32-cpu",
+        "a3_sgd_pair/torch-f64-cpu",  # the reference runs on the CPU
     }
     assert "results/bin/candle-parity-cuda" in proc.stdout
     assert "--features cuda" in proc.stdout
@@ -93,11 +99,11 @@ def test_cuda_dry_run_takes_burn_from_the_cpu(tmp_path):
 def test_metal_dry_run_never_schedules_float64_on_metal(tmp_path):
     proc = dry(tmp_path, sgd_only(devices=["metal"]))
     assert planned_traces(proc.stdout) == {
-        "a3_sgd/torch-f32-metal",
-        "a3_sgd/candle-f32-metal",
-        "a3_sgd/torch-f32-cpu",
-        "a3_sgd/torch-f64-cpu",
-        "a3_sgd/candle-f64-cpu",  # the candidate's float64 run, taken from the CPU
+        "a3_sgd_pair/torch-f32-metal",
+        "a3_sgd_pair/candle-f32-metal",
+        "a3_sgd_pair/torch-f32-cpu",
+        "a3_sgd_pair/torch-f64-cpu",
+        "a3_sgd_pair/candle-f64-cpu",  # the candidate's float64 run, taken from the CPU
     }
     plan = Plan(sgd_only(devices=["metal"]))
     assert [(k.run, k.dtype, k.device) for k, _ in plan.unsupported_cells()] == [
@@ -110,8 +116,8 @@ def test_device_target_runs_only_that_device(tmp_path):
     proc = dry(tmp_path, sgd_only(devices=["cpu"]), "cuda")
     traces = planned_traces(proc.stdout)
     assert {t for t in traces if t.endswith("-cpu")} == {
-        "a3_sgd/torch-f32-cpu",
-        "a3_sgd/torch-f64-cpu",
+        "a3_sgd_pair/torch-f32-cpu",
+        "a3_sgd_pair/torch-f64-cpu",
     }
     assert all(t.endswith(("-cuda", "-cpu")) for t in traces)
     assert "rule summary" not in proc.stdout
@@ -149,7 +155,7 @@ def test_mac_profile_builds_with_accelerate_and_metal(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--features accelerate" in proc.stdout and "--features metal" in proc.stdout
     traces = planned_traces(proc.stdout)
-    assert "a3_sgd/candle-f32-metal" in traces and "a3_sgd/candle-f64-metal" not in traces
+    assert "a3_sgd_pair/candle-f32-metal" in traces and "a3_sgd_pair/candle-f64-metal" not in traces
 
 
 def test_conda_environments_pin_what_requirements_pin():
@@ -190,7 +196,7 @@ def test_traces_from_another_checkout_are_compared_without_rerunning(tmp_path):
     assert "rule train_" not in proc.stdout  # nothing was rerun
     with open(here / "results/tables/summary.csv", encoding="utf-8") as f:
         row = next(csv.DictReader(f))
-    theirs = TraceReader(here / "results/traces/a3_sgd/candle-f32-cpu.parquet").meta
+    theirs = TraceReader(here / "results/traces/a3_sgd_pair/candle-f32-cpu.parquet").meta
     assert row["verdict"] == "pass"
     assert row["candidate_host"] == theirs["host"]
     assert row["candidate_version"] == theirs["framework_version"] == "0.11.0"
@@ -199,4 +205,4 @@ def test_traces_from_another_checkout_are_compared_without_rerunning(tmp_path):
 def test_an_imported_device_without_traces_is_named(tmp_path):
     proc = run_workflow(tmp_path, sgd_only(imported_devices=["cpu"]), "-n", check=False)
     assert proc.returncode != 0
-    assert "results/traces/a3_sgd/torch-f32-cpu.parquet" in proc.stdout
+    assert "results/traces/a3_sgd_pair/torch-f32-cpu.parquet" in proc.stdout

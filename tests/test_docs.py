@@ -25,8 +25,14 @@ ARCHITECTURE = DOCS / "architecture.md"
 README_MAX_LINES = 250
 #: The front page's first code block, verbatim: what CI runs (.ci/run runs the second).
 FRONT_PAGE_COMMANDS = [
-    "scripts/bootstrap && .venv/bin/snakemake --cores 8    # set up, then run the default workflow",
-    "scripts/bootstrap --test && scripts/test              # set up, then run every check and test",
+    (
+        "scripts/dev/bootstrap && .venv/bin/snakemake --cores 8    "
+        "# set up, then run the default workflow"
+    ),
+    (
+        "scripts/dev/bootstrap --test && scripts/dev/test          "
+        "# set up, then run every check and test"
+    ),
 ]
 #: Pointers to a specification kept outside the repository; the docs/ pages replace it.
 OUTSIDE_POINTERS = ("../shared", "shared/SPEC")

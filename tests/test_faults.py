@@ -74,10 +74,12 @@ def test_a_run_without_a_fault_is_unchanged(config):
         assert with_faults.config_hash(key.experiment, key.run) == plain.config_hash(
             key.experiment, key.run
         )
-    spec = with_faults.runner_spec(RunKey("a3_adamw", "candle", "f32", "cpu"), "f.safetensors")
+    clean = RunKey("a3_adamw", "candle", "f32", "cpu")
+    spec = runner_spec(clean, with_faults.run_settings(clean.experiment, clean.run), "f")
     assert spec["fault"] == {"kind": "none"}
     faulty = RunKey("a3_adamw", "candle_fault_skip_update", "f32", "cpu")
-    assert with_faults.runner_spec(faulty, "f")["fault"] == {"kind": "skip_update", "step": 50}
+    spec = runner_spec(faulty, with_faults.run_settings(faulty.experiment, faulty.run), "f")
+    assert spec["fault"] == {"kind": "skip_update", "step": 50}
 
 
 def instance(config, name, **inst):

@@ -1,36 +1,45 @@
 """End-to-end: the ``faults`` target (real torch, real candle) on a shortened config, and
 the default target without it."""
 
-import copy
 import csv
 
 import pytest
 
 from parity.detection import DETECTION_COLUMNS, FALSE_ALARM_COLUMNS
+from parity.plan import Plan
 from parity.sensitivity import SENSITIVITY_COLUMNS
 
-from conftest import load_config, run_workflow
+from conftest import enabled_experiments, load_config, load_test_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
+#: The fault instances of .test/faults.yaml (transposed_weight's experiment is disabled).
 KEPT = ("eps_in_sqrt", "lr_scaled", "relu_grad_at_zero", "skip_update", "transposed_weight")
+#: config.yaml's a3_adamw with its default runs only (torch and candle).
+EXPERIMENT = "a3_adamw_pair"
 
 
 def faults_config():
-    """A3 AdamW alone (torch and candle, 8 steps), five of the configured faults (the
-    transposed weight's experiment left out), and a short sensitivity search."""
-    config = copy.deepcopy(load_config())
-    exp = config["experiments"]["a3_adamw"]
-    exp.update(steps=8, runs={"torch": {}, "candle": {}})
-    exp["comparisons"] = {"main": exp["comparisons"]["main"]}
-    config["experiments"] = {"a3_adamw": exp}
-    config["framework_summary"] = []
-    config["probes"] = {"enabled": False}
-    faults = config["faults"]
-    faults["instances"] = {n: faults["instances"][n] for n in KEPT}
-    faults["instances"]["skip_update"]["run"]["candle"]["fault"]["step"] = 4
-    faults["sensitivity"].update(log10_range=[-5, -2], bisections=2)
-    return config
+    """.test/faults.yaml: A3 AdamW alone (torch and candle, 8 steps), five of the configured
+    faults (the transposed weight's experiment left out), and a short sensitivity search."""
+    return load_test_config("faults")
+
+
+def test_faults_config_is_a3_adamw_with_the_kept_faults():
+    config = faults_config()
+    (name,) = enabled_experiments(config)
+    exp, a3 = config["experiments"][name], load_config()["experiments"]["a3_adamw"]
+    assert name == EXPERIMENT and "runs" not in exp and "comparisons" not in exp
+    assert {k: exp[k] for k in ("model", "loss", "data", "optimizer")} == {
+        k: a3[k] for k in ("model", "loss", "data", "optimizer")
+    }
+    assert exp["steps"] == 8
+    plan = Plan(config)
+    assert set(plan.faults) == set(KEPT) - {"transposed_weight"}
+    assert plan.faults_left_out["transposed_weight"] == "experiment mlp_square is disabled"
+    assert plan.faults["skip_update"]["run"] == "candle_fault_skip_update"
+    assert plan.run_settings(EXPERIMENT, "candle_fault_skip_update")["fault"]["step"] == 4
+    assert plan.sensitivity["experiment"] == EXPERIMENT
 
 
 def read_csv(path):
@@ -65,7 +74,7 @@ def test_detection_table_says_what_detects_each_fault(faults_run):
     assert "never fired" in relu["note"]
     md = (workdir / "results/tables/detection.md").read_text()
     assert "| `max_abs` | 3 of 4 | 0 of 1 |" in md
-    assert "**transposed_weight**: experiment mlp_square is not in this config" in md
+    assert "**transposed_weight**: experiment mlp_square is disabled" in md
     assert (workdir / "results/tables/detection.html").read_text().startswith("<!DOCTYPE html>")
     assert (workdir / "results/figures/detection.png").stat().st_size > 10_000
 
@@ -75,7 +84,7 @@ def test_false_alarms_cover_every_correct_pair(faults_run):
     with open(workdir / "results/tables/false_alarms.csv", encoding="utf-8") as f:
         assert tuple(next(csv.reader(f))) == FALSE_ALARM_COLUMNS
     (row,) = read_csv(workdir / "results/tables/false_alarms.csv")
-    assert (row["experiment"], row["comparison"]) == ("a3_adamw", "main")
+    assert (row["experiment"], row["comparison"]) == (EXPERIMENT, "main")
     assert row["false_alarm"] == row["max_abs"] == row["fp64_rule"] == row["f64_rounding"] == "no"
     assert float(row["f64_headroom"]) > 1
 

@@ -10,8 +10,9 @@ import pytest
 
 from parity import figures, fixtures, tables
 from parity.fileio import atomic_path, current_umask, write_text_atomic
+from parity.probe_plan import ProbeKey
 from parity.probe_results import Outcome, write_results
-from parity.probes import ProbeKey, load
+from parity.probes import load
 from test_probes import CONV1D, write_probe
 
 from conftest import write_trace

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from parity import fileio, fixtures, integrity, paths, summary
+from parity.probe_plan import ProbeKey
 from parity.probe_results import Outcome, ProbeResultError, read_results, write_results
-from parity.probes import ProbeKey, load
+from parity.probes import load
 from parity.schema import TraceError, TraceReader
 from test_probes import CONV1D, write_probe
 
@@ -187,7 +188,7 @@ def test_the_tables_lock_keeps_a_second_writer_out(tmp_path, monkeypatch):
         ):
             pass
         monkeypatch.setattr(summary, "ONERROR_WAIT", 0.2)
-        line = summary.after_failed_run(None, [], {})
+        line = summary.after_failed_run([], [], {})
         assert "could not be written" in line and "held by another run" in line
     finally:
         holder.join()

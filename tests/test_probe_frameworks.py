@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from parity import probe_torch, rust_probe, verdicts
+from parity.probe_plan import ProbeKey
 from parity.probe_results import judge_probe_row, read_results
-from parity.probes import ProbeKey, load, op_names
+from parity.probes import load, op_names
 
 from conftest import REPO
 

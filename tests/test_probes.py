@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from parity import verdicts
+from parity.probe_plan import ProbeKey, ProbePlan
 from parity.probe_results import (
     Outcome,
     ProbeResultError,
@@ -17,8 +18,6 @@ from parity.probe_results import (
 )
 from parity.probes import (
     ProbeError,
-    ProbeKey,
-    ProbePlan,
     discover,
     load,
     op_defaults,
@@ -241,6 +240,19 @@ def test_plan_default_folder_and_disabling():
     config["probes"] = {"enabled": False}
     plan = ProbePlan.from_config(config, REPO)
     assert plan.jobs() == [] and plan.outputs() == []
+
+
+def test_plan_names_probe_files_relative_to_the_working_directory(tmp_path):
+    # A job's input names its probe file: relative to the working directory, so that a copy
+    # of the project (with results/ and .snakemake/) keeps every job's input set.
+    config = load_config()
+    config["probes"] = {"select": ["conv2d_grad"]}
+    plan = ProbePlan.from_config(config, REPO, workdir=REPO)
+    assert plan.path("conv2d_grad") == "probes/conv2d_grad.yaml"
+    work = tmp_path / "work"
+    plan = ProbePlan.from_config(config, REPO, workdir=work)
+    path = plan.path("conv2d_grad")
+    assert not path.startswith("/") and (work / path).resolve() == PROBES / "conv2d_grad.yaml"
 
 
 # ----- the result schema ------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """End-to-end: the probe part of the real workflow (real torch, candle and burn) in a temp
 dir."""
 
-import copy
 import csv
 
 import pytest
@@ -9,7 +8,7 @@ import yaml
 
 from parity.tables import PROBE_COLUMNS
 
-from conftest import REPO, load_config, run_workflow
+from conftest import REPO, load_test_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
@@ -18,8 +17,10 @@ TABLE = "results/tables/probes.csv"
 
 
 def probes_config(**probes):
-    config = copy.deepcopy(load_config())
-    config["probes"] = {"select": STUDY, **probes}
+    """.test/probes.yaml (the study's probes), with ``probes`` settings changed."""
+    config = load_test_config("probes")
+    assert config["probes"]["select"] == STUDY
+    config["probes"].update(probes)
     return config
 
 

@@ -23,7 +23,8 @@ def effective(*argv):
 
 def workflow_rules():
     text = "\n".join(p.read_text() for p in [REPO / "Snakefile", *REPO.glob("rules/*.smk")])
-    return set(re.findall(r"^rule (\w+):", text, flags=re.M))
+    # `rule name:` and `use rule base as name with:` both define a rule
+    return {a or b for a, b in re.findall(r"^(?:rule (\w+):|use rule \w+ as (\w+))", text, re.M)}
 
 
 def test_default_profile_applies_to_a_plain_run():

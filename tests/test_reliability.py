@@ -1,7 +1,6 @@
 """Bad files, diverging runs, interrupted jobs, failing jobs and determinism, on the real
 workflow. README "Bad input" lists what the user sees in each case."""
 
-import copy
 import csv
 import logging
 import os
@@ -18,21 +17,45 @@ from parity.compare import ComparisonError
 from parity.plan import Plan
 from parity.schema import TraceReader
 
-from conftest import REPO, SNAKEMAKE, load_config, run_workflow
+from conftest import (
+    REPO,
+    SNAKEMAKE,
+    enabled_experiments,
+    load_config,
+    load_test_config,
+    run_workflow,
+)
 
 pytestmark = pytest.mark.workflow
 
 
-def only(*names, steps=8, **over):
-    """The default config reduced to some experiments, with few steps."""
-    config = copy.deepcopy(load_config())
-    config["experiments"] = {k: copy.deepcopy(config["experiments"][k]) for k in names}
-    for e in config["experiments"].values():
-        e["steps"] = steps
-    config["framework_summary"] = []
-    config["probes"] = {"enabled": False}
-    config.update(over)
+def only(*names, steps=8):
+    """.test/reliability.yaml (A3 SGD, 8 steps, no probes) with config.yaml's experiments
+    ``names`` enabled instead, for ``steps`` steps each."""
+    config = load_test_config("reliability")
+    for name, exp in config["experiments"].items():
+        exp["enabled"] = name in names
+        if name in names:
+            exp["steps"] = steps
     return config
+
+
+def test_reliability_configs_are_a3_sgd_and_a_small_determinism_run():
+    config = load_test_config("reliability")
+    default = load_config()["experiments"]
+    assert enabled_experiments(config) == {"a3_sgd": {**default["a3_sgd"], "steps": 8}}
+    assert {k: e["steps"] for k, e in enabled_experiments(only("a3_sgd", "a1_adam")).items()} == {
+        "a3_sgd": 8,
+        "a1_adam": 8,
+    }
+    config = load_test_config("determinism")
+    assert config["determinism"] == {"experiments": ["a3_adamw_pair"]}
+    assert set(enabled_experiments(config)) == {"a3_sgd", "a3_adamw_pair"}
+    exp, a3 = config["experiments"]["a3_adamw_pair"], default["a3_adamw"]
+    assert "runs" not in exp and exp["steps"] == config["experiments"]["a3_sgd"]["steps"] == 10
+    assert {k: exp[k] for k in ("model", "loss", "data", "optimizer")} == {
+        k: a3[k] for k in ("model", "loss", "data", "optimizer")
+    }
 
 
 def summary(workdir, name="summary.csv"):
@@ -59,12 +82,9 @@ def test_diverging_training_is_recorded_and_reported_not_a_crash(tmp_path):
 @pytest.fixture(scope="module")
 def det_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("determinism")
-    config = only("a3_adamw", "a3_sgd", steps=10, determinism={"experiments": ["a3_adamw"]})
-    # keep a3_adamw small: its default runs plus the repeats
-    config["experiments"]["a3_adamw"]["runs"] = {"torch": {}, "candle": {}}
-    config["experiments"]["a3_adamw"]["comparisons"] = {
-        "main": {"reference": "torch", "candidate": "candle"}
-    }
+    # A3 SGD, and a3_adamw_pair (A3 AdamW with its default runs, torch and candle) with the
+    # repeats of its runs, 10 steps each.
+    config = load_test_config("determinism")
     run_workflow(workdir, config, "--cores", "2")
     return workdir, config
 
@@ -73,12 +93,12 @@ def test_same_job_twice_gives_bit_identical_traces_in_both_frameworks(det_run):
     workdir, _ = det_run
     rows = summary(workdir)
     for run in ("torch", "candle"):
-        r = rows[("a3_adamw", f"determinism_{run}")]
+        r = rows[("a3_adamw_pair", f"determinism_{run}")]
         assert r["pair"] == f"{run} f32 cpu vs {run}_repeat f32 cpu"
         assert r["bitwise_identical"] == "True"
         assert r["verdict"] == "pass"
-    a = workdir / "results/traces/a3_adamw/candle-f64-cpu.parquet"
-    b = workdir / "results/traces/a3_adamw/candle_repeat-f64-cpu.parquet"
+    a = workdir / "results/traces/a3_adamw_pair/candle-f64-cpu.parquet"
+    b = workdir / "results/traces/a3_adamw_pair/candle_repeat-f64-cpu.parquet"
     ra, rb = TraceReader(a), TraceReader(b)
     for x, y in zip(ra.iter_steps(), rb.iter_steps(), strict=True):
         for n in ra.layout.names:

@@ -1,7 +1,7 @@
 """The report: Snakemake's own HTML report of a short real run, opened in headless
 Chromium (Debian's chromium, driven by Playwright), with screenshots.
 
-Needs /usr/bin/chromium (`scripts/bootstrap --test` installs it); skipped with the reason
+Needs /usr/bin/chromium (`scripts/dev/bootstrap --test` installs it); skipped with the reason
 where it is missing.
 """
 

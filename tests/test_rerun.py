@@ -6,7 +6,6 @@ edit to the comparison maths a dry run schedules the comparison jobs and no trai
 after an edit to the trace schema it schedules every training job, burn's included.
 """
 
-import copy
 import re
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 
 from parity.codeversion import closure, code_version
 
-from conftest import REPO, load_config, run_workflow
+from conftest import REPO, load_test_config, run_workflow
 
 SCRIPTS = REPO / "scripts"
 
@@ -98,18 +97,13 @@ def scheduled(proc) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, candle_binary, burn_binary):
-    """A copy of this checkout and a finished run of a3_sgd (torch, candle, burn) for 3
-    steps in its own working folder, the runners' binaries put in place as the build
+    """A copy of this checkout and a finished run of ``.test/tiny.yaml`` (A3 SGD: torch,
+    candle, burn) in its own working folder, the runners' binaries put in place as the build
     rules would (a copied checkout would otherwise recompile its Rust crates)."""
     root = tmp_path_factory.mktemp("rerun")
     repo, workdir = root / "repo", root / "work"
     copy_checkout(repo)
-    config = copy.deepcopy(load_config())
-    config["experiments"] = {"a3_sgd": config["experiments"]["a3_sgd"]}
-    config["experiments"]["a3_sgd"]["steps"] = 3
-    config["framework_summary"] = []
-    config["probes"]["select"] = ["relu_abs_at_zero"]
-    config.pop("faults", None)
+    config = load_test_config("tiny")
     for framework, binary in (("candle", candle_binary), ("burn", burn_binary)):
         target = workdir / "results" / "bin" / f"{framework}-parity-cpu"
         target.parent.mkdir(parents=True, exist_ok=True)

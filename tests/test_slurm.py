@@ -2,7 +2,7 @@
 runs a shortened workflow through snakemake-executor-plugin-slurm with
 ``--profile profiles/slurm``.
 
-Needs root and Debian's slurm-wlm and munge (`scripts/bootstrap --test` installs them);
+Needs root and Debian's slurm-wlm and munge (`scripts/dev/bootstrap --test` installs them);
 skipped, with the
 reason, where they are missing. Everything the test starts is stopped in the fixture's
 teardown, also when the run fails.
@@ -10,7 +10,6 @@ teardown, also when the run fails.
 
 from __future__ import annotations
 
-import copy
 import csv
 import re
 import time
@@ -18,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import REPO, load_config, run_workflow
+from conftest import REPO, enabled_experiments, load_test_config, run_workflow
 from local_slurm import LocalSlurm, SlurmStartError, unavailable_reason
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
@@ -47,19 +46,12 @@ TEST_ONLY_FLAGS = (
 
 
 def short_config():
-    """The two A3 experiments of the default config, CPU only, with few steps, no probes."""
-    config = copy.deepcopy(load_config())
-    config["experiments"] = {k: config["experiments"][k] for k in EXPERIMENTS}
-    # The framework table's rows name experiments left out here (a1_adam, cnn_adam).
-    config["framework_summary"] = [
-        row for row in config.get("framework_summary", []) if row["experiment"] in EXPERIMENTS
-    ]
-    for exp in config["experiments"].values():
-        exp["steps"] = STEPS
-    config["devices"] = ["cpu"]
-    config["dtypes"] = ["f32", "f64"]
-    config["framework_summary"] = []  # its experiments are not in this config
-    config["probes"] = {"enabled": False}  # training jobs are what this test sends to Slurm
+    """.test/slurm.yaml: the two A3 experiments of the default config, CPU only, with few
+    steps, no probes (training jobs are what this test sends to Slurm)."""
+    config = load_test_config("slurm")
+    experiments = enabled_experiments(config)
+    assert tuple(experiments) == EXPERIMENTS
+    assert all(exp["steps"] == STEPS for exp in experiments.values())
     return config
 
 
@@ -144,7 +136,7 @@ def test_every_non_local_job_ran_as_a_slurm_job(slurm_run):
     assert Counter(rule_of(comment) for _, comment in jobs.values()) == expected
     # One job per run and dtype (f32, f64); a3_adamw has three torch runs (code paths).
     default = {"torch": {}, "candle": {}}
-    runs = [r for e in short_config()["experiments"].values() for r in e.get("runs", default)]
+    runs = [r for e in enabled_experiments(short_config()).values() for r in e.get("runs", default)]
     for framework in ("torch", "candle", "burn"):
         assert expected[f"train_{framework}"] == 2 * sum(r.startswith(framework) for r in runs)
     assert expected["train_burn"] == 2 * len(EXPERIMENTS)

@@ -1,33 +1,31 @@
 """End-to-end: the real workflow (real torch, candle and burn) on a shortened config."""
 
-import copy
 import csv
 import re
 
 import pyarrow.parquet as pq
 import pytest
 
+from parity import burn_adam
 from parity.schema import TraceReader
 from parity.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
 
-import burn_adam
-from conftest import REPO, load_config, run_workflow
+from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
 
-def short_config(steps=12):
-    """The default config's enabled experiments with fewer steps (same fixtures)."""
-    config = copy.deepcopy(load_config())
-    config["experiments"] = enabled(config)
-    for exp in config["experiments"].values():
-        exp["steps"] = min(exp["steps"], steps)
-    return config
+def short_config():
+    """.test/short.yaml: the default config's experiments, 12 steps at most (same
+    fixtures)."""
+    return load_test_config("short")
 
 
-def enabled(config):
-    """The experiments the default config runs (``scale_mlp`` is a benchmark, off)."""
-    return {k: e for k, e in config["experiments"].items() if e.get("enabled", True)}
+def test_short_config_is_the_default_cut_to_12_steps():
+    default, short = enabled_experiments(load_config()), enabled_experiments(short_config())
+    assert set(short) == set(default)
+    for name, exp in short.items():
+        assert exp == {**default[name], "steps": min(default[name]["steps"], 12)}, name
 
 
 def read_csv(path):
@@ -45,7 +43,7 @@ def short_run(tmp_path_factory):
 
 def test_tables_have_exactly_the_spec_columns(short_run):
     workdir, config, _ = short_run
-    for exp in config["experiments"]:
+    for exp in enabled_experiments(config):
         with open(workdir / f"results/tables/{exp}/perstep-cpu.csv") as f:
             assert tuple(next(csv.reader(f))) == PERSTEP_COLUMNS
         with open(workdir / f"results/tables/{exp}/split-cpu.csv") as f:
@@ -58,7 +56,7 @@ def test_tables_have_exactly_the_spec_columns(short_run):
 def test_step0_identical_and_f32_close_but_not_equal(short_run):
     workdir, config, _ = short_run
     all_rows = read_csv(workdir / "results/tables/summary.csv")
-    assert {r["experiment"] for r in all_rows} == set(config["experiments"])
+    assert {r["experiment"] for r in all_rows} == set(enabled_experiments(config))
     rows = {r["experiment"]: r for r in all_rows if r["comparison"] == "main"}
     for r in all_rows:
         assert r["step0_identical"] == "True"
@@ -84,7 +82,7 @@ def test_f64_runs_agree_to_float64_rounding(short_run):
         "a3_adamw_f32factors",
         "cnn_adam_f32factors",
     }
-    for exp in config["experiments"]:
+    for exp in enabled_experiments(config):
         split = read_csv(workdir / f"results/tables/{exp}/split-cpu.csv")
         assert len(split) == config["experiments"][exp]["steps"] + 1
         assert split[0]["max_dparam"] == "0.0"
@@ -130,7 +128,7 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    experiments = enabled(load_config())
+    experiments = enabled_experiments(load_config())
     runs = [r for e in experiments.values() for r in e.get("runs", {"torch": 0, "candle": 0})]
     comparisons = sum(len(e.get("comparisons", {"main": 0})) for e in experiments.values())
     assert counts["fixture"] == len(experiments)
@@ -213,7 +211,7 @@ def test_burn_traces_exist_and_start_from_the_same_fixture(short_run):
     workdir, config, _ = short_run
     burn = [
         (e, r)
-        for e, exp in config["experiments"].items()
+        for e, exp in enabled_experiments(config).items()
         for r in exp.get("runs", {})
         if r.startswith("burn")
     ]

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from . import figures, integrity, tables, verdicts
 from .keys import Comparison
-from .plan import Plan
 
 #: Columns of ``results/tables/detection.csv``: one row per fault instance and device.
 DETECTION_COLUMNS = (
@@ -149,33 +148,10 @@ def _explain(perstep: Mapping) -> str:
     )
 
 
-def detection_params(plan: Plan) -> dict:
-    """What the detection job needs, as plain data (a rule's params): each fault
-    comparison with its fault instance, the correct pairs, the instances left out and why,
-    and the tolerance."""
-    faults = {(f["experiment"], f["comparison"]): f for f in plan.faults.values()}
-    return {
-        "faults": [
-            {"fault": faults[(c.experiment, c.name)], "comparison": c.to_params()}
-            for c in plan.fault_comparisons()
-        ],
-        "correct_pairs": [c.to_params() for c in plan.correct_pairs()],
-        "left_out": dict(plan.faults_left_out),
-        "tolerance": plan.tolerance,
-    }
-
-
-def detection_inputs(plan: Plan) -> list[str]:
-    """The result files :func:`detection_rows` reads: every fault comparison's and every
-    correct pair's."""
-    comps = plan.fault_comparisons() + plan.correct_pairs()
-    return [c.result(k) for c in comps for k in c.kinds]
-
-
 def detection_rows(params: Mapping) -> tuple[list[dict], list[dict]]:
     """(one row per fault comparison, one row per correct pair), from the result files of
     the comparison jobs (relative to the working directory); ``params`` as
-    :func:`detection_params` gives them."""
+    ``plan.Plan.detection_params`` gives them."""
     rows = []
     for item in params["faults"]:
         f, c = item["fault"], Comparison.from_params(item["comparison"])
@@ -348,7 +324,7 @@ def detection_job(
 ) -> tuple[list[dict], list[dict]]:
     """The detection table, the false-alarm table (each with its Markdown and HTML twins)
     and the detection figure, from the result files of every fault comparison and every
-    correct pair (``params`` from :func:`detection_params`). Raises ``OSError``/``KeyError``
+    correct pair (``params`` from ``plan.Plan.detection_params``). Raises ``OSError``/``KeyError``
     for a missing or malformed result."""
     rows, alarms = detection_rows(params)
     tables.write_csv(out_csv, rows, DETECTION_COLUMNS)

@@ -290,3 +290,56 @@ class Plan:
                     if comp.f64_pair is not None:
                         out.append(comp.result("split"))
         return out
+
+    # ----- what the jobs over many comparisons receive (plain data for params) --------
+
+    def unsupported_params(self) -> list[dict]:
+        """The validity matrix's excluded cells (:meth:`unsupported_cells`) as plain data
+        for the summary job: ``experiment``, ``device``, ``label``, ``reason``."""
+        return [
+            {"experiment": k.experiment, "device": k.device, "label": k.label, "reason": reason}
+            for k, reason in self.unsupported_cells()
+        ]
+
+    def framework_summary_params(self) -> list[dict]:
+        """The framework table's rows as plain data for its job: per configured experiment
+        its label, steps and, per framework, the result files of its comparison with the
+        ``torch`` run on the CPU (None: not run)."""
+        return [
+            {
+                "experiment": item["experiment"],
+                "label": item["label"],
+                "steps": item["steps"],
+                "results": {
+                    fw: None
+                    if c is None
+                    else {
+                        "perstep": c.result("perstep"),
+                        "split": c.result("split") if c.f64_pair is not None else None,
+                    }
+                    for fw, c in item["comparisons"].items()
+                },
+            }
+            for item in self.framework_summary_rows()
+        ]
+
+    def detection_params(self) -> dict:
+        """What the detection job needs, as plain data: each fault comparison with its
+        fault instance, the correct pairs, the instances left out and why, and the
+        tolerance."""
+        faults = {(f["experiment"], f["comparison"]): f for f in self.faults.values()}
+        return {
+            "faults": [
+                {"fault": faults[(c.experiment, c.name)], "comparison": c.to_params()}
+                for c in self.fault_comparisons()
+            ],
+            "correct_pairs": [c.to_params() for c in self.correct_pairs()],
+            "left_out": dict(self.faults_left_out),
+            "tolerance": self.tolerance,
+        }
+
+    def detection_inputs(self) -> list[str]:
+        """The result files the detection job reads: every fault comparison's and every
+        correct pair's."""
+        comps = self.fault_comparisons() + self.correct_pairs()
+        return [c.result(k) for c in comps for k in c.kinds]

@@ -1,7 +1,7 @@
 """Probe results: the Parquet schema of one probe run, defined here once, and the judging.
 
 One file per (probe, framework, dtype, device), ``results/probes/{probe}/{framework}-{dtype}-
-{device}.parquet`` (``probes.ProbeKey.result``), one row per (case, quantity) in the probe's
+{device}.parquet`` (``probe_plan.ProbeKey.result``), one row per (case, quantity) in the probe's
 order (``Probe.quantities``):
 
 * ``case``, ``quantity`` (string, not null): ``batch2``, ``w.grad``;
@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 
 from . import closeness, integrity, verdicts
 from .fileio import atomic_path
-from .probes import Probe, ProbeKey
+from .probe_plan import ProbeKey
+from .probes import Probe
 
 #: 2: page checksums and the sealed metadata (a version 1 result is refused: rerun it).
 SCHEMA_VERSION = 2

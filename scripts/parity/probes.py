@@ -21,9 +21,8 @@ terms), names checked. Every interpreter reads the normalized form: PyTorch in
 ``probe_torch``, candle and burn in ``rust/{candle,burn}-parity/src/probe.rs`` through
 :meth:`Probe.runner_spec` (the Rust side refuses unknown fields).
 
-:class:`ProbePlan` turns the config's ``probes`` key into jobs, one per (probe, framework,
-dtype, device), and the table's inputs. Pure Python (PyYAML, jsonschema): it runs while the
-DAG is built. PyYAML and jsonschema are imported only to read probe files, so jobs, which
+Which probe jobs run is :mod:`parity.probe_plan`. Pure Python (PyYAML, jsonschema): it runs
+while the DAG is built. PyYAML and jsonschema are imported only to read probe files, so jobs, which
 get the normalized probe as data, do not need them.
 """
 
@@ -40,14 +39,8 @@ from typing import Any
 
 from . import limits as size_limits
 from .config import canonical_hash
-from .devices import DEVICES, DTYPES
-from .frameworks import unsupported_reason
+from .devices import DTYPES
 from .yamlfile import YamlError, number_hint
-
-#: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
-#: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
-#: (``frameworks.unsupported_reason``); an op its API lacks is an ``unsupported`` outcome.
-PROBE_FRAMEWORKS = ("torch", "candle", "burn")
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "probe.schema.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -55,7 +48,6 @@ NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 GRAD, AFTER_STEP = "grad", "after_step"
 LOSS = "loss"
 #: The reference of every probe without exact values: PyTorch on the CPU, same dtype.
-REFERENCE_FRAMEWORK, REFERENCE_DEVICE = "torch", "cpu"
 
 
 class ProbeError(ValueError):
@@ -429,130 +421,3 @@ def discover(
             raise ProbeError(folder, "", f"selected probe {missing[0]!r} has no file here")
         names = [n for n in names if n in select]
     return {n: load(folder / f"{n}.yaml", limits) for n in names}
-
-
-# ----- jobs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class ProbeKey:
-    """One probe job and its result file: (probe, framework, dtype, device)."""
-
-    probe: str
-    framework: str
-    dtype: str
-    device: str
-
-    @property
-    def result(self) -> str:
-        """``results/probes/{probe}/{framework}-{dtype}-{device}.parquet``."""
-        return f"results/probes/{self.probe}/{self.framework}-{self.dtype}-{self.device}.parquet"
-
-    @property
-    def label(self) -> str:
-        """Short human label: ``candle f32 cpu``."""
-        return f"{self.framework} {self.dtype} {self.device}"
-
-    @property
-    def reference(self) -> ProbeKey:
-        """The run this one is compared with when the probe gives no exact values."""
-        return ProbeKey(self.probe, REFERENCE_FRAMEWORK, self.dtype, REFERENCE_DEVICE)
-
-    @property
-    def is_reference(self) -> bool:
-        """Whether this run is the reference itself."""
-        return self == self.reference
-
-
-PROBES_TABLE = "results/tables/probes.csv"
-PROBES_MARKDOWN = "results/tables/probes.md"
-
-
-class ProbePlan:
-    """The probes that run, on which devices and in which dtypes: jobs and table inputs.
-
-    Build it with :meth:`from_config` while the DAG is built; jobs rebuild it from plain
-    data (:meth:`to_params` / :meth:`from_params`) without reading the probe files again.
-    """
-
-    def __init__(self, probes: Mapping[str, Probe], devices: Sequence[str], dtypes: Sequence[str]):
-        self.probes: dict[str, Probe] = dict(probes)
-        self.devices: list[str] = list(devices)
-        self.dtypes: list[str] = list(dtypes)
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], basedir: str | Path) -> ProbePlan:
-        """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``).
-
-        ``config`` has passed ``schemas/config.schema.yaml``; a relative ``probes.folder`` is
-        resolved against ``basedir``, the workflow's folder (probes are part of the workflow,
-        like its scripts). Raises :class:`ProbeError` for a missing folder or selected probe,
-        or a malformed probe file.
-        """
-        settings = config.get("probes") or {}
-        folder = Path(settings.get("folder", "probes"))
-        folder = folder if folder.is_absolute() else Path(basedir) / folder
-        enabled = settings.get("enabled", True)
-        limits = size_limits.settings(config)
-        probes = discover(folder, settings.get("select"), limits) if enabled else {}
-        return cls(probes, config["devices"], config["dtypes"])
-
-    def to_params(self) -> dict:
-        """Plain data for a job's ``params`` (see :meth:`from_params`)."""
-        return {
-            "probes": {n: p.as_params() for n, p in self.probes.items()},
-            "devices": self.devices,
-            "dtypes": self.dtypes,
-        }
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> ProbePlan:
-        """The plan :meth:`to_params` described."""
-        probes = {n: Probe(**p) for n, p in params["probes"].items()}
-        return cls(probes, params["devices"], params["dtypes"])
-
-    def probe(self, name: str) -> Probe:
-        """A probe by name. Raises ``KeyError``."""
-        return self.probes[name]
-
-    def path(self, name: str) -> str:
-        """The probe's file."""
-        return self.probes[name].path
-
-    def cells(self) -> list[ProbeKey]:
-        """Every (probe, framework, dtype, device) the table shows: the configured devices
-        and dtypes, plus the reference runs on the CPU. Unsupported cells included."""
-        out = set()
-        for p in self.probes:
-            for dtype in self.dtypes:
-                for device in self.devices:
-                    for fw in PROBE_FRAMEWORKS:
-                        out.add(ProbeKey(p, fw, dtype, device))
-                out.add(ProbeKey(p, REFERENCE_FRAMEWORK, dtype, REFERENCE_DEVICE))
-        return sorted(out, key=_cell_order)
-
-    def jobs(self) -> list[ProbeKey]:
-        """The cells that run (see :func:`frameworks.unsupported_reason`)."""
-        return [k for k in self.cells() if self.unsupported(k) is None]
-
-    @staticmethod
-    def unsupported(key: ProbeKey) -> str | None:
-        """Why a cell cannot run, or None."""
-        return unsupported_reason(key.framework, key.device, key.dtype)
-
-    def results(self) -> list[str]:
-        """Every result file the table reads."""
-        return [k.result for k in self.jobs()]
-
-    def outputs(self) -> list[str]:
-        """Targets of the default rule: the table and its Markdown twin (none when disabled)."""
-        return [PROBES_TABLE, PROBES_MARKDOWN] if self.probes else []
-
-
-def _cell_order(k: ProbeKey) -> tuple:
-    return (
-        k.probe,
-        DTYPES.index(k.dtype),
-        DEVICES.index(k.device),
-        PROBE_FRAMEWORKS.index(k.framework),
-    )

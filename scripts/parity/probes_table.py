@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from . import integrity, paths, tables, verdicts
 from .config import canonical_hash
 from .fileio import exclusive_lock
+from .probe_plan import ProbeKey, ProbePlan
 from .probe_results import ProbeResultError, judge_probe_row, read_results
-from .probes import ProbeKey, ProbePlan
 
 #: How long ``onerror`` waits for another run that holds the tables' lock, then leaves
 #: the tables to it.

@@ -12,8 +12,9 @@ import subprocess
 from pathlib import Path
 
 from .frames import FrameError, read_frames
+from .probe_plan import ProbeKey
 from .probe_results import OK, Outcome, write_results
-from .probes import Probe, ProbeKey
+from .probes import Probe
 from .provenance import probe_metadata
 from .rust_runner import RunnerError, invocation, log_tail
 

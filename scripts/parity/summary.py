@@ -25,46 +25,12 @@ from . import integrity, paths, tables, verdicts
 from .config import canonical_hash
 from .fileio import exclusive_lock
 from .keys import Comparison
-from .plan import Plan
 
 #: How long ``onerror`` waits for another run that holds the tables' lock, then leaves
 #: the tables to it.
 ONERROR_WAIT = 30.0
 #: How long the summary job waits for another run's ``onerror`` to finish with the tables.
 LOCK_WAIT = 600.0
-
-
-def unsupported_cells(plan: Plan) -> list[dict]:
-    """The validity matrix's excluded cells of ``plan`` as plain data for
-    :func:`summary_job` (a rule's params)."""
-    return [
-        {"experiment": k.experiment, "device": k.device, "label": k.label, "reason": reason}
-        for k, reason in plan.unsupported_cells()
-    ]
-
-
-def framework_summary_items(plan: Plan) -> list[dict]:
-    """The framework table's rows as plain data for :func:`framework_summary_job` (a
-    rule's params): per configured experiment its label, steps and, per framework, the
-    result files of its comparison with the ``torch`` run on the CPU (None: not run)."""
-    return [
-        {
-            "experiment": item["experiment"],
-            "label": item["label"],
-            "steps": item["steps"],
-            "results": {
-                fw: None
-                if c is None
-                else {
-                    "perstep": c.result("perstep"),
-                    "split": c.result("split") if c.f64_pair is not None else None,
-                }
-                for fw, c in item["comparisons"].items()
-            },
-        }
-        for item in plan.framework_summary_rows()
-    ]
-
 
 #: Diagnosis results copied into summary.csv.
 DIAGNOSIS_SUMMARY = (
@@ -303,22 +269,26 @@ def current_result(path: str, job: Mapping, code: str | None) -> tuple[dict | No
     return r, ""
 
 
+#: Every comparison of the plan with what its jobs receive (``Plan.comparison_job``), as
+#: the rules resolve them: what the staleness checks compare each result with.
+ComparisonJobs = Sequence[tuple[Comparison, Mapping]]
+
+
 def comparison_state(
-    plan: Plan, c: Comparison, codes: Mapping[str, str | None]
+    c: Comparison, job: Mapping, codes: Mapping[str, str | None]
 ) -> dict[str, tuple[dict | None, str]]:
-    """:func:`current_result` of each table kind of comparison ``c`` (``codes``: kind →
-    code hash of its job script)."""
-    job = plan.comparison_job(c)
+    """:func:`current_result` of each table kind of comparison ``c``, whose jobs receive
+    ``job`` (``codes``: kind → code hash of its job script)."""
     return {k: current_result(c.result(k), job, codes.get(k)) for k in c.kinds}
 
 
 def summary_problems(
-    plan: Plan,
+    comparisons: ComparisonJobs,
     unsupported: Sequence[Mapping],
     codes: Mapping[str, str | None],
     record_path: str = paths.SUMMARY_SOURCES,
 ) -> list[str]:
-    """Why ``summary.csv`` is not the current summary of ``plan``: empty when it is (its
+    """Why ``summary.csv`` is not the current summary of ``comparisons``: empty when it is (its
     record intact, its files as written, made with these params and this code from
     exactly the plan's results, each of them current)."""
     try:
@@ -330,17 +300,17 @@ def summary_problems(
         out.append("made under another config")
     if codes.get("summary") is not None and record.get("code") != codes["summary"]:
         out.append("made by other code")
-    want = {c.result(k) for c in plan.comparisons() for k in c.kinds}
+    want = {c.result(k) for c, _ in comparisons for k in c.kinds}
     if set(record["made_from"]) != want:
         out.append("made from another set of comparisons")
     out += integrity.changed(record["made_from"])
-    for c in plan.comparisons():
-        out += [why for r, why in comparison_state(plan, c, codes).values() if r is None]
+    for c, job in comparisons:
+        out += [why for r, why in comparison_state(c, job, codes).values() if r is None]
     return out
 
 
 def partial_summary_job(
-    plan: Plan,
+    comparisons: ComparisonJobs,
     unsupported: Sequence[Mapping],
     codes: Mapping[str, str | None],
     out_csv: str,
@@ -355,8 +325,8 @@ def partial_summary_job(
     is missing (that run failed), else the comparison job's. ``why`` says why summary.csv
     is not current. Returns the number of error rows."""
     results, errors, made_from = {}, [], {}
-    for c in plan.comparisons():
-        state = comparison_state(plan, c, codes)
+    for c, job in comparisons:
+        state = comparison_state(c, job, codes)
         for k, (r, _) in state.items():
             if r is not None and state["perstep"][0] is not None:
                 results[c.result(k)] = r
@@ -397,7 +367,7 @@ def partial_summary_job(
 
 
 def after_failed_run(
-    plan: Plan, unsupported: Sequence[Mapping], codes: Mapping[str, str | None]
+    comparisons: ComparisonJobs, unsupported: Sequence[Mapping], codes: Mapping[str, str | None]
 ) -> str:
     """What ``onerror`` does with the summary (rules/common.smk): under the tables' lock,
     keep ``summary.csv`` when it is still current (:func:`summary_problems`) and remove a
@@ -407,13 +377,13 @@ def after_failed_run(
     lock, nothing is touched (that run writes them)."""
     try:
         with exclusive_lock(paths.TABLES_LOCK, timeout=ONERROR_WAIT):
-            why = summary_problems(plan, unsupported, codes)
+            why = summary_problems(comparisons, unsupported, codes)
             if not why:
                 _remove(partial_paths(paths.SUMMARY_PARTIAL))
                 return f"{paths.SUMMARY.format(ext='csv')} is current; it was kept"
             removed = _remove(table_paths(paths.SUMMARY, paths.SUMMARY_SOURCES))
             n = partial_summary_job(
-                plan,
+                comparisons,
                 unsupported,
                 codes,
                 *partial_paths(paths.SUMMARY_PARTIAL)[:2],
@@ -503,7 +473,7 @@ def framework_summary_job(items: Sequence[Mapping], out_csv: str, out_md: str) -
     """The study's framework table, computed from the runs: per configured experiment, the
     f32 max|dparam| after the last step and the f64-vs-f64 distance after the last step,
     for each framework against PyTorch on the CPU, read from the result files ``items``
-    name (:func:`framework_summary_items`). A framework without runs says ``not run``; no
+    name (``plan.Plan.framework_summary_params``). A framework without runs says ``not run``; no
     number is ever typed in."""
     rows = []
     for item in items:

@@ -18,7 +18,7 @@ float64 drift between the two causes is measured, not assumed. Cross-entropy mod
 
 Run as a script to print the decomposition for a results folder::
 
-    python tests/burn_adam.py results a1_adam
+    python scripts/parity/burn_adam.py results a1_adam
 """
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""Which probe jobs run: one per (probe, framework, dtype, device), and the probe table's
+inputs, from the config's ``probes`` key. The probe format itself is :mod:`parity.probes`.
+Pure Python: it runs while the DAG is built.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from . import limits as size_limits
+from . import paths
+from .devices import DEVICES, DTYPES
+from .frameworks import unsupported_reason
+from .probes import Probe, discover
+
+#: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
+#: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
+#: (``frameworks.unsupported_reason``); an op its API lacks is an ``unsupported`` outcome.
+PROBE_FRAMEWORKS = ("torch", "candle", "burn")
+#: Where a quantity's reference comes from when the probe gives no exact values.
+REFERENCE_FRAMEWORK, REFERENCE_DEVICE = "torch", "cpu"
+
+
+@dataclass(frozen=True, order=True)
+class ProbeKey:
+    """One probe job and its result file: (probe, framework, dtype, device)."""
+
+    probe: str
+    framework: str
+    dtype: str
+    device: str
+
+    @property
+    def result(self) -> str:
+        """``results/probes/{probe}/{framework}-{dtype}-{device}.parquet``."""
+        return paths.PROBE_RESULT.format(**self.__dict__)
+
+    @property
+    def label(self) -> str:
+        """Short human label: ``candle f32 cpu``."""
+        return f"{self.framework} {self.dtype} {self.device}"
+
+    @property
+    def reference(self) -> ProbeKey:
+        """The run this one is compared with when the probe gives no exact values."""
+        return ProbeKey(self.probe, REFERENCE_FRAMEWORK, self.dtype, REFERENCE_DEVICE)
+
+    @property
+    def is_reference(self) -> bool:
+        """Whether this run is the reference itself."""
+        return self == self.reference
+
+
+class ProbePlan:
+    """The probes that run, on which devices and in which dtypes: jobs and table inputs.
+
+    Build it with :meth:`from_config` while the DAG is built; jobs rebuild it from plain
+    data (:meth:`to_params` / :meth:`from_params`) without reading the probe files again.
+    """
+
+    def __init__(self, probes: Mapping[str, Probe], devices: Sequence[str], dtypes: Sequence[str]):
+        self.probes: dict[str, Probe] = dict(probes)
+        self.devices: list[str] = list(devices)
+        self.dtypes: list[str] = list(dtypes)
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any], basedir: str | Path, workdir: str | Path | None = None
+    ) -> ProbePlan:
+        """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``).
+
+        ``config`` has passed ``schemas/config.schema.yaml``; a relative ``probes.folder`` is
+        resolved against ``basedir``, the workflow's folder (probes are part of the workflow,
+        like its scripts). With ``workdir`` (the jobs' working directory), each probe's
+        :attr:`Probe.path` is relative to it (``probes/x.yaml`` when it is ``basedir``): a
+        job's input then does not name the folder the project lies in, so a copy of the
+        project with its results stays up to date. Raises ``probes.ProbeError`` for a missing
+        folder or selected probe, or a malformed probe file.
+        """
+        settings = config.get("probes") or {}
+        folder = Path(settings.get("folder", "probes"))
+        folder = folder if folder.is_absolute() else Path(basedir) / folder
+        enabled = settings.get("enabled", True)
+        limits = size_limits.settings(config)
+        probes = discover(folder, settings.get("select"), limits) if enabled else {}
+        if workdir is not None:
+            probes = {
+                n: replace(p, path=os.path.relpath(p.path, workdir)) for n, p in probes.items()
+            }
+        return cls(probes, config["devices"], config["dtypes"])
+
+    def to_params(self) -> dict:
+        """Plain data for a job's ``params`` (see :meth:`from_params`)."""
+        return {
+            "probes": {n: p.as_params() for n, p in self.probes.items()},
+            "devices": self.devices,
+            "dtypes": self.dtypes,
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ProbePlan:
+        """The plan :meth:`to_params` described."""
+        probes = {n: Probe(**p) for n, p in params["probes"].items()}
+        return cls(probes, params["devices"], params["dtypes"])
+
+    def probe(self, name: str) -> Probe:
+        """A probe by name. Raises ``KeyError``."""
+        return self.probes[name]
+
+    def path(self, name: str) -> str:
+        """The probe's file."""
+        return self.probes[name].path
+
+    def cells(self) -> list[ProbeKey]:
+        """Every (probe, framework, dtype, device) the table shows: the configured devices
+        and dtypes, plus the reference runs on the CPU. Unsupported cells included."""
+        out = set()
+        for p in self.probes:
+            for dtype in self.dtypes:
+                for device in self.devices:
+                    for fw in PROBE_FRAMEWORKS:
+                        out.add(ProbeKey(p, fw, dtype, device))
+                out.add(ProbeKey(p, REFERENCE_FRAMEWORK, dtype, REFERENCE_DEVICE))
+        return sorted(out, key=_cell_order)
+
+    def jobs(self) -> list[ProbeKey]:
+        """The cells that run (see :func:`frameworks.unsupported_reason`)."""
+        return [k for k in self.cells() if self.unsupported(k) is None]
+
+    @staticmethod
+    def unsupported(key: ProbeKey) -> str | None:
+        """Why a cell cannot run, or None."""
+        return unsupported_reason(key.framework, key.device, key.dtype)
+
+    def results(self) -> list[str]:
+        """Every result file the table reads."""
+        return [k.result for k in self.jobs()]
+
+    def outputs(self) -> list[str]:
+        """Targets of the default rule: the table and its Markdown twin (none when disabled)."""
+        return [paths.PROBES_TABLE.format(ext=e) for e in ("csv", "md")] if self.probes else []
+
+
+def _cell_order(k: ProbeKey) -> tuple:
+    return (
+        k.probe,
+        DTYPES.index(k.dtype),
+        DEVICES.index(k.device),
+        PROBE_FRAMEWORKS.index(k.framework),
+    )
