@@ -37,11 +37,11 @@ def finished(tmp_path_factory):
 
 @pytest.fixture
 def run(finished, tmp_path):
-    """A copy of the finished run (mtimes and Snakemake's records kept)."""
+    """A copy of the finished run (mtimes and Snakemake's records kept), at the same depth:
+    the jobs name their inputs relative to the working directory."""
     src, config = finished
-    dst = tmp_path / "run"
-    shutil.copytree(src, dst, symlinks=True)
-    return dst, copy.deepcopy(config)
+    shutil.copytree(src, tmp_path, symlinks=True, dirs_exist_ok=True)
+    return tmp_path, copy.deepcopy(config)
 
 
 def rows(path):
