@@ -221,6 +221,12 @@ def test_matmul_broadcasts_batches_as_pytorch_does():
     assert got[("cases.c.steps[1].matmul", "output shape [4, 3]")] == 12
 
 
+def test_every_probe_op_has_its_output_shape_inferred():
+    from parity.probes import op_names
+
+    assert set(op_names()) == limits.SHAPE_OPS
+
+
 def test_repository_probes_are_small():
     for path in sorted((REPO / "probes").glob("*.yaml")):
         doc = yamlfile.load(path)

@@ -304,6 +304,34 @@ def _conv_out(size: int, k: int, args: Mapping) -> int:
     return max(0, (size + 2 * pad - dil * (k - 1) - 1) // stride + 1)
 
 
+#: Every probe op whose output shape :func:`_op_shapes` infers; a test holds it equal to
+#: the ops of ``schemas/probe.schema.yaml``, so a new op cannot escape the size limit.
+SHAPE_OPS = frozenset(
+    {
+        "broadcast_to",
+        "reshape",
+        "contiguous",
+        "relu",
+        "abs",
+        "softmax",
+        "layer_norm",
+        "transpose",
+        "narrow",
+        "unsqueeze",
+        "squeeze",
+        "bce_with_logits",
+        "upsample_nearest1d",
+        "upsample_nearest2d",
+        "add",
+        "mul",
+        "linear",
+        "matmul",
+        "conv1d",
+        "conv2d",
+    }
+)
+
+
 def _op_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | None, int]:
     """(output shape or None when the inputs do not fit, elements of the largest
     intermediate an implementation allocates: im2col for convolutions, else 0)."""
