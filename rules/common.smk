@@ -124,9 +124,10 @@ def known_experiment(experiment):
     if experiment in PLAN.experiments:
         return experiment
     if experiment in config["experiments"]:
+        how = " (--configfile bench/scale.yaml)" if experiment == "scale_mlp" else ""
         raise WorkflowError(
             f"experiment {experiment!r} is disabled in the config (enabled: false): enable "
-            "it to make its files (scale_mlp: --configfile bench/scale.yaml)"
+            f"it to make its files{how}"
         )
     raise WorkflowError(
         f"unknown experiment {experiment!r}: a target names it but the config has no such "
