@@ -15,6 +15,10 @@ estimated, and refused beyond the configured limits, before the DAG is built.
 
 The limits are config keys (``limits.*``, :data:`DEFAULTS`, docs/usage.md); the YAML
 reading limits are applied by :mod:`parity.yamlfile`. Pure Python: cheap to import.
+
+Over 400 lines on purpose: one size model per op and per model family, kept beside the
+limits they are checked against so that an op or a family added elsewhere has one place to
+add its estimate (``tests/test_limits.py`` checks every probe op has one).
 """
 
 from __future__ import annotations

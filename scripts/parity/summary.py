@@ -12,6 +12,9 @@ runs in one folder never both rewrite them.
 
 Plain functions of what the rules resolved and of paths; ``scripts/summary.py``,
 ``scripts/check.py`` and ``scripts/framework_summary.py`` are thin adapters.
+
+Over 400 lines on purpose: the summary, its partial twin after a failed run and ``check``
+write and read the same sources record and rows, so they stay in one module.
 """
 
 from __future__ import annotations
