@@ -136,7 +136,10 @@ def test_a_flipped_bit_in_a_parameter_column_fails_the_comparison_naming_the_fil
     trace.write_bytes(bytes(data))
     os.utime(trace, ns=(before.st_atime_ns, before.st_mtime_ns))
     target = "results/tables/a3_sgd/perstep-cpu.csv"
-    proc = run_workflow(workdir, config, "--cores", "1", "--forcerun", "perstep", target,
+    # The target before --forcerun, which takes every word after it as a rule name (else
+    # every perstep job of the default target runs, in no fixed order), and after --cores,
+    # since run_workflow's --configfile before it also takes every word.
+    proc = run_workflow(workdir, config, "--cores", "1", target, "--forcerun", "perstep",
                         check=False)  # fmt: skip
     assert proc.returncode != 0
     log = (workdir / "results/logs/perstep/a3_sgd/cpu.log").read_text()
