@@ -21,6 +21,14 @@ impl Runner for Burn {
         burn_parity::train::run(spec, sink)
     }
 
+    fn replay(
+        _spec: &RunSpec,
+        _state: &parity_common::replay::ReplayState,
+        _sink: Box<dyn Write>,
+    ) -> Result<()> {
+        anyhow::bail!("replay: in progress")
+    }
+
     fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()> {
         burn_parity::probe::run(spec, sink)
     }

@@ -11,6 +11,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::frames::open_sink;
 use crate::probe_spec::ProbeSpec;
+use crate::replay::ReplayState;
 use crate::spec::RunSpec;
 
 /// What a runner's framework does for each subcommand.
@@ -39,6 +40,14 @@ pub trait Runner {
     /// # Errors
     /// Only for a spec the runner cannot interpret.
     fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()>;
+
+    /// Replays one step from the given state and writes a `header`, one `replay` and an
+    /// `end` frame (see [`crate::replay`]).
+    ///
+    /// # Errors
+    /// When the framework cannot start from the state (the runner's docs say which), or
+    /// on tensor failures.
+    fn replay(spec: &RunSpec, state: &ReplayState, sink: Box<dyn Write>) -> Result<()>;
 
     /// The framework's optimizer defaults as JSON, read from the library itself.
     ///
@@ -75,6 +84,22 @@ enum Command {
         #[arg(long, default_value = "-")]
         out: PathBuf,
     },
+    /// Replay one step from a given state (parameters after step − 1 and, for Adam/AdamW,
+    /// the moments) and write every intermediate (see parity_common::replay).
+    Replay {
+        /// Run spec JSON written by the workflow (model, loss, optimizer, fault, fixture).
+        #[arg(long)]
+        spec: PathBuf,
+        /// safetensors file with the state: parameters, `exp_avg:`/`exp_avg_sq:` moments.
+        #[arg(long)]
+        state: PathBuf,
+        /// The step to replay (from 1); its batch is (step − 1) mod batches.
+        #[arg(long)]
+        step: u32,
+        /// Where to write the frames; `-` is standard output.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
     /// Print the framework's optimizer defaults as JSON, read from the library itself.
     Defaults,
     /// Print the framework version this binary was built with.
@@ -98,6 +123,16 @@ pub fn run<R: Runner>() -> Result<()> {
     match Cli::from_arg_matches(&matches)?.command {
         Command::Train { spec, out } => R::train(&RunSpec::from_path(&spec)?, open_sink(&out)?),
         Command::Probe { spec, out } => R::probe(&ProbeSpec::from_path(&spec)?, open_sink(&out)?),
+        Command::Replay {
+            spec,
+            state,
+            step,
+            out,
+        } => {
+            let spec = RunSpec::from_path(&spec)?;
+            let state = ReplayState::from_path(&state, step, &spec)?;
+            R::replay(&spec, &state, open_sink(&out)?)
+        }
         Command::Defaults => {
             println!("{}", serde_json::to_string_pretty(&R::defaults()?)?);
             Ok(())

@@ -1,6 +1,6 @@
 //! Framework-independent parts of the parity runners.
 //!
-//! * [`spec`]: the run specification that the workflow (Python, `scripts/parity/experiments.py`)
+//! * [`spec`]: the run specification that the workflow (Python, `scripts/parity/runspec.py`)
 //!   writes as JSON and every Rust runner reads. Unknown fields are refused, so a drift between
 //!   the two sides fails loudly instead of silently ignoring a setting.
 //! * [`frames`]: the stream of length-prefixed safetensors buffers a runner writes and
@@ -10,6 +10,8 @@
 //!   source id the workflow's build rule passes in).
 //! * [`cli`]: the command line every runner shares (`train`, `probe`, `defaults`,
 //!   `version`, `source-id`).
+//! * [`replay`]: the state a same-state replay of one step starts from, and the names of
+//!   the intermediates it records (docs/localisation.md).
 //! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probes.py`, which every
 //!   Rust runner interprets with its own framework.
 
@@ -17,4 +19,5 @@ pub mod build_info;
 pub mod cli;
 pub mod frames;
 pub mod probe_spec;
+pub mod replay;
 pub mod spec;
