@@ -1,6 +1,7 @@
 # Training-step parity between PyTorch and candle: the DAG reads top to bottom.
 #   fixtures → build → train (one job per experiment × run × dtype × device)
 #   → compare (per-step and float64-split tables) → figures
+#   → localise (same-state replay of the first differing step: the first op that differs)
 #   → summary, framework table, optimizer defaults → check
 #   probes (one job per probe × framework × dtype × device) → probes table
 #   target faults (not default): fault instances → detection table; lr sensitivity
@@ -22,6 +23,7 @@ include: "rules/fixtures.smk"
 include: "rules/build.smk"
 include: "rules/train.smk"
 include: "rules/compare.smk"
+include: "rules/localise.smk"
 include: "rules/figures.smk"
 include: "rules/summary.smk"
 include: "rules/probes.smk"

@@ -80,6 +80,7 @@ wildcard_constraints:
     device="cpu|cuda|metal",
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
     kind="perstep|split|diagnosis",
+    comparison="[a-z][a-z0-9_]*",
     probe="[a-z][a-z0-9_]*",
 
 
@@ -96,6 +97,7 @@ def job_codes():
         "perstep": code("compare_perstep.py"),
         "split": code("compare_split.py"),
         "diagnosis": code("compare_diagnosis.py"),
+        "localise": code("localise.py"),
         "summary": code("summary.py"),
         "probes_table": code("probes_table.py"),
     }
@@ -172,6 +174,45 @@ def run_settings(wildcards):
 def fixture_settings(wildcards):
     """What a fixture job draws from (Plan.fixture_settings)."""
     return PLAN.fixture_settings(known_experiment(wildcards.experiment))
+
+
+def localisation(wildcards):
+    """The Comparison a localisation job replays (by comparison name and device)."""
+    known_experiment(wildcards.experiment)
+    tag = wildcards.device if wildcards.comparison == "main" else f"{wildcards.device}-{wildcards.comparison}"
+    try:
+        return PLAN.comparison(wildcards.experiment, tag)
+    except KeyError:
+        names = sorted({c.name for c in PLAN.comparisons() if c.experiment == wildcards.experiment})
+        raise WorkflowError(
+            f"experiment {wildcards.experiment!r} has no comparison {wildcards.comparison!r} "
+            f"on {wildcards.device} (its comparisons: {', '.join(names)})"
+        ) from None
+
+
+def localise_job(wildcards):
+    """What a localisation job receives: the comparison job's params (Plan.comparison_job),
+    whose ``localise`` part holds the runs' settings and the replays."""
+    return PLAN.comparison_job(localisation(wildcards))
+
+
+def localise_inputs(wildcards):
+    """A localisation's inputs: the comparison's per-step (and diagnosis) result, the
+    fixture, the reference trace, and the runner binary of each replay made here."""
+    c = localisation(wildcards)
+    out = {
+        "perstep": c.result("perstep"),
+        "fixture": PLAN.fixture(c.experiment),
+        "reference": c.reference.trace,
+    }
+    if c.f64_pair:
+        out["diagnosis"] = c.result("diagnosis")
+    for role, key in PLAN.replay_keys(c).items():
+        if key.framework != "torch" and key.device not in PLAN.imported_devices:
+            out[f"binary_{role}"] = paths.RUNNER_BINARY.format(
+                framework=key.framework, device=key.device
+            )
+    return out
 
 
 def split_traces(wildcards):

@@ -27,6 +27,12 @@ DIAGNOSIS_DEFAULTS = {
     "fp64_rule": {"multiplier": "auto", "atol": 1e-9},
 }
 
+#: Localisation (``parity.replay``, ``parity.localise``): ``all`` localises every
+#: comparison, not only those that fail or are expected to; ``step`` is ``auto`` (the first
+#: step that differs) or a step number; ``f32_floor_ulps`` the rounding floor of the float32
+#: rule, in units of float32 roundoff (2^-24) times the tensor's RMS.
+LOCALISE_DEFAULTS = {"all": False, "step": "auto", "f32_floor_ulps": 4.0}
+
 
 class ConfigError(ValueError):
     """A config that passed the JSON schema but cannot run; the message starts with the

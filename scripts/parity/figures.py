@@ -249,3 +249,59 @@ def plot_sensitivity(
     ax.legend(fontsize=8, loc="best", framealpha=0.85)
     fig.tight_layout()
     _save(fig, paths)
+
+
+#: Bar colours of the localisation figure, by verdict.
+LOCALISE_COLOURS = {
+    "agrees": "#1f77b4",
+    "differs": "#d62728",
+    "downstream": "#ff7f0e",
+    "not recorded": "#8c8c8c",
+}
+
+
+def plot_localisation(
+    paths: Sequence[str], rows: Sequence[Mapping], title: str, culprit: str | None
+) -> None:
+    """One bar per quantity of a localisation (``parity.localise``), in dataflow order: its
+    max|ref32 − cand32| on a log axis, coloured by verdict, with max|ref64 − cand64| as a
+    black dot; the culprit named and outlined, the phases separated by dotted lines. An
+    exact 0 has no bar and is written ``0``; an infinite difference reaches the top. A
+    localisation without rows (skipped, or not replayable) draws an empty axis with the
+    title."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(rows) + 2), 4.8), dpi=120)
+    values = [r["max_abs_diff"] for r in rows] + [r["f64_f64"] for r in rows]
+    finite = [v for v in values if v is not None and np.isfinite(v) and v > 0]
+    floor = min(finite) / 10 if finite else 1e-16
+    top = max(finite) * 10 if finite else 1.0
+    x = np.arange(len(rows))
+    for i, r in enumerate(rows):
+        v = r["max_abs_diff"]
+        if v is None:
+            continue
+        h = top if not np.isfinite(v) else v
+        colour = LOCALISE_COLOURS.get(r["verdict"], "#8c8c8c")
+        if h > 0:
+            edge = "black" if r["quantity"] == culprit else colour
+            ax.bar(i, h - floor, bottom=floor, color=colour, edgecolor=edge, linewidth=2)
+        else:
+            ax.text(i, floor * 1.5, "0", ha="center", fontsize=7, color=colour)
+        f64 = r["f64_f64"]
+        if f64 is not None and f64 > 0:
+            ax.plot(i, min(f64, top), "o", color="black", markersize=3)
+        if r["quantity"] == culprit:
+            ax.annotate(
+                f"culprit: {culprit}", (i, max(h, floor)), textcoords="offset points",
+                xytext=(0, 6), ha="center", fontsize=8,
+            )
+        if i and r["phase"] != rows[i - 1]["phase"]:
+            ax.axvline(i - 0.5, color="#444444", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_ylim(floor, top)
+    ax.set_xticks(x, [r["quantity"] for r in rows], rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("max |ref32 − cand32| (bars), max |ref64 − cand64| (dots)", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in LOCALISE_COLOURS.values()]
+    ax.legend(handles, list(LOCALISE_COLOURS), fontsize=7, loc="upper left")
+    fig.tight_layout()
+    _save(fig, paths)

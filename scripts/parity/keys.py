@@ -94,21 +94,35 @@ class Comparison:
     def _fill(self, pattern: str, kind: str, **more) -> str:
         return paths.fill(pattern, experiment=self.experiment, kind=kind, tag=self.tag, **more)
 
+    def _localise(self, pattern: str, **more) -> str:
+        return paths.fill(
+            pattern, experiment=self.experiment, comparison=self.name, device=self.device, **more
+        )
+
     def table(self, kind: str, ext: str = "csv") -> str:
         """``results/tables/{experiment}/{kind}-{tag}.{ext}`` (kind: perstep, split,
-        diagnosis)."""
+        diagnosis); ``…/localise-{comparison}-{device}.{ext}`` for the localisation."""
+        if kind == "localise":
+            return self._localise(paths.LOCALISE_TABLE, ext=ext)
         return self._fill(paths.TABLE, kind, ext=ext)
 
     def figure(self, kind: str, ext: str = "png") -> str:
-        """``results/figures/{experiment}/{kind}-{tag}.{ext}``."""
+        """``results/figures/{experiment}/{kind}-{tag}.{ext}`` (localisation: as
+        :meth:`table`)."""
+        if kind == "localise":
+            return self._localise(paths.LOCALISE_FIGURE, ext=ext)
         return self._fill(paths.FIGURE, kind, ext=ext)
 
     def log(self, kind: str) -> str:
         """Log of this comparison's ``kind`` job."""
+        if kind == "localise":
+            return self._localise(paths.LOCALISE_LOG)
         return self._fill(paths.COMPARE_LOG, kind)
 
     def result(self, kind: str) -> str:
         """Machine-readable result of one table, gathered by the summary."""
+        if kind == "localise":
+            return self._localise(paths.LOCALISE_RESULT)
         return self._fill(paths.COMPARE_RESULT, kind)
 
     @property
@@ -127,8 +141,10 @@ class Comparison:
 
     @property
     def kinds(self) -> list[str]:
-        """Its tables: per-step always; split and diagnosis need float64 runs."""
-        return ["perstep"] + (["split", "diagnosis"] if self.f64_pair else [])
+        """Its tables: per-step always; split and diagnosis need float64 runs; the
+        localisation (``parity.replay``) needs a float32 pair."""
+        kinds = ["perstep"] + (["split", "diagnosis"] if self.f64_pair else [])
+        return kinds + (["localise"] if self.reference.dtype == "f32" else [])
 
     def to_params(self) -> dict:
         """As plain data (a rule's params); :meth:`from_params` reverses it."""

@@ -26,6 +26,14 @@ COMPARE_RESULT = "results/compare/{experiment}/{kind}-{tag}.json"
 COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
 COMPARE_BENCHMARK = "results/benchmarks/{kind}/{experiment}/{tag}.tsv"
 
+#: A comparison's localisation (``parity.replay``): table (ext: csv, md, html), figure (ext:
+#: png, svg), sealed result, log and benchmark, by comparison name and device.
+LOCALISE_TABLE = "results/tables/{experiment}/localise-{comparison}-{device}.{ext}"
+LOCALISE_FIGURE = "results/figures/{experiment}/localise-{comparison}-{device}.{ext}"
+LOCALISE_RESULT = "results/compare/{experiment}/localise-{comparison}-{device}.json"
+LOCALISE_LOG = "results/logs/localise/{experiment}/{comparison}-{device}.log"
+LOCALISE_BENCHMARK = "results/benchmarks/localise/{experiment}/{comparison}-{device}.tsv"
+
 #: One probe file run by one framework in one dtype on one device.
 PROBE_RESULT = "results/probes/{probe}/{framework}-{dtype}-{device}.parquet"
 PROBE_LOG = "results/logs/probes/{probe}/{framework}-{dtype}-{device}.log"

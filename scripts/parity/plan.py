@@ -14,11 +14,12 @@ Pure Python: importing this must stay cheap.
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import frameworks, paths
-from .config import DIAGNOSIS_DEFAULTS, ConfigError, canonical_hash, merge
+from .config import DIAGNOSIS_DEFAULTS, LOCALISE_DEFAULTS, ConfigError, canonical_hash, merge
 from .devices import DEVICES
 from .faults import resolve_fault, resolve_sensitivity
 from .keys import Comparison, RunKey, trace_expectation
@@ -41,6 +42,7 @@ class Plan:
         self.reference_device: str = self.config.get("reference_device", "cpu")
         self.tolerance: float = float(self.config["tolerance"])
         self.diagnosis: dict = merge(DIAGNOSIS_DEFAULTS, self.config.get("diagnosis", {}))
+        self.localise: dict = merge(LOCALISE_DEFAULTS, self.config.get("localise", {}))
         self.experiments: dict[str, dict] = {}
         self._comparisons: dict[tuple, list[Comparison]] = {}
         self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
@@ -243,6 +245,40 @@ class Plan:
             "expectations": {role: self.trace_expectation(k) for role, k in c.keys.items()},
             "model": self.run_settings(c.experiment, c.reference.run)["model"],
             "diagnosis": self.diagnosis,
+            "localise": self.localise_params(c),
+        }
+
+    def replay_keys(self, c: Comparison) -> dict[str, RunKey]:
+        """The four replays of a localisation by role (``ref32``, ``cand32``, ``ref64``,
+        ``cand64``): the comparison's runs in float32 and float64, a float64 replay on the
+        CPU where the device has no float64 (as the float64 runs)."""
+        ref, cand = c.reference, c.candidate
+        return {
+            "ref32": RunKey(ref.experiment, ref.run, "f32", ref.device),
+            "cand32": RunKey(cand.experiment, cand.run, "f32", cand.device),
+            "ref64": self._pair_key(ref.experiment, ref.run, "f64", ref.device),
+            "cand64": self._pair_key(cand.experiment, cand.run, "f64", cand.device),
+        }
+
+    def localise_params(self, c: Comparison) -> dict:
+        """What a localisation job needs (``parity.replay``): config ``localise``, each run's
+        settings, the replays' keys, the fixture, threads and batch size, and why it cannot
+        replay here (a run on an imported device), or None."""
+        keys = self.replay_keys(c)
+        imported = sorted({k.device for k in keys.values()} & set(self.imported_devices))
+        runs = {c.reference.run, c.candidate.run}
+        data = self.run_settings(c.experiment, c.reference.run)["data"]
+        return {
+            **self.localise,
+            "settings": {r: self.run_settings(c.experiment, r) for r in sorted(runs)},
+            "replays": {role: asdict(k) for role, k in keys.items()},
+            "fixture": self.fixture(c.experiment),
+            "threads": int(self.config.get("threads", 1)),
+            "batch_size": int(data["batch_size"]),
+            "unreplayable": (
+                f"device {', '.join(imported)} is imported: its runs cannot be replayed here"
+                if imported else None
+            ),
         }
 
     # ----- tables over many comparisons ----------------------------------------------

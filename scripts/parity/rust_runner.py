@@ -10,6 +10,7 @@ as a list.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from . import fixtures
 from .frames import FrameError, read_frames
@@ -158,3 +161,41 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
         if isinstance(e, FrameError):
             raise RunnerError(f"malformed frame stream from {binary}: {e}") from e
         raise
+
+
+def replay(
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    binary: str,
+    state_path: str,
+    step: int,
+    threads: int,
+    log_path: str | None,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Same-state replay of step ``step`` of run ``key`` by its framework's binary
+    (``replay`` subcommand; ``rust/parity-common/src/replay.rs``), from the state file
+    ``state_path`` (parameters after step − 1, Adam/AdamW moments).
+
+    Returns (tensors, header): the ``replay`` frame's flat arrays in the run dtype, and the
+    header's metadata with the frame's ``missing`` list (``name: reason; …``) added.
+    Raises :class:`RunnerError` when the binary fails (its message and the tail of its
+    stderr) or its stream is malformed.
+    """
+    spec = runner_spec(key, settings, fixture)
+    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
+        cmd = [binary, "replay", "--spec", spec_path, "--state", state_path, "--step", str(step)]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
+    if proc.returncode != 0:
+        tail = log_tail(log_path, 5).strip() if log_path else ""
+        raise RunnerError(f"{Path(binary).name} replay exited with status {proc.returncode}: {tail}")
+    try:
+        frames = list(read_frames(io.BytesIO(proc.stdout)))
+    except FrameError as e:
+        raise RunnerError(f"malformed frame stream from {binary} replay: {e}") from e
+    kinds = [f.kind for f in frames]
+    if kinds != ["header", "replay", "end"]:
+        raise RunnerError(f"{binary} replay wrote frames {kinds}, not header, replay, end")
+    header = dict(frames[0].meta)
+    header["missing"] = frames[1].meta.get("missing", "")
+    return dict(frames[1].tensors), header

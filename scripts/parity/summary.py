@@ -35,6 +35,14 @@ ONERROR_WAIT = 30.0
 #: How long the summary job waits for another run's ``onerror`` to finish with the tables.
 LOCK_WAIT = 600.0
 
+
+def _no_culprit(loc: Mapping) -> str | None:
+    """The summary's ``culprit`` cell of a localisation without one: ``none`` when every
+    quantity agreed, ``(skipped)`` or ``(not localised)`` otherwise, empty without one."""
+    if not loc:
+        return None
+    return "none" if loc.get("status") == "localised" else f"({loc.get('status')})"
+
 #: Diagnosis results copied into summary.csv.
 DIAGNOSIS_SUMMARY = (
     "fp64_rule_verdict",
@@ -70,6 +78,8 @@ SUMMARY_COLUMNS = (
     "verdict",
     "expected_verdict",
     *DIAGNOSIS_SUMMARY,
+    "culprit",
+    "culprit_phase",
     "reference_host",
     "candidate_host",
     "reference_version",
@@ -84,13 +94,14 @@ def summary_rows(
     a per-step result, joined with its split and diagnosis; then ``errors`` (verdict
     ``error``) and the ``unsupported`` cells (``experiment``, ``device``, ``label``,
     ``reason``)."""
-    by_kind: dict[str, dict] = {"perstep": {}, "split": {}, "diagnosis": {}}
+    by_kind: dict[str, dict] = {"perstep": {}, "split": {}, "diagnosis": {}, "localise": {}}
     for r in results.values():
         by_kind[r["kind"]][(r["experiment"], r["comparison"], r["device"])] = r
     rows = []
     for key, r in sorted(by_kind["perstep"].items()):
         s = by_kind["split"].get(key, {}).get("worst", {})
         d = by_kind["diagnosis"].get(key, {})
+        loc = by_kind["localise"].get(key, {})
         rows.append(
             {
                 "experiment": r["experiment"],
@@ -115,6 +126,9 @@ def summary_rows(
                 # computed once, by the per-step job
                 "tol_exceeded_step": r["tol_exceeded_step"],
                 "tol_exceeded_where": r["tol_exceeded_where"],
+                # the localisation (parity.replay): the first op that differs, or why none
+                "culprit": loc.get("culprit") or _no_culprit(loc),
+                "culprit_phase": loc.get("culprit_phase"),
                 "reference_host": r["reference_provenance"]["host"],
                 "candidate_host": r["candidate_provenance"]["host"],
                 "reference_version": r["reference_provenance"]["framework_version"],
@@ -168,6 +182,8 @@ def _write_tables(
         "tolerance",
         "verdict",
         "expected_verdict",
+        "culprit",
+        "culprit_phase",
     )
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
     head = ("# Summary (partial)\n\n" if intro else "# Summary\n\n") + intro

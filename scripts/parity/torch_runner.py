@@ -65,24 +65,36 @@ def forward(
     p: Mapping[str, torch.Tensor],
     x: torch.Tensor,
     fault: Mapping[str, Any] | None = None,
+    taps: dict[str, torch.Tensor] | None = None,
 ):
     """Forward pass of a model family (see ``models.model_params``).
 
     ``x``: ``[batch, *input]``; returns ``[batch, outputs]``. ``fault``: the run's fault
-    setting, or None (see :func:`activation`).
+    setting, or None (see :func:`activation`). ``taps``, when given, receives every forward
+    intermediate under its localisation name (``localise.forward_names``: ``fc1.out``,
+    ``relu1.out``, …; ``conv.out``, ``relu.out``, ``fc.out``) with ``retain_grad()`` called,
+    so its gradient is kept after ``backward``; the computation is the same either way.
     """
+
+    def tap(name: str, h: torch.Tensor) -> torch.Tensor:
+        if taps is not None:
+            h.retain_grad()
+            taps[name] = h
+        return h
+
+    act = model["activation"]
     if model["family"] == "mlp":
         layers = len(model["sizes"]) - 1
         h = x
         for i in range(1, layers + 1):
-            h = F.linear(h, p[f"fc{i}.weight"], p[f"fc{i}.bias"])
+            h = tap(f"fc{i}.out", F.linear(h, p[f"fc{i}.weight"], p[f"fc{i}.bias"]))
             if i < layers:
-                h = activation(h, model["activation"], fault)
+                h = tap(f"{act}{i}.out", activation(h, act, fault))
         return h
     if model["family"] == "cnn1d":
-        h = F.conv1d(x, p["conv.weight"], p["conv.bias"])
-        h = activation(h, model["activation"], fault).flatten(1)
-        return F.linear(h, p["fc.weight"], p["fc.bias"])
+        h = tap("conv.out", F.conv1d(x, p["conv.weight"], p["conv.bias"]))
+        h = tap(f"{act}.out", activation(h, act, fault)).flatten(1)
+        return tap("fc.out", F.linear(h, p["fc.weight"], p["fc.bias"]))
     raise ValueError(f"unknown model family {model['family']!r}")
 
 
@@ -223,3 +235,73 @@ def train(
         # Wall time of the steps and their recording (benchmarks read it).
         w.meta["runner"]["train_seconds"] = time.perf_counter() - started
     log.info("wrote %s (%s)", out, w.meta["status"])
+
+
+def replay(
+    settings: Mapping[str, Any],
+    fixture: str,
+    state: Mapping[str, np.ndarray],
+    steps_taken: int,
+    step: int,
+    device: str,
+    dtype: str,
+    threads: int,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Same-state replay of step ``step`` (see ``parity.replay``): parameters from
+    ``state`` (state_dict keys, float32 or float64 values), Adam/AdamW moments from
+    ``exp_avg:<key>``/``exp_avg_sq:<key>`` with ``steps_taken`` steps already taken, loaded
+    through ``Optimizer.load_state_dict``; one step on batch ``(step − 1) mod batches`` as
+    :func:`train` runs it, the run's fault included.
+
+    Returns (tensors, header): flat arrays in the run dtype named as
+    ``parity_common::replay::intermediate_names`` (forward quantities and ``loss``,
+    ``grad:`` of each but the loss, ``grad:<key>`` and ``after:<key>`` per parameter), and
+    the replay's provenance (framework version, optimizer implementation, note).
+    """
+    torch.set_num_threads(threads)
+    s = settings
+    fault = s.get("fault")
+    tdev = torch.device(TORCH_DEVICE[device])
+    tdt = TORCH_DTYPES[dtype]
+    fx = fixtures.load(fixture)
+    names = [n for n, _ in model_params(s["model"])]
+    # Copies: the optimizer updates the parameters in place, and ``state`` is shared by
+    # every replay of a localisation.
+    p = {
+        n: torch.tensor(np.array(state[n]), device=tdev, dtype=tdt).requires_grad_()
+        for n in names
+    }
+    i = (step - 1) % fx["x"].shape[0]
+    x = torch.from_numpy(fx["x"][i]).to(device=tdev, dtype=tdt)
+    y = torch.from_numpy(fx["y"][i]).to(device=tdev)
+    if s["loss"] == "mse":
+        y = y.to(tdt)
+    opt = make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
+    if s["optimizer"]["name"] != "sgd" and steps_taken > 0:
+        sd = opt.state_dict()
+        sd["state"] = {
+            j: {
+                "step": torch.tensor(float(steps_taken)),
+                "exp_avg": torch.tensor(np.array(state[f"exp_avg:{n}"]), dtype=tdt),
+                "exp_avg_sq": torch.tensor(np.array(state[f"exp_avg_sq:{n}"]), dtype=tdt),
+            }
+            for j, n in enumerate(names)
+        }
+        opt.load_state_dict(sd)
+    taps: dict[str, torch.Tensor] = {}
+    loss = loss_fn(s["loss"], forward(s["model"], p, x, fault, taps), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    out = {n: _host(t) for n, t in taps.items()}
+    out["loss"] = _host(loss)
+    out.update({f"grad:{n}": _host(t.grad) for n, t in taps.items()})
+    for n in names:
+        out[f"grad:{n}"] = _host(p[n].grad)
+        out[f"after:{n}"] = _host(p[n])
+    header = {
+        "framework_version": torch.__version__,
+        "optimizer_impl": f"torch.optim.{type(opt).__name__} ({s['optimizer_path']})",
+        "replay_note": "",
+    }
+    return out, header

@@ -1,0 +1,42 @@
+# Localisation: for each comparison, a same-state replay of its first differing step in
+# both frameworks (float32 and float64) and the walk that finds the first operation that
+# differs (scripts/parity/replay.py, scripts/parity/localise.py). A comparison that passes
+# as expected is localised only with config localise.all; its job then writes "skipped".
+
+
+rule localise:
+    """Replay one step of a comparison from the same state in both frameworks and name the
+    first quantity (forward, backward, update) that differs while its inputs agree."""
+    input:
+        unpack(localise_inputs),
+    output:
+        csv=paths.LOCALISE_TABLE.replace("{ext}", "csv"),
+        md=paths.LOCALISE_TABLE.replace("{ext}", "md"),
+        html=report(
+            paths.LOCALISE_TABLE.replace("{ext}", "html"),
+            caption="../report/captions/localise.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{comparison} {device}", "table": "localise", "kind": "table"},
+        ),
+        png=report(
+            paths.LOCALISE_FIGURE.replace("{ext}", "png"),
+            caption="../report/captions/localise.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{comparison} {device}", "table": "localise", "kind": "figure"},
+        ),
+        svg=paths.LOCALISE_FIGURE.replace("{ext}", "svg"),
+        result=paths.LOCALISE_RESULT,
+    log:
+        paths.LOCALISE_LOG,
+    benchmark:
+        paths.LOCALISE_BENCHMARK
+    conda:
+        "../envs/analysis.yaml"
+    threads: config.get("threads", 1)
+    params:
+        job=localise_job,
+        code=code("localise.py"),
+    script:
+        "../scripts/localise.py"
