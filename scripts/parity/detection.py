@@ -43,6 +43,9 @@ DETECTION_COLUMNS = (
     "bitwise_identical",
     "status",
     "verdict",
+    "expected_site",
+    "found_site",
+    "site_found",
     "note",
 )
 
@@ -60,6 +63,7 @@ FALSE_ALARM_COLUMNS = (
     "f64_f64",
     "fp64_worst_ratio",
     "f64_headroom",
+    "culprit",
     "tolerance",
 )
 
@@ -119,6 +123,26 @@ def apply_criteria(perstep: Mapping, diagnosis: Mapping | None) -> CriteriaOutco
 
 def _load(path: str) -> dict:
     return integrity.read_sealed_json(path)
+
+
+def found_site(c: Comparison) -> str | None:
+    """The culprit the localisation of ``c`` names (``parity.replay``): a quantity,
+    ``none`` when every quantity agreed, ``(skipped)``/``(not localised: why)`` otherwise,
+    or None without a localisation (a float64-only comparison)."""
+    if "localise" not in c.kinds:
+        return None
+    r = _load(c.result("localise"))
+    if r["status"] == "localised":
+        return r["culprit"] or "none"
+    return f"({r['status']}: {r['reason']})" if r["reason"] else f"({r['status']})"
+
+
+def site_cell(expected: str | None, found: str | None) -> str:
+    """``yes`` when the localisation found the fault's site, ``no`` when it found another
+    or none, ``-`` when the fault has no site."""
+    if expected is None:
+        return "-"
+    return yes_no(found == expected)
 
 
 def _results(c: Comparison) -> tuple[dict, dict | None, dict | None]:
@@ -182,6 +206,9 @@ def detection_rows(params: Mapping) -> tuple[list[dict], list[dict]]:
                 "bitwise_identical": perstep["bitwise_identical"],
                 "status": perstep["status"],
                 "verdict": perstep["verdict"],
+                "expected_site": f.get("site"),
+                "found_site": found_site(c),
+                "site_found": site_cell(f.get("site"), found_site(c)),
                 "note": note,
             }
         )
@@ -202,6 +229,7 @@ def detection_rows(params: Mapping) -> tuple[list[dict], list[dict]]:
                 "f64_f64": None if split is None else split["worst"]["f64_f64"],
                 "fp64_worst_ratio": None if diagnosis is None else diagnosis["fp64_worst_ratio"],
                 "f64_headroom": None if diagnosis is None else diagnosis["f64_headroom"],
+                "culprit": found_site(c),
                 "tolerance": c.tolerance,
             }
         )
@@ -286,6 +314,9 @@ def detection_markdown(
         "worst_dloss",
         "f64_f64",
         "fp64_worst_ratio",
+        "expected_site",
+        "found_site",
+        "site_found",
     )
     detection = head + tables.markdown_table(rows, md_cols, fmt)
     if left_out:

@@ -79,6 +79,7 @@ def resolve_fault(
         "experiment": e,
         "description": inst["description"],
         "note": inst.get("note", ""),
+        "site": inst.get("site"),
         "side": frameworks.framework_of(base),
         "base": base,
         "run": run,

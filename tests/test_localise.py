@@ -1,0 +1,170 @@
+"""The localisation walk (scripts/parity/localise.py) on hand-made replay records whose
+culprit is known, and the choice of the replayed step (scripts/parity/replay.py)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from parity import localise, replay
+
+MLP = {"family": "mlp", "sizes": [3, 5, 2], "activation": "relu"}
+CNN = {
+    "family": "cnn1d", "in_channels": 1, "channels": 2, "kernel": 3, "length": 6,
+    "classes": 3, "fc_in": 8, "activation": "relu",
+}
+SETTINGS = localise.Settings()
+
+
+def _records(model, batch, changed=(), f32_only=(), seed=0):
+    """Four replay records of ``model``: a float64 truth per quantity, the float32 runs as
+    its rounding (the candidate off by one float32 ULP in a few places, as a different
+    summation order gives), the candidate's float64 within float64 rounding. Quantities in
+    ``changed`` compute another formula on the candidate side (relative change 1e-4, in
+    float64 too); in ``f32_only`` the candidate's float32 value is off by 1e-3 relative while
+    its float64 value agrees (a precision loss only float32 shows)."""
+    rng = np.random.default_rng(seed)
+    out = {r: {} for r in localise.ROLES}
+    for name, shape in localise.shapes(model, batch).items():
+        n = int(np.prod(shape)) if shape else 1
+        truth = rng.normal(size=n)
+        cand = truth * (1 + 1e-4) if name in changed else truth * (1 + 1e-16 * rng.normal(size=n))
+        out["ref64"][name] = truth
+        out["cand64"][name] = cand
+        out["ref32"][name] = truth.astype(np.float32)
+        c32 = cand.astype(np.float32)
+        flip = rng.random(n) < 0.2
+        c32[flip] = np.nextafter(c32[flip], np.float32(np.inf))
+        if name in f32_only:
+            c32 = (cand * (1 + 1e-3)).astype(np.float32)
+        out["cand32"][name] = c32
+    return out
+
+
+def _verdicts(w):
+    return {r["quantity"]: r["verdict"] for r in w.rows}
+
+
+def test_rounding_alone_finds_no_culprit():
+    w = localise.walk(CNN, 4, _records(CNN, 4), {}, SETTINGS)
+    assert w.culprit is None
+    assert set(_verdicts(w).values()) == {"agrees"}
+
+
+def test_the_kernel_gradient_is_the_culprit_and_its_update_downstream():
+    # candle's conv1d: forward and loss agree, the kernel gradient differs, its update follows.
+    rec = _records(CNN, 4, changed={"grad:conv.weight", "update:conv.weight"})
+    w = localise.walk(CNN, 4, rec, {}, SETTINGS)
+    assert (w.culprit, w.culprit_phase) == ("grad:conv.weight", "backward")
+    v = _verdicts(w)
+    assert v["update:conv.weight"] == "downstream"
+    assert v["grad:conv.bias"] == v["update:conv.bias"] == v["loss"] == "agrees"
+
+
+def test_an_upstream_difference_makes_every_later_one_downstream():
+    # A transposed weight: the first layer's output differs, and so does everything computed
+    # from it; none of those is a culprit of its own.
+    later = [q.name for q in localise.quantities(MLP)]
+    rec = _records(MLP, 4, changed=set(later))
+    w = localise.walk(MLP, 4, rec, {}, SETTINGS)
+    assert w.culprit == "fc1.out"
+    v = _verdicts(w)
+    assert [n for n, x in v.items() if x == "differs"] == ["fc1.out"]
+    assert all(x == "downstream" for n, x in v.items() if n != "fc1.out")
+
+
+def test_a_second_independent_difference_is_named_but_the_first_is_the_culprit():
+    rec = _records(MLP, 4, changed={"grad:fc2.bias", "update:fc2.bias", "update:fc1.weight"})
+    w = localise.walk(MLP, 4, rec, {}, SETTINGS)
+    assert w.culprit == "grad:fc2.bias"
+    v = _verdicts(w)
+    assert v["update:fc2.bias"] == "downstream"
+    # update:fc1.weight's gradient agrees: a difference of its own (the optimizer).
+    assert v["update:fc1.weight"] == "differs"
+
+
+def test_a_float32_only_difference_fails_the_fp64_referenced_rule():
+    rec = _records(MLP, 4, f32_only={"loss"})
+    w = localise.walk(MLP, 4, rec, {}, SETTINGS)
+    assert w.culprit == "loss"
+    row = next(r for r in w.rows if r["quantity"] == "loss")
+    assert "float32" in row["note"] and "float64" not in row["note"]
+    assert row["fp64_ratio"] > 3
+
+
+def test_a_formula_difference_below_float32_rounding_is_seen_in_float64():
+    # burn's float32 bias-correction factors: far below a float32 ULP of the update, but the
+    # float64 replays compute different numbers.
+    rec = _records(MLP, 4)
+    for role, scale in (("cand64", 1 + 1e-9),):
+        rec[role]["update:fc1.weight"] = rec["ref64"]["update:fc1.weight"] * scale
+    w = localise.walk(MLP, 4, rec, {}, SETTINGS)
+    assert w.culprit == "update:fc1.weight"
+    row = next(r for r in w.rows if r["quantity"] == "update:fc1.weight")
+    assert "float64" in row["note"]
+
+
+def test_a_quantity_not_recorded_is_looked_through():
+    rec = _records(MLP, 4, changed={"grad:relu1.out", "grad:fc1.out", "grad:fc1.weight",
+                                    "grad:fc1.bias", "update:fc1.weight", "update:fc1.bias"})
+    for r in rec.values():
+        del r["grad:relu1.out"]
+    missing = {"grad:relu1.out": "burn: not kept"}
+    w = localise.walk(MLP, 4, rec, missing, SETTINGS)
+    v = _verdicts(w)
+    assert v["grad:relu1.out"] == "not recorded"
+    # grad:fc1.out's recorded inputs (grad:fc2.out through the unrecorded one, fc1.out)
+    # agree, so it is where the difference is first seen.
+    assert w.culprit == "grad:fc1.out"
+    assert v["grad:fc1.weight"] == "downstream"
+
+
+def test_non_finite_candidate_differs():
+    rec = _records(MLP, 4)
+    rec["cand32"]["update:fc1.bias"] = np.full(5, np.nan, np.float32)
+    rec["cand64"]["update:fc1.bias"] = np.full(5, np.nan)
+    w = localise.walk(MLP, 4, rec, {}, SETTINGS)
+    assert w.culprit == "update:fc1.bias"
+    row = next(r for r in w.rows if r["quantity"] == "update:fc1.bias")
+    assert row["max_abs_diff"] == math.inf
+
+
+def test_without_float64_replays_only_non_finite_values_differ():
+    rec = _records(MLP, 4, changed={"loss"})
+    del rec["ref64"], rec["cand64"]
+    w = localise.walk(MLP, 4, rec, {}, SETTINGS)
+    assert w.culprit is None
+
+
+def test_updates_are_exact_differences_of_float32_values():
+    before = {"w": np.array([0.1, 0.2], np.float32)}
+    after = {"after:w": np.array([0.1000001, 0.19], np.float32)}
+    out = localise.derive_updates(after, before, ["w"])
+    want = after["after:w"].astype(np.float64) - before["w"].astype(np.float64)
+    assert out["update:w"].dtype == np.float64
+    assert np.array_equal(out["update:w"], want)
+
+
+def test_quantities_follow_dataflow_order():
+    names = [q.name for q in localise.quantities(CNN)]
+    assert names == [
+        "conv.out", "relu.out", "fc.out", "loss",
+        "grad:fc.out", "grad:fc.weight", "grad:fc.bias", "grad:relu.out", "grad:conv.out",
+        "grad:conv.weight", "grad:conv.bias",
+        "update:conv.weight", "update:conv.bias", "update:fc.weight", "update:fc.bias",
+    ]
+    assert localise.forward_names(MLP) == ["fc1.out", "relu1.out", "fc2.out", "loss"]
+
+
+@pytest.mark.parametrize(
+    ("perstep", "diagnosis", "setting", "want"),
+    [
+        ({"tol_exceeded_step": 7}, {"fp64_rule_first_fail": 3}, "auto", 7),
+        ({"tol_exceeded_step": None}, {"fp64_rule_first_fail": 3}, "auto", 3),
+        ({"tol_exceeded_step": None}, {"f64_divergence_step": 5}, "auto", 5),
+        ({"tol_exceeded_step": None}, None, "auto", 1),
+        ({"tol_exceeded_step": 7}, None, 2, 2),
+    ],
+)
+def test_the_replayed_step(perstep, diagnosis, setting, want):
+    assert replay.choose_step(perstep, diagnosis, setting)[0] == want
