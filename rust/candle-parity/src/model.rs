@@ -313,6 +313,44 @@ mod tests {
         Ok(())
     }
 
+    /// The taps change no value and carry the intermediates' gradients; their names are the
+    /// contract's.
+    #[test]
+    fn taps_change_no_value_and_carry_the_gradients() -> Result<()> {
+        let net = square_net(Fault::None)?;
+        let x = Tensor::new(&[[1f32, 1.0], [-0.5, 2.0]], &Device::Cpu)?;
+        let tapped = net.forward_tapped(&x)?;
+        let bits = |t: &Tensor| -> Result<Vec<u32>> {
+            Ok(t.flatten_all()?
+                .to_vec1::<f32>()?
+                .iter()
+                .map(|v| v.to_bits())
+                .collect())
+        };
+        assert_eq!(bits(&tapped.output)?, bits(&net.forward(&x)?)?);
+        let mut names: Vec<String> = tapped.forward.iter().map(|(n, _)| n.clone()).collect();
+        names.push("loss".into());
+        assert_eq!(names, parity_common::replay::forward_names(&net.model));
+        for (_, tap) in &tapped.taps {
+            assert!(bits(tap.as_tensor())?
+                .iter()
+                .all(|&b| b == (-0f32).to_bits()));
+        }
+        // d sum(out) / d fc2.out is one everywhere.
+        let grads = tapped.output.sum_all()?.backward()?;
+        let g = grads
+            .get(&tapped.taps[2].1)
+            .expect("fc2.out's tap has a gradient");
+        assert_eq!(g.to_vec2::<f32>()?, vec![vec![1.0], vec![1.0]]);
+        // Why −0.0: it is the additive identity for −0.0 too, where +0.0 is not.
+        let h = Tensor::new(&[-0f32, 0.0, 1.5], &Device::Cpu)?;
+        let minus = (&h + h.zeros_like()?.neg()?)?;
+        let plus = (&h + h.zeros_like()?)?;
+        assert_eq!(bits(&minus)?, bits(&h)?);
+        assert_ne!(bits(&plus)?, bits(&h)?);
+        Ok(())
+    }
+
     #[test]
     fn mse_sum_fault_sums_instead_of_averaging() -> Result<()> {
         let dev = Device::Cpu;

@@ -295,7 +295,9 @@ impl Stepper {
                 },
                 _,
             ) => bail!(NOT_BURN),
-            (Optimizer::Adamw { .. }, None) => bail!("AdamW needs exp_avg and exp_avg_sq to start from"),
+            (Optimizer::Adamw { .. }, None) => {
+                bail!("AdamW needs exp_avg and exp_avg_sq to start from")
+            }
             (
                 Optimizer::Adamw {
                     lr,

@@ -55,8 +55,12 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
     let dev = device::open(spec.device)?;
     let (net, data) = Net::load(spec, &dev)?;
     set_params(&net, state)?;
-    let (mut opt, note) =
-        Stepper::from_state(&spec.optimizer, net.vars(), state.moments.as_ref(), spec.fault)?;
+    let (mut opt, note) = Stepper::from_state(
+        &spec.optimizer,
+        net.vars(),
+        state.moments.as_ref(),
+        spec.fault,
+    )?;
 
     let mut out = FrameWriter::new(sink);
     let mut header = header_meta(&dev);
