@@ -2,6 +2,10 @@
 //!
 //! Parameter names and layouts are PyTorch's (`fc1.weight` is `[out, in]`, `conv.weight` is
 //! `[out, in, k]`), which is also candle's own layout, so no transposes are needed.
+//!
+//! One forward pass serves training ([`Net::forward`]) and the replay
+//! ([`Net::forward_tapped`], which also returns the named intermediates and a zero tap on
+//! each for their gradients).
 
 use std::collections::HashMap;
 

@@ -1,12 +1,15 @@
 //! Optimizers: candle-nn's `SGD` and `AdamW`, and a hand-written AdamW that follows
 //! candle-nn 0.11.0's `AdamW::step` operation by operation.
 //!
-//! The hand-written one exists for two reasons: it exposes the moments (`exp_avg`,
-//! `exp_avg_sq`) for recording, which candle-nn keeps private, and it can compute the
-//! bias-correction factors in float32 (the study's ablation, the way burn computes them).
-//! With float64 factors it must equal `candle_nn::AdamW` bit for bit; the workflow checks
-//! that as its own comparison. It is also where the AdamW faults of the detection-power
-//! suite live ([`Fault::in_adamw`]); without a fault it runs the same expression tree.
+//! The hand-written one exists for three reasons: it exposes the moments (`exp_avg`,
+//! `exp_avg_sq`) for recording, which candle-nn keeps private; it can start from given
+//! moments ([`ManualAdamW::from_state`]), which replaying a step needs ([`crate::replay`],
+//! [`Stepper::from_state`]); and it can compute the bias-correction factors in float32 (the
+//! study's ablation, the way burn computes them). With float64 factors it must equal
+//! `candle_nn::AdamW` bit for bit; the workflow checks that as its own comparison, and the
+//! replay of a candle-nn AdamW run rests on it. It is also where the AdamW faults of the
+//! detection-power suite live ([`Fault::in_adamw`]); without a fault it runs the same
+//! expression tree.
 
 use std::hint::black_box;
 

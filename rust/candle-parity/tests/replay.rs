@@ -5,240 +5,24 @@
 //! trained step k. Moments come from the manual AdamW (`implementation: manual`, float64
 //! factors), which equals candle-nn's bit for bit and exposes them.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use candle_parity::model::Net;
-use parity_common::frames::RawTensor;
+use common::*;
 use parity_common::replay::{intermediate_names, ReplayState};
-use parity_common::spec::{Model, RunSpec};
+use parity_common::spec::RunSpec;
 use safetensors::Dtype;
 use serde_json::{json, Value};
 
-const BATCHES: usize = 2;
-const BATCH: usize = 5;
-/// The replayed step; with two batches it uses batch 0 again, (3 − 1) mod 2.
-const K: u32 = 3;
-
-/// A directory under the system's temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<Self> {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("candle-parity-replay-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Deterministic values in [−1, 1).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
-}
-
-/// One decoded frame: metadata and tensors (dtype, values widened to f64, exactly).
-struct Frame {
-    meta: HashMap<String, String>,
-    tensors: HashMap<String, (Dtype, Vec<f64>)>,
-}
-
-impl Frame {
-    fn get(&self, name: &str) -> &[f64] {
-        &self
-            .tensors
-            .get(name)
-            .unwrap_or_else(|| panic!("no {name} in {:?}", self.meta))
-            .1
-    }
-}
-
-/// Reads a frame stream: u64 LE byte count + one safetensors buffer, repeated.
-fn decode(mut bytes: &[u8]) -> Result<Vec<Frame>> {
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        let n = u64::from_le_bytes(bytes[..8].try_into()?) as usize;
-        let body = &bytes[8..8 + n];
-        let (_, md) = safetensors::SafeTensors::read_metadata(body)?;
-        let st = safetensors::SafeTensors::deserialize(body)?;
-        let mut tensors = HashMap::new();
-        for (name, view) in st.tensors() {
-            let d = view.data();
-            let values = match view.dtype() {
-                Dtype::F32 => d
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-                    .collect(),
-                Dtype::F64 => d
-                    .chunks_exact(8)
-                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-                other => anyhow::bail!("unexpected dtype {other:?}"),
-            };
-            tensors.insert(name, (view.dtype(), values));
-        }
-        out.push(Frame {
-            meta: md.metadata().clone().unwrap_or_default(),
-            tensors,
-        });
-        bytes = &bytes[8 + n..];
-    }
-    Ok(out)
-}
-
-fn bits(v: &[f64]) -> Vec<u64> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-fn raw(dtype: Dtype, shape: &[usize], data: Vec<u8>) -> RawTensor {
-    RawTensor {
-        dtype,
-        shape: shape.to_vec(),
-        data,
-    }
-}
-
-fn f32_raw(values: &[f32], shape: &[usize]) -> RawTensor {
-    raw(
-        Dtype::F32,
-        shape,
-        values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    )
-}
-
-/// What a case varies; everything else is fixed.
-struct Case {
-    model: Value,
-    loss: &'static str,
-    optimizer: Value,
-    dtype: &'static str,
-    fault: Value,
-}
-
-fn mlp() -> Value {
-    json!({"family": "mlp", "sizes": [4, 6, 6, 3], "activation": "relu"})
-}
-
-fn cnn(conv_impl: &str) -> Value {
-    json!({"family": "cnn1d", "in_channels": 2, "channels": 3, "kernel": 3, "length": 8,
-           "classes": 4, "activation": "relu", "conv_impl": conv_impl})
-}
-
-fn adamw(implementation: &str, factors: &str) -> Value {
-    json!({"name": "adamw", "lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
-           "weight_decay": 0.01, "implementation": implementation, "bias_correction": factors})
-}
-
-fn sgd() -> Value {
-    json!({"name": "sgd", "lr": 0.1})
-}
-
-fn case(model: Value, loss: &'static str, optimizer: Value) -> Case {
-    Case {
-        model,
-        loss,
-        optimizer,
-        dtype: "f32",
-        fault: json!({"kind": "none"}),
-    }
-}
-
-/// Writes the fixture (parameters, `x`, `y` as float32; int64 labels for cross-entropy).
-fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
-    let model: Model = serde_json::from_value(c.model.clone())?;
-    let mut rng = Lcg(7);
-    let mut tensors = Vec::new();
-    for p in model.params() {
-        let n = p.shape.iter().product();
-        let v: Vec<f32> = rng.vec(n).iter().map(|x| x * 0.5).collect();
-        tensors.push((p.name, f32_raw(&v, &p.shape)));
-    }
-    let (input, outputs) = match &model {
-        Model::Mlp { sizes, .. } => (vec![sizes[0]], *sizes.last().unwrap()),
-        Model::Cnn1d {
-            in_channels,
-            length,
-            classes,
-            ..
-        } => (vec![*in_channels, *length], *classes),
-    };
-    let x_shape = [vec![BATCHES, BATCH], input].concat();
-    tensors.push((
-        "x".into(),
-        f32_raw(&rng.vec(x_shape.iter().product()), &x_shape),
-    ));
-    let y = if c.loss == "mse" {
-        f32_raw(
-            &rng.vec(BATCHES * BATCH * outputs),
-            &[BATCHES, BATCH, outputs],
-        )
-    } else {
-        let labels: Vec<u8> = (0..BATCHES * BATCH)
-            .flat_map(|i| ((i * 7 % outputs) as i64).to_le_bytes())
-            .collect();
-        raw(Dtype::I64, &[BATCHES, BATCH], labels)
-    };
-    tensors.push(("y".into(), y));
-    let path = dir.join("fixture.safetensors");
-    safetensors::serialize_to_file(tensors, None, &path)?;
-    Ok(path)
-}
-
-fn spec(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> Result<RunSpec> {
-    let model: Model = serde_json::from_value(c.model.clone())?;
-    let params: Vec<Value> = model
-        .params()
-        .iter()
-        .map(|p| json!({"name": p.name, "shape": p.shape}))
-        .collect();
-    let v = json!({
-        "experiment": "replay_test", "run": "candle", "fixture": fixture, "dtype": c.dtype,
-        "device": "cpu", "steps": K, "model": c.model, "loss": c.loss, "optimizer": optimizer,
-        "record": {"every": 1, "tensors": null, "grads": true, "moments": moments},
-        "params": params, "fault": c.fault,
-    });
-    RunSpec::from_json(&v.to_string())
-}
-
-fn train(spec: &RunSpec) -> Result<Vec<Frame>> {
-    let mut buf = Vec::new();
-    candle_parity::train::run(spec, &mut buf)?;
-    decode(&buf)
-}
-
-fn step<'a>(frames: &'a [Frame], t: u32) -> &'a Frame {
-    frames
-        .iter()
-        .find(|f| f.meta["kind"] == "step" && f.meta["step"] == t.to_string())
-        .unwrap_or_else(|| panic!("no step {t}"))
-}
-
 /// What a self-consistency check leaves for further checks.
 struct Replayed {
-    /// Kept until the checks are done ([`forward_from_state`] reads the fixture).
-    _dir: TempDir,
+    /// Kept until the checks are done: the fixture, `spec.json` (the spec) and
+    /// `state.safetensors` (step K − 1's state).
+    dir: TempDir,
     spec: RunSpec,
     state: ReplayState,
     header: HashMap<String, String>,
@@ -251,6 +35,8 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
     let dir = TempDir::new()?;
     let fixture = write_fixture(&dir.0, c)?;
     let reference = spec(c, &fixture, &c.optimizer, false)?;
+    let json = spec_json(c, &fixture, &c.optimizer, false)?;
+    std::fs::write(dir.0.join("spec.json"), json.to_string())?;
     let trained = train(&reference)?;
     let before = step(&trained, K - 1);
     let wide = c.dtype == "f64";
@@ -328,7 +114,7 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
     }
     let header = frames.remove(0).meta;
     Ok(Replayed {
-        _dir: dir,
+        dir,
         spec: reference,
         state,
         header,
@@ -520,5 +306,40 @@ fn what_cannot_start_from_the_state_is_refused() -> Result<()> {
     assert!(replay(adam, true)?.contains("no Adam"));
     assert!(replay(sgd(), true)?.contains("no moments"));
     assert!(replay(adamw("candle", "f64"), false)?.contains("needs exp_avg"));
+    Ok(())
+}
+
+/// The binary's `replay` subcommand writes what `replay::run` writes, and refuses step 0.
+#[test]
+fn the_command_line_replays_as_the_library_does() -> Result<()> {
+    let r = self_consistent(&case(mlp(), "cross_entropy", adamw("candle", "f64")))?;
+    let out = r.dir.0.join("replay.frames");
+    let run = |step: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_candle-parity"))
+            .args(["replay", "--spec"])
+            .arg(r.dir.0.join("spec.json"))
+            .arg("--state")
+            .arg(r.dir.0.join("state.safetensors"))
+            .args(["--step", step, "--out"])
+            .arg(&out)
+            .output()
+    };
+    let done = run(&K.to_string())?;
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let frames = decode(&std::fs::read(&out)?)?;
+    let kinds: Vec<&str> = frames.iter().map(|f| f.meta["kind"].as_str()).collect();
+    assert_eq!(kinds, ["header", "replay", "end"]);
+    assert_eq!(frames[0].meta["replay_note"], r.header["replay_note"]);
+    assert_eq!(frames[1].tensors.len(), r.frame.tensors.len());
+    for (name, (_, values)) in &r.frame.tensors {
+        assert_eq!(bits(frames[1].get(name)), bits(values), "{name}");
+    }
+    let refused = run("0")?;
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("counted from 1"));
     Ok(())
 }
