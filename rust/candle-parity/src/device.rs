@@ -1,8 +1,10 @@
-//! The device axis: the workflow's names mapped to candle devices, and tensor export.
+//! The device axis: the workflow's names mapped to candle devices, tensor export, and the
+//! import of a replay's state tensors.
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use parity_common::frames::RawTensor;
+use parity_common::replay::StateTensor;
 use parity_common::spec::{DeviceKind, FloatType};
 
 /// Opens `kind` (ordinal 0 for GPUs).
@@ -53,4 +55,20 @@ pub fn scalar_f64(t: &Tensor) -> Result<f64> {
         bail!("expected one element, got {}", v.len());
     }
     Ok(v[0])
+}
+
+/// A replay state tensor ([`StateTensor`], f64 values) as a tensor of its shape in `dtype`
+/// (F32: the values rounded to float32, exact for the float32 state the workflow writes;
+/// F64: the values as they are) on `dev`.
+///
+/// # Errors
+/// For dtypes other than F32 and F64, a shape that does not match the number of values,
+/// or a failing device copy.
+pub fn state_tensor(t: &StateTensor, dtype: DType, dev: &Device) -> Result<Tensor> {
+    let shape = t.shape.as_slice();
+    Ok(match dtype {
+        DType::F32 => Tensor::from_vec(t.to_f32(), shape, dev)?,
+        DType::F64 => Tensor::from_vec(t.values.clone(), shape, dev)?,
+        other => bail!("cannot import a state tensor as {other:?}"),
+    })
 }

@@ -1,4 +1,5 @@
-//! candle side of the parity workflow: one training run or one op probe per invocation.
+//! candle side of the parity workflow: one training run, one op probe or one replayed step
+//! per invocation.
 //!
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
 //! `candle-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
@@ -6,11 +7,15 @@
 //! from `Var`s, [`optim`] wraps the optimizers, [`train`] is the loop
 //! (`loss.backward()` → `opt.step(&grads)`). [`probe`] interprets an op probe
 //! ([`parity_common::probe_spec::ProbeSpec`]) and reports each quantity as an outcome.
+//! [`replay`] replays one step from a given state ([`parity_common::replay`]) and records
+//! every intermediate, its gradient, and each parameter's gradient and update; [`device`]
+//! maps devices and converts tensors to and from the frames and the replay state.
 
 pub mod device;
 pub mod model;
 pub mod optim;
 pub mod probe;
+pub mod replay;
 pub mod train;
 
 /// The candle-core version this binary was built against, read from Cargo.lock at build time.

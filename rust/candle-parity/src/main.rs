@@ -1,11 +1,12 @@
-//! `candle-parity`: one training run or one op probe per invocation; the workflow decides which
-//! (the command line is parity_common::cli's).
+//! `candle-parity`: one training run, one op probe or one replayed step per invocation; the
+//! workflow decides which (the command line is parity_common::cli's).
 
 use std::io::Write;
 
 use anyhow::Result;
 use parity_common::cli::{self, Runner};
 use parity_common::probe_spec::ProbeSpec;
+use parity_common::replay::ReplayState;
 use parity_common::spec::RunSpec;
 
 struct Candle;
@@ -21,12 +22,8 @@ impl Runner for Candle {
         candle_parity::train::run(spec, sink)
     }
 
-    fn replay(
-        _spec: &RunSpec,
-        _state: &parity_common::replay::ReplayState,
-        _sink: Box<dyn Write>,
-    ) -> Result<()> {
-        anyhow::bail!("replay: in progress")
+    fn replay(spec: &RunSpec, state: &ReplayState, sink: Box<dyn Write>) -> Result<()> {
+        candle_parity::replay::run(spec, state, sink)
     }
 
     fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()> {

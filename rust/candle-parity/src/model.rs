@@ -2,6 +2,10 @@
 //!
 //! Parameter names and layouts are PyTorch's (`fc1.weight` is `[out, in]`, `conv.weight` is
 //! `[out, in, k]`), which is also candle's own layout, so no transposes are needed.
+//!
+//! One forward pass serves training ([`Net::forward`]) and the replay
+//! ([`Net::forward_tapped`], which also returns the named intermediates and a zero tap on
+//! each for their gradients).
 
 use std::collections::HashMap;
 
@@ -132,14 +136,58 @@ impl Net {
             .with_context(|| format!("no parameter {name}"))
     }
 
-    /// The forward pass: `x` `[batch, …input]` → output `[batch, outputs]`.
+    /// The forward pass: `x` `[batch, …input]` (run dtype) → output `[batch, outputs]`.
     ///
     /// With [`Fault::TransposedWeight`] every square MLP weight is used as `W` instead of
-    /// `Wᵀ` (the shapes still fit, which is why the mistake runs).
+    /// `Wᵀ` (the shapes still fit, which is why the mistake runs). This is the pass
+    /// [`crate::train::run`] differentiates; it adds no op to the graph beyond the model's.
     ///
     /// # Errors
     /// On shape mismatches (which [`Net::load`] rules out for fixture data).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, &mut |_, h| Ok(h))
+    }
+
+    /// The forward pass of [`Net::forward`] with a zero tap on every named intermediate, for
+    /// the replay ([`crate::replay`]): each quantity of
+    /// [`parity_common::replay::forward_names`] but `loss` (MLP `fc{i}.out` before the
+    /// activation and `relu{i}.out`; CNN `conv.out` `[batch, channels, length − kernel + 1]`
+    /// with the bias, `relu.out` before flattening, `fc.out`) is replaced by `h + tap`,
+    /// where `tap` is a `Var` of `h`'s shape, dtype and device holding −0.0.
+    ///
+    /// Adding −0.0 is the identity of IEEE 754 addition for every value, −0.0 included
+    /// (+0.0 would turn −0.0 into +0.0), so every value, the output's included, is bit for
+    /// bit that of [`Net::forward`]. The `Add` backward hands the incoming gradient to both
+    /// operands unchanged, so `grads.get(tap)` is d loss / d h, which candle's backward
+    /// otherwise drops (it keeps the gradients of `Var`s only), and the gradients of the
+    /// parameters are unchanged (`tests/replay.rs` checks both against `train`).
+    ///
+    /// # Errors
+    /// As [`Net::forward`], or when a tap cannot be allocated.
+    pub fn forward_tapped(&self, x: &Tensor) -> Result<Tapped> {
+        let mut forward = Vec::new();
+        let mut taps = Vec::new();
+        let output = self.forward_with(x, &mut |name, h| {
+            let tap = Var::from_tensor(&h.zeros_like()?.neg()?)?;
+            let h = (h + tap.as_tensor())?;
+            forward.push((name.to_string(), h.clone()));
+            taps.push((name.to_string(), tap));
+            Ok(h)
+        })?;
+        Ok(Tapped {
+            output,
+            forward,
+            taps,
+        })
+    }
+
+    /// The forward pass, calling `at(name, h)` on each named intermediate `h` (see
+    /// [`Net::forward_tapped`]) and continuing with what it returns.
+    fn forward_with(
+        &self,
+        x: &Tensor,
+        at: &mut dyn FnMut(&str, Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         match &self.model {
             Model::Mlp { sizes, activation } => {
                 let layers = sizes.len() - 1;
@@ -154,8 +202,10 @@ impl Net {
                         h.matmul(&w.t()?)?
                     }
                     .broadcast_add(b)?;
+                    h = at(&format!("fc{i}.out"), h)?;
                     if i < layers {
                         h = activate(&h, *activation)?;
+                        h = at(&format!("{}{i}.out", activation_name(*activation)), h)?;
                     }
                 }
                 Ok(h)
@@ -177,12 +227,35 @@ impl Net {
                     ConvImpl::Conv1d => x.conv1d(w, 0, 1, 1, 1)?,
                 };
                 let h = conv.broadcast_add(&b.reshape((1, *channels, 1))?)?;
-                let h = activate(&h, *activation)?.flatten_from(1)?;
+                let h = at("conv.out", h)?;
+                let h = activate(&h, *activation)?;
+                let h = at(&format!("{}.out", activation_name(*activation)), h)?;
+                let h = h.flatten_from(1)?;
                 let fw = self.get("fc.weight")?;
                 let fb = self.get("fc.bias")?;
-                Ok(h.matmul(&fw.t()?)?.broadcast_add(fb)?)
+                let out = h.matmul(&fw.t()?)?.broadcast_add(fb)?;
+                at("fc.out", out)
             }
         }
+    }
+}
+
+/// A forward pass with taps ([`Net::forward_tapped`]).
+pub struct Tapped {
+    /// The model's output `[batch, outputs]`, bit for bit that of [`Net::forward`].
+    pub output: Tensor,
+    /// Each named intermediate (after its tap), in forward order, named as
+    /// [`parity_common::replay::forward_names`] names it (without `loss`).
+    pub forward: Vec<(String, Tensor)>,
+    /// The tap of each intermediate, same order and names: `grads.get(tap)` after
+    /// `loss.backward()` is d loss / d intermediate.
+    pub taps: Vec<(String, Var)>,
+}
+
+/// The name of an activation in module paths (`relu`), as PyTorch's model names it.
+fn activation_name(a: Activation) -> &'static str {
+    match a {
+        Activation::Relu => "relu",
     }
 }
 
@@ -241,6 +314,44 @@ mod tests {
             .to_vec2::<f32>()?;
         assert_eq!(clean, vec![vec![4.0]]);
         assert_eq!(faulty, vec![vec![6.0]]);
+        Ok(())
+    }
+
+    /// The taps change no value and carry the intermediates' gradients; their names are the
+    /// contract's.
+    #[test]
+    fn taps_change_no_value_and_carry_the_gradients() -> Result<()> {
+        let net = square_net(Fault::None)?;
+        let x = Tensor::new(&[[1f32, 1.0], [-0.5, 2.0]], &Device::Cpu)?;
+        let tapped = net.forward_tapped(&x)?;
+        let bits = |t: &Tensor| -> Result<Vec<u32>> {
+            Ok(t.flatten_all()?
+                .to_vec1::<f32>()?
+                .iter()
+                .map(|v| v.to_bits())
+                .collect())
+        };
+        assert_eq!(bits(&tapped.output)?, bits(&net.forward(&x)?)?);
+        let mut names: Vec<String> = tapped.forward.iter().map(|(n, _)| n.clone()).collect();
+        names.push("loss".into());
+        assert_eq!(names, parity_common::replay::forward_names(&net.model));
+        for (_, tap) in &tapped.taps {
+            assert!(bits(tap.as_tensor())?
+                .iter()
+                .all(|&b| b == (-0f32).to_bits()));
+        }
+        // d sum(out) / d fc2.out is one everywhere.
+        let grads = tapped.output.sum_all()?.backward()?;
+        let g = grads
+            .get(&tapped.taps[2].1)
+            .expect("fc2.out's tap has a gradient");
+        assert_eq!(g.to_vec2::<f32>()?, vec![vec![1.0], vec![1.0]]);
+        // Why −0.0: it is the additive identity for −0.0 too, where +0.0 is not.
+        let h = Tensor::new(&[-0f32, 0.0, 1.5], &Device::Cpu)?;
+        let minus = (&h + h.zeros_like()?.neg()?)?;
+        let plus = (&h + h.zeros_like()?)?;
+        assert_eq!(bits(&minus)?, bits(&h)?);
+        assert_ne!(bits(&plus)?, bits(&h)?);
         Ok(())
     }
 

@@ -1,12 +1,15 @@
 //! Optimizers: candle-nn's `SGD` and `AdamW`, and a hand-written AdamW that follows
 //! candle-nn 0.11.0's `AdamW::step` operation by operation.
 //!
-//! The hand-written one exists for two reasons: it exposes the moments (`exp_avg`,
-//! `exp_avg_sq`) for recording, which candle-nn keeps private, and it can compute the
-//! bias-correction factors in float32 (the study's ablation, the way burn computes them).
-//! With float64 factors it must equal `candle_nn::AdamW` bit for bit; the workflow checks
-//! that as its own comparison. It is also where the AdamW faults of the detection-power
-//! suite live ([`Fault::in_adamw`]); without a fault it runs the same expression tree.
+//! The hand-written one exists for three reasons: it exposes the moments (`exp_avg`,
+//! `exp_avg_sq`) for recording, which candle-nn keeps private; it can start from given
+//! moments ([`ManualAdamW::from_state`]), which replaying a step needs ([`crate::replay`],
+//! [`Stepper::from_state`]); and it can compute the bias-correction factors in float32 (the
+//! study's ablation, the way burn computes them). With float64 factors it must equal
+//! `candle_nn::AdamW` bit for bit; the workflow checks that as its own comparison, and the
+//! replay of a candle-nn AdamW run rests on it. It is also where the AdamW faults of the
+//! detection-power suite live ([`Fault::in_adamw`]); without a fault it runs the same
+//! expression tree.
 
 use std::hint::black_box;
 
@@ -14,7 +17,10 @@ use anyhow::{bail, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use candle_nn::{AdamW, Optimizer as _, ParamsAdamW, SGD};
+use parity_common::replay::{Moments, StateTensor};
 use parity_common::spec::{AdamWImpl, FactorType, Fault, Optimizer};
+
+use crate::device::state_tensor;
 
 /// Bias-correction factors `(1/(1−β₁ᵗ), 1/(1−β₂ᵗ))` for step `t` (from 1).
 ///
@@ -76,6 +82,55 @@ impl ManualAdamW {
         })
     }
 
+    /// Starts from given moments, as if `steps_taken` steps had been taken: the next
+    /// [`ManualAdamW::step`] is step `steps_taken + 1` (its bias correction uses that `t`).
+    /// `exp_avg` and `exp_avg_sq` hold one tensor per var, in the vars' order, each of its
+    /// var's shape, dtype and device. `factors` and `fault` as in [`ManualAdamW::new`].
+    ///
+    /// # Errors
+    /// When the number of moments differs from the number of vars, or a moment's shape,
+    /// dtype or device differs from its var's.
+    pub fn from_state(
+        vars: Vec<Var>,
+        params: ParamsAdamW,
+        factors: FactorType,
+        fault: Fault,
+        exp_avg: Vec<Tensor>,
+        exp_avg_sq: Vec<Tensor>,
+        steps_taken: usize,
+    ) -> Result<Self> {
+        for (what, moments) in [("exp_avg", &exp_avg), ("exp_avg_sq", &exp_avg_sq)] {
+            if moments.len() != vars.len() {
+                bail!("{} {what} tensors for {} vars", moments.len(), vars.len());
+            }
+            for (i, (m, v)) in moments.iter().zip(&vars).enumerate() {
+                if m.dims() != v.dims()
+                    || m.dtype() != v.dtype()
+                    || !m.device().same_device(v.device())
+                {
+                    bail!(
+                        "{what}[{i}] is {:?} {:?} on {:?}; its var is {:?} {:?} on {:?}",
+                        m.dtype(),
+                        m.dims(),
+                        m.device(),
+                        v.dtype(),
+                        v.dims(),
+                        v.device()
+                    );
+                }
+            }
+        }
+        Ok(Self {
+            vars,
+            exp_avg,
+            exp_avg_sq,
+            step_t: steps_taken,
+            params,
+            factors,
+            fault,
+        })
+    }
+
     /// One step. Same expression tree as candle-nn 0.11.0 `AdamW::step`:
     /// m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²; θ ← θ(1 − lr·λ) − lr·(m·s_m)/(√(v·s_v) + ε).
     ///
@@ -130,6 +185,39 @@ pub enum Stepper {
     Manual(ManualAdamW),
 }
 
+/// What candle-nn 0.11.0 lacks: Adam.
+const NO_ADAM: &str = "candle-nn 0.11.0 has no Adam; use AdamW with weight_decay 0 (PyTorch's Adam equals AdamW(weight_decay=0) bit for bit)";
+/// What candle-parity does not run: burn's AdamW.
+const NOT_BURN: &str = "implementation \"burn\" is burn's AdamW; candle-parity runs candle-nn's (\"candle\") or the hand-written copy (\"manual\")";
+
+/// The `replay_note` of a candle-nn AdamW run replayed by [`ManualAdamW`].
+pub const REPLAY_NOTE_CANDLE_ADAMW: &str = "candle_nn::AdamW keeps its moments private; replayed with candle_parity::optim::ManualAdamW (float64 factors), equal to it bit for bit";
+
+fn adamw_params(lr: f64, betas: [f64; 2], eps: f64, weight_decay: f64) -> ParamsAdamW {
+    ParamsAdamW {
+        lr,
+        beta1: betas[0],
+        beta2: betas[1],
+        eps,
+        weight_decay,
+    }
+}
+
+/// Refuses an AdamW fault ([`Fault::in_adamw`]) for an optimizer other than the manual AdamW.
+fn check_fault(spec: &Optimizer, fault: Fault) -> Result<()> {
+    let manual = matches!(
+        spec,
+        Optimizer::Adamw {
+            implementation: AdamWImpl::Manual,
+            ..
+        }
+    );
+    if fault.in_adamw() && !manual {
+        bail!("fault {fault:?} needs the manual AdamW (implementation \"manual\")");
+    }
+    Ok(())
+}
+
 impl Stepper {
     /// Builds the optimizer named by `spec` over `vars`, with the run's `fault` (see
     /// [`ManualAdamW::new`]).
@@ -140,16 +228,7 @@ impl Stepper {
     /// optimizer other than the manual AdamW, or for what candle-nn 0.11.0 lacks: Adam, or an
     /// AdamW implementation that is not candle's.
     pub fn new(spec: &Optimizer, vars: Vec<Var>, want_moments: bool, fault: Fault) -> Result<Self> {
-        let manual = matches!(
-            spec,
-            Optimizer::Adamw {
-                implementation: AdamWImpl::Manual,
-                ..
-            }
-        );
-        if fault.in_adamw() && !manual {
-            bail!("fault {fault:?} needs the manual AdamW (implementation \"manual\")");
-        }
+        check_fault(spec, fault)?;
         Ok(match spec {
             Optimizer::Sgd { lr } => {
                 if want_moments {
@@ -165,13 +244,7 @@ impl Stepper {
                 implementation,
                 bias_correction,
             } => {
-                let params = ParamsAdamW {
-                    lr: *lr,
-                    beta1: betas[0],
-                    beta2: betas[1],
-                    eps: *eps,
-                    weight_decay: *weight_decay,
-                };
+                let params = adamw_params(*lr, *betas, *eps, *weight_decay);
                 match implementation {
                     AdamWImpl::Candle => {
                         if want_moments {
@@ -182,13 +255,89 @@ impl Stepper {
                     AdamWImpl::Manual => {
                         Stepper::Manual(ManualAdamW::new(vars, params, *bias_correction, fault)?)
                     }
-                    AdamWImpl::Burn => bail!("implementation \"burn\" is burn's AdamW; candle-parity runs candle-nn's (\"candle\") or the hand-written copy (\"manual\")"),
+                    AdamWImpl::Burn => bail!(NOT_BURN),
                 }
             }
-            Optimizer::Adam { .. } => bail!(
-                "candle-nn 0.11.0 has no Adam; use AdamW with weight_decay 0 (PyTorch's Adam equals AdamW(weight_decay=0) bit for bit)"
-            ),
+            Optimizer::Adam { .. } => bail!(NO_ADAM),
         })
+    }
+
+    /// The optimizer of a replay ([`crate::replay`]): the one `spec` names over `vars`,
+    /// started from `moments` (given for AdamW, `None` for SGD) so that its next step is
+    /// step `moments.steps_taken + 1`, and the `replay_note` saying how.
+    ///
+    /// * SGD: candle-nn's `SGD` (stateless); note `""`.
+    /// * AdamW, implementation `manual`: [`ManualAdamW::from_state`] with the spec's factor
+    ///   type and `fault`; note `""`.
+    /// * AdamW, implementation `candle`: candle-nn's `AdamW` cannot start from given moments
+    ///   (they are private), so [`ManualAdamW`] with float64 factors replays it, which equals
+    ///   it bit for bit (the workflow's `manual_identity` comparison, tolerance 0); note
+    ///   [`REPLAY_NOTE_CANDLE_ADAMW`].
+    ///
+    /// The moments' f64 values are converted to each var's dtype (exact for the float32
+    /// state the workflow writes) and moved to its device.
+    ///
+    /// # Errors
+    /// As [`Stepper::new`] for Adam, burn's AdamW and misplaced faults; moments missing for
+    /// AdamW or given to SGD; moments whose count or shapes differ from the vars'.
+    pub fn from_state(
+        spec: &Optimizer,
+        vars: Vec<Var>,
+        moments: Option<&Moments>,
+        fault: Fault,
+    ) -> Result<(Self, &'static str)> {
+        check_fault(spec, fault)?;
+        match (spec, moments) {
+            (Optimizer::Sgd { lr }, None) => Ok((Stepper::Sgd(SGD::new(vars, *lr)?), "")),
+            (Optimizer::Sgd { .. }, Some(_)) => bail!("SGD keeps no moments to start from"),
+            (Optimizer::Adam { .. }, _) => bail!(NO_ADAM),
+            (
+                Optimizer::Adamw {
+                    implementation: AdamWImpl::Burn,
+                    ..
+                },
+                _,
+            ) => bail!(NOT_BURN),
+            (Optimizer::Adamw { .. }, None) => {
+                bail!("AdamW needs exp_avg and exp_avg_sq to start from")
+            }
+            (
+                Optimizer::Adamw {
+                    lr,
+                    betas,
+                    eps,
+                    weight_decay,
+                    implementation,
+                    bias_correction,
+                },
+                Some(m),
+            ) => {
+                let convert = |ts: &[StateTensor]| -> Result<Vec<Tensor>> {
+                    if ts.len() != vars.len() {
+                        bail!("{} moment tensors for {} parameters", ts.len(), vars.len());
+                    }
+                    ts.iter()
+                        .zip(&vars)
+                        .map(|(t, v)| state_tensor(t, v.dtype(), v.device()))
+                        .collect()
+                };
+                let (exp_avg, exp_avg_sq) = (convert(&m.exp_avg)?, convert(&m.exp_avg_sq)?);
+                let (factors, note) = match implementation {
+                    AdamWImpl::Candle => (FactorType::F64, REPLAY_NOTE_CANDLE_ADAMW),
+                    _ => (*bias_correction, ""),
+                };
+                let opt = ManualAdamW::from_state(
+                    vars,
+                    adamw_params(*lr, *betas, *eps, *weight_decay),
+                    factors,
+                    fault,
+                    exp_avg,
+                    exp_avg_sq,
+                    m.steps_taken as usize,
+                )?;
+                Ok((Stepper::Manual(opt), note))
+            }
+        }
     }
 
     /// `opt.step(&grads)`.

@@ -128,7 +128,9 @@ pub fn header_meta(dev: &candle_core::Device) -> HashMap<String, String> {
     ])
 }
 
-fn optimizer_impl(opt: &Stepper) -> &'static str {
+/// The `optimizer_impl` header entry: the type that steps (`candle_nn::SGD`,
+/// `candle_nn::AdamW`, `candle_parity::optim::ManualAdamW`).
+pub fn optimizer_impl(opt: &Stepper) -> &'static str {
     match opt {
         Stepper::Sgd(_) => "candle_nn::SGD",
         Stepper::AdamW(_) => "candle_nn::AdamW",

@@ -1,0 +1,138 @@
+//! Same-state replay of one training step (the `replay` subcommand; the contract is
+//! [`parity_common::replay`]).
+//!
+//! The run's spec and fixture are loaded as for [`crate::train::run`], the parameters and
+//! optimizer state are replaced by the given ones, and step k runs once on batch
+//! (k − 1) mod batches with the ops of `train`, in the same order: the forward pass of
+//! [`Net::forward_tapped`] (the forward of [`Net::forward`] plus a −0.0 tap on each named
+//! intermediate, which changes no value and yields the intermediates' gradients), the loss of
+//! [`model::loss`], `loss.backward()` and the optimizer step, skipped where
+//! `spec.fault.skips(k)`. The faults act where they act in `train`.
+//!
+//! The optimizer comes from [`Stepper::from_state`]: candle-nn's `SGD` for SGD; for AdamW
+//! the hand-written [`crate::optim::ManualAdamW`], started from the given moments with step
+//! count k − 1, which for a candle-nn AdamW run (whose moments are private) is the float64-
+//! factor copy equal to candle-nn's bit for bit, as the header's `replay_note` says. Adam is
+//! refused, as `train` refuses it.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use anyhow::{bail, Result};
+use parity_common::frames::{meta, FrameWriter, RawTensor};
+use parity_common::replay::{intermediate_names, replay_meta, ReplayState};
+use parity_common::spec::RunSpec;
+
+use crate::device::{self, state_tensor, to_raw};
+use crate::model::{self, Net};
+use crate::optim::Stepper;
+use crate::train::{header_meta, optimizer_impl};
+
+/// Replays step `state.step` (k) of `spec` from `state` and writes to `sink` a `header`
+/// frame (as `train`'s, plus `optimizer_impl`, the optimizer that ran, and `replay_note`),
+/// one `replay` frame (metadata [`replay_meta`]) and an `end` frame with status `complete`.
+///
+/// The `replay` frame holds every name of [`intermediate_names`]`(spec)`, each flattened in
+/// PyTorch layout and the run dtype: the forward intermediates and `loss` (one element),
+/// `grad:<intermediate>` (d loss / d intermediate), `grad:<param>` and `after:<param>` (the
+/// parameter after the update, or as it was when the fault skips step k). A name candle
+/// cannot give would be listed in the frame's `missing` metadata; for the models here there
+/// is none.
+///
+/// The state's parameters are converted to the run dtype (float32 runs take the values as
+/// float32, float64 runs the values as they are, i.e. widened from a float32 state).
+///
+/// # Errors
+/// An unavailable device, fixture problems (see [`Net::load`]), a state whose parameters
+/// differ from the spec's in names, order or shapes, an optimizer that cannot start from
+/// the state (see [`Stepper::from_state`]: Adam, burn's AdamW, moments missing or given to
+/// SGD), tensor failures, or a failing sink.
+pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()> {
+    let k = state.step;
+    if k == 0 {
+        bail!("the replayed step is counted from 1 (step 0 is the initial state)");
+    }
+    let dev = device::open(spec.device)?;
+    let (net, data) = Net::load(spec, &dev)?;
+    set_params(&net, state)?;
+    let (mut opt, note) = Stepper::from_state(
+        &spec.optimizer,
+        net.vars(),
+        state.moments.as_ref(),
+        spec.fault,
+    )?;
+
+    let mut out = FrameWriter::new(sink);
+    let mut header = header_meta(&dev);
+    header.insert("optimizer_impl".into(), optimizer_impl(&opt).into());
+    header.insert("replay_note".into(), note.into());
+    out.write_meta(header)?;
+
+    let (x, y) = data.batch(k)?;
+    let tapped = net.forward_tapped(&x)?;
+    let loss = model::loss(spec.loss, &tapped.output, &y, spec.fault)?;
+    let grads = loss.backward()?;
+
+    // Everything before the update is copied out first: the update sets the vars in place.
+    let mut got: HashMap<String, RawTensor> = HashMap::new();
+    for (name, h) in &tapped.forward {
+        got.insert(name.clone(), to_raw(h)?);
+    }
+    got.insert("loss".into(), to_raw(&loss)?);
+    for (name, tap) in &tapped.taps {
+        if let Some(g) = grads.get(tap) {
+            got.insert(format!("grad:{name}"), to_raw(g)?);
+        }
+    }
+    for (name, var) in net.params() {
+        if let Some(g) = grads.get(var) {
+            got.insert(format!("grad:{name}"), to_raw(g)?);
+        }
+    }
+    if !spec.fault.skips(k) {
+        opt.step(&grads)?;
+    }
+    for (name, var) in net.params() {
+        got.insert(format!("after:{name}"), to_raw(var.as_tensor())?);
+    }
+
+    let mut tensors = Vec::new();
+    let mut missing = Vec::new();
+    for name in intermediate_names(spec) {
+        match got.remove(&name) {
+            Some(t) => tensors.push((name, t)),
+            None => missing.push((name, "no gradient reached it in candle's backward".into())),
+        }
+    }
+    if !got.is_empty() {
+        let mut extra: Vec<_> = got.into_keys().collect();
+        extra.sort();
+        bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
+    }
+    out.write(replay_meta(k, &missing), tensors)?;
+    out.write_meta(meta([
+        ("kind", "end".into()),
+        ("status", "complete".into()),
+    ]))?;
+    Ok(())
+}
+
+/// Sets each parameter of `net` to the state's, converted to its dtype.
+fn set_params(net: &Net, state: &ReplayState) -> Result<()> {
+    let ours: Vec<&str> = net.params().iter().map(|(n, _)| n.as_str()).collect();
+    let theirs: Vec<&str> = state.params.iter().map(|(n, _)| n.as_str()).collect();
+    if ours != theirs {
+        bail!("the state's parameters {theirs:?} differ from the model's {ours:?}");
+    }
+    for ((name, var), (_, t)) in net.params().iter().zip(&state.params) {
+        if t.shape != var.dims() {
+            bail!(
+                "state parameter {name} has shape {:?}, the model's is {:?}",
+                t.shape,
+                var.dims()
+            );
+        }
+        var.set(&state_tensor(t, var.dtype(), var.device())?)?;
+    }
+    Ok(())
+}

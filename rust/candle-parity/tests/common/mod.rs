@@ -1,0 +1,235 @@
+//! Helpers of the replay tests: a temporary directory, deterministic values, a frame
+//! decoder (parity-common has only the writer), fixtures and specs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::Result;
+use parity_common::frames::RawTensor;
+use parity_common::spec::{Model, RunSpec};
+use safetensors::Dtype;
+use serde_json::{json, Value};
+
+pub const BATCHES: usize = 2;
+pub const BATCH: usize = 5;
+/// The replayed step; with two batches it uses batch 0 again, (3 − 1) mod 2.
+pub const K: u32 = 3;
+
+/// A directory under the system's temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> Result<Self> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("candle-parity-replay-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Deterministic values in [−1, 1).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+/// One decoded frame: metadata and tensors (dtype, values widened to f64, exactly).
+pub struct Frame {
+    pub meta: HashMap<String, String>,
+    pub tensors: HashMap<String, (Dtype, Vec<f64>)>,
+}
+
+impl Frame {
+    pub fn get(&self, name: &str) -> &[f64] {
+        &self
+            .tensors
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", self.meta))
+            .1
+    }
+}
+
+/// Reads a frame stream: u64 LE byte count + one safetensors buffer, repeated.
+pub fn decode(mut bytes: &[u8]) -> Result<Vec<Frame>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let n = u64::from_le_bytes(bytes[..8].try_into()?) as usize;
+        let body = &bytes[8..8 + n];
+        let (_, md) = safetensors::SafeTensors::read_metadata(body)?;
+        let st = safetensors::SafeTensors::deserialize(body)?;
+        let mut tensors = HashMap::new();
+        for (name, view) in st.tensors() {
+            let d = view.data();
+            let values = match view.dtype() {
+                Dtype::F32 => d
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+                Dtype::F64 => d
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+                other => anyhow::bail!("unexpected dtype {other:?}"),
+            };
+            tensors.insert(name, (view.dtype(), values));
+        }
+        out.push(Frame {
+            meta: md.metadata().clone().unwrap_or_default(),
+            tensors,
+        });
+        bytes = &bytes[8 + n..];
+    }
+    Ok(out)
+}
+
+pub fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+pub fn raw(dtype: Dtype, shape: &[usize], data: Vec<u8>) -> RawTensor {
+    RawTensor {
+        dtype,
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
+pub fn f32_raw(values: &[f32], shape: &[usize]) -> RawTensor {
+    raw(
+        Dtype::F32,
+        shape,
+        values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    )
+}
+
+/// What a case varies; everything else is fixed.
+pub struct Case {
+    pub model: Value,
+    pub loss: &'static str,
+    pub optimizer: Value,
+    pub dtype: &'static str,
+    pub fault: Value,
+}
+
+pub fn mlp() -> Value {
+    json!({"family": "mlp", "sizes": [4, 6, 6, 3], "activation": "relu"})
+}
+
+pub fn cnn(conv_impl: &str) -> Value {
+    json!({"family": "cnn1d", "in_channels": 2, "channels": 3, "kernel": 3, "length": 8,
+           "classes": 4, "activation": "relu", "conv_impl": conv_impl})
+}
+
+pub fn adamw(implementation: &str, factors: &str) -> Value {
+    json!({"name": "adamw", "lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
+           "weight_decay": 0.01, "implementation": implementation, "bias_correction": factors})
+}
+
+pub fn sgd() -> Value {
+    json!({"name": "sgd", "lr": 0.1})
+}
+
+pub fn case(model: Value, loss: &'static str, optimizer: Value) -> Case {
+    Case {
+        model,
+        loss,
+        optimizer,
+        dtype: "f32",
+        fault: json!({"kind": "none"}),
+    }
+}
+
+/// Writes the fixture (parameters, `x`, `y` as float32; int64 labels for cross-entropy).
+pub fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
+    let model: Model = serde_json::from_value(c.model.clone())?;
+    let mut rng = Lcg(7);
+    let mut tensors = Vec::new();
+    for p in model.params() {
+        let n = p.shape.iter().product();
+        let v: Vec<f32> = rng.vec(n).iter().map(|x| x * 0.5).collect();
+        tensors.push((p.name, f32_raw(&v, &p.shape)));
+    }
+    let (input, outputs) = match &model {
+        Model::Mlp { sizes, .. } => (vec![sizes[0]], *sizes.last().unwrap()),
+        Model::Cnn1d {
+            in_channels,
+            length,
+            classes,
+            ..
+        } => (vec![*in_channels, *length], *classes),
+    };
+    let x_shape = [vec![BATCHES, BATCH], input].concat();
+    tensors.push((
+        "x".into(),
+        f32_raw(&rng.vec(x_shape.iter().product()), &x_shape),
+    ));
+    let y = if c.loss == "mse" {
+        f32_raw(
+            &rng.vec(BATCHES * BATCH * outputs),
+            &[BATCHES, BATCH, outputs],
+        )
+    } else {
+        let labels: Vec<u8> = (0..BATCHES * BATCH)
+            .flat_map(|i| ((i * 7 % outputs) as i64).to_le_bytes())
+            .collect();
+        raw(Dtype::I64, &[BATCHES, BATCH], labels)
+    };
+    tensors.push(("y".into(), y));
+    let path = dir.join("fixture.safetensors");
+    safetensors::serialize_to_file(tensors, None, &path)?;
+    Ok(path)
+}
+
+/// The spec JSON of case `c` with `optimizer`: K steps, every step recorded with its
+/// gradients, and the moments if `moments`.
+pub fn spec_json(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> Result<Value> {
+    let model: Model = serde_json::from_value(c.model.clone())?;
+    let params: Vec<Value> = model
+        .params()
+        .iter()
+        .map(|p| json!({"name": p.name, "shape": p.shape}))
+        .collect();
+    Ok(json!({
+        "experiment": "replay_test", "run": "candle", "fixture": fixture, "dtype": c.dtype,
+        "device": "cpu", "steps": K, "model": c.model, "loss": c.loss, "optimizer": optimizer,
+        "record": {"every": 1, "tensors": null, "grads": true, "moments": moments},
+        "params": params, "fault": c.fault,
+    }))
+}
+
+/// [`spec_json`] parsed.
+pub fn spec(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> Result<RunSpec> {
+    RunSpec::from_json(&spec_json(c, fixture, optimizer, moments)?.to_string())
+}
+
+pub fn train(spec: &RunSpec) -> Result<Vec<Frame>> {
+    let mut buf = Vec::new();
+    candle_parity::train::run(spec, &mut buf)?;
+    decode(&buf)
+}
+
+pub fn step(frames: &[Frame], t: u32) -> &Frame {
+    frames
+        .iter()
+        .find(|f| f.meta["kind"] == "step" && f.meta["step"] == t.to_string())
+        .unwrap_or_else(|| panic!("no step {t}"))
+}
