@@ -115,3 +115,22 @@ def test_the_default_target_has_no_fault_jobs(tmp_path):
     assert "_fault_" not in proc.stdout
     for rule in ("detection", "sensitivity", "faults"):
         assert f"rule {rule}:" not in proc.stdout and f"localrule {rule}:" not in proc.stdout
+
+
+def test_every_fault_with_a_site_is_localised_to_it(faults_run):
+    """Issue 15: the localisation of each fault comparison names the quantity the fault
+    changes first (config faults.instances.<name>.site); a fault without a site says so."""
+    workdir, _ = faults_run
+    rows = {r["fault"]: r for r in read_csv(workdir / "results/tables/detection.csv")}
+    for name in ("eps_in_sqrt", "lr_scaled", "skip_update"):
+        r = rows[name]
+        assert (r["expected_site"], r["found_site"], r["site_found"]) == (
+            "update:fc1.weight", "update:fc1.weight", "yes"
+        ), name
+    assert rows["relu_grad_at_zero"]["expected_site"] == ""
+    assert rows["relu_grad_at_zero"]["site_found"] == "-"
+    loc = read_csv(workdir / f"results/tables/{EXPERIMENT}/localise-fault_skip_update-cpu.csv")
+    verdicts = {r["quantity"]: r["verdict"] for r in loc}
+    # The skipped step changes no forward or backward quantity, only the updates.
+    assert all(v == "agrees" for q, v in verdicts.items() if not q.startswith("update:"))
+    assert verdicts["update:fc1.weight"] == "differs"

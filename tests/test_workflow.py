@@ -287,3 +287,40 @@ def test_float32_factors_are_a_formula_difference_from_step_1(short_run):
     diag = read_csv(workdir / "results/tables/a3_adamw/diagnosis-cpu.csv")
     assert diag[1]["relu_flips_f32"] == "0"
     assert (workdir / "results/figures/a3_adamw/diagnosis-cpu.png").exists()
+
+
+def test_localisation_finds_candles_conv1d_kernel_gradient(short_run):
+    """Issue 15's acceptance on the study's bug: forward outputs and the loss agree, the
+    first quantity that differs is the convolution's kernel gradient, and its update is
+    downstream of it."""
+    workdir, _, _ = short_run
+    rows = {r["quantity"]: r for r in read_csv(
+        workdir / "results/tables/cnn_adam_conv1d/localise-main-cpu.csv"
+    )}
+    for q in ("conv.out", "relu.out", "fc.out", "loss", "grad:fc.out", "grad:conv.out"):
+        assert rows[q]["verdict"] == "agrees", q
+    assert rows["grad:conv.weight"]["verdict"] == "differs"
+    assert rows["grad:conv.bias"]["verdict"] == "agrees"
+    assert rows["update:conv.weight"]["verdict"] == "downstream"
+    assert [q for q, r in rows.items() if r["verdict"] == "differs"] == ["grad:conv.weight"]
+    assert (workdir / "results/figures/cnn_adam_conv1d/localise-main-cpu.png").exists()
+    md = (workdir / "results/tables/cnn_adam_conv1d/localise-main-cpu.md").read_text()
+    assert "culprit: **`grad:conv.weight`** (backward)" in md
+
+
+def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
+    workdir, _, _ = short_run
+    rows = {
+        (r["experiment"], r["comparison"]): r
+        for r in read_csv(workdir / "results/tables/summary.csv")
+    }
+    want = {
+        ("cnn_adam_conv1d", "main"): ("grad:conv.weight", "backward"),
+        ("a3_wd_mismatch", "main"): ("update:fc1.weight", "update"),
+        ("a3_adamw_f32factors", "main"): ("update:fc1.weight", "update"),
+        ("cnn_adam_f32factors", "main"): ("update:conv.weight", "update"),
+    }
+    for key, (culprit, phase) in want.items():
+        assert (rows[key]["culprit"], rows[key]["culprit_phase"]) == (culprit, phase), key
+    # Comparisons that pass as expected are not localised unless config localise.all asks.
+    assert rows[("a3_adamw", "main")]["culprit"] == "(skipped)"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -258,6 +258,20 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
     return Judgement(d.value, d.index, ulp, ratio, f64, threshold, not (ok32 and ok64), "; ".join(why))
 
 
+def _update_ulp(j: Judgement, name: str, records) -> Judgement:
+    """An update's ULP distance is counted on the parameters after the step (the update
+    itself is a float64 difference, whose ULPs mean nothing for a float32 run)."""
+    after = f"after:{name.removeprefix('update:')}"
+    a, b = records["ref32"].get(after), records["cand32"].get(after)
+    if a is None or b is None or not np.asarray(a).size:
+        return j
+    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    if a.dtype != b.dtype:
+        return j
+    ulp = compare.ulp_at({"v": a}, {"v": b}, compare.MaxDiff(j.max_abs_diff, "v", j.where))
+    return replace(j, ulp=ulp)
+
+
 @dataclass
 class Walk:
     """The walk's rows and its culprit (None when every quantity agrees)."""
@@ -308,6 +322,8 @@ def walk(
             continue
         arrays = {r: np.asarray(records[r][q.name]) for r in ROLES if q.name in records.get(r, {})}
         j = judge(arrays, s)
+        if q.phase == "update":
+            j = _update_ulp(j, q.name, records)
         row.update(
             max_abs_diff=j.max_abs_diff,
             where=j.where,
