@@ -13,10 +13,14 @@
 //! interprets an op probe ([`parity_common::probe_spec`]) with burn's tensor API.
 
 pub mod device;
+mod fixture;
 pub mod layout;
 pub mod model;
+pub mod moments;
 pub mod optim;
 pub mod probe;
+pub mod replay;
+pub mod taps;
 pub mod train;
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.
