@@ -9,12 +9,13 @@
 use anyhow::{bail, Context, Result};
 use burn::module::{Module, Param, ParamId};
 use burn::nn::conv::{Conv1d, Conv1dConfig};
-use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::nn::{Linear, PaddingConfig1d};
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
 use parity_common::spec::{Activation, ConvImpl, FloatType, Loss, Model, RunSpec};
 
+pub use crate::data::{loss, Data};
+use crate::data::{per_batch, Inputs, Targets};
 use crate::device::{float_tensor, float_tensor_from_f64, Host};
 use crate::fixture::Fixture;
 use crate::layout;
@@ -95,52 +96,6 @@ impl ParamInfo {
             None => burn,
         }
     }
-}
-
-/// The training data, one tensor per batch: inputs `[batch, …input]` in the run dtype and
-/// targets `[batch, outputs]` in the run dtype (MSE) or `[batch]` int (cross-entropy).
-pub struct Data {
-    inputs: Inputs,
-    targets: Targets,
-    device: Device,
-}
-
-enum Inputs {
-    /// MLP inputs `[batch, sizes[0]]`.
-    Flat(Vec<Tensor<2>>),
-    /// CNN inputs `[batch, in_channels, length]`.
-    Signal(Vec<Tensor<3>>),
-}
-
-enum Targets {
-    /// MSE targets `[batch, outputs]`.
-    Values(Vec<Tensor<2>>),
-    /// Class labels `[batch]`.
-    Classes(Vec<Tensor<1, Int>>),
-}
-
-impl Data {
-    /// Number of batches; step `t` (from 1) uses batch `(t − 1) mod batches`.
-    pub fn batches(&self) -> usize {
-        match &self.inputs {
-            Inputs::Flat(v) => v.len(),
-            Inputs::Signal(v) => v.len(),
-        }
-    }
-
-    /// The device the data (and the net loaded with it) lives on.
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
-    fn index(&self, t: u32) -> usize {
-        (t as usize - 1) % self.batches()
-    }
-}
-
-/// Splits `[batches, rest…]` host values into one slice per batch.
-fn per_batch<T>(values: &[T], batches: usize) -> impl Iterator<Item = &[T]> {
-    values.chunks_exact(values.len() / batches.max(1))
 }
 
 fn linear(
@@ -509,22 +464,5 @@ impl Cnn {
         let h = taps.mark3("relu.out", relu(h));
         let [b, c, l] = h.dims();
         taps.mark2("fc.out", self.fc.forward(h.reshape([b, c * l])))
-    }
-}
-
-/// The batch-mean loss of step `t`'s output (see [`Loss`]): burn's `MseLoss` with
-/// `Reduction::Mean`, or `CrossEntropyLoss` on logits (log-softmax, mean over samples).
-/// Returns a one-element tensor.
-pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) -> Tensor<1> {
-    let i = data.index(t);
-    match (kind, &data.targets) {
-        (Loss::Mse, Targets::Values(y)) => {
-            MseLoss::new().forward(out, y[i].clone(), Reduction::Mean)
-        }
-        (Loss::CrossEntropy, Targets::Classes(y)) => CrossEntropyLossConfig::new()
-            .with_logits(true)
-            .init(device)
-            .forward(out, y[i].clone()),
-        _ => unreachable!("Net::load pairs each loss with its targets"),
     }
 }

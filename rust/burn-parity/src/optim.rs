@@ -13,6 +13,10 @@
 //!   with ε scaled by `(1 − β₂ᵗ)^½`; `adamw.rs` `AdaptiveMomentumW::transform`: `m / (1 − β₁ᵗ)`
 //!   and `v / (1 − β₂ᵗ)`), whatever the tensors' float type.
 //! * The learning rate is an `f64` argument of `ModuleOptimizer::step`.
+//!
+//! Adam's and AdamW's moments live inside burn's `ModuleOptimizer`, per parameter id; they are
+//! read for the `exp_avg:`/`exp_avg_sq:` records and replaced for a replay through burn's
+//! optimizer record ([`crate::moments`], [`Stepper::moments`], [`Stepper::start_from`]).
 
 use anyhow::{bail, Result};
 use burn::module::Module;
@@ -250,9 +254,17 @@ mod tests {
     }
 
     #[test]
-    fn moments_and_foreign_adamw_are_refused() {
+    fn sgd_moments_and_foreign_adamw_are_refused() {
         let sgd = Optimizer::Sgd { lr: 0.1 };
-        assert!(Stepper::new(&sgd, true).is_err());
+        let err = Stepper::new(&sgd, true).err().unwrap();
+        assert!(err.to_string().contains("SGD keeps no moments"), "{err:#}");
+        let adam = Optimizer::Adam {
+            lr: 0.01,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.0,
+        };
+        assert!(Stepper::new(&adam, true).unwrap().has_moments());
         let candle = Optimizer::Adamw {
             lr: 0.01,
             betas: [0.9, 0.999],
