@@ -2,7 +2,8 @@
 //! ([`parity_common::replay`]).
 //!
 //! burn's autodiff keeps gradients only for leaves that require them (parameters, and tensors
-//! marked with `require_grad`), not for the outputs of operations. To read d loss / d h for an
+//! marked with `require_grad`), not for the outputs of operations: burn-tensor 0.22.1's
+//! `Tensor::require_grad` panics on a non-leaf, and there is no `retain_grad`. To read d loss / d h for an
 //! intermediate `h`, the forward pass adds a *tap* to it: a leaf tensor of `h`'s shape that
 //! requires grad, holding negative zeros, `h + tap`. The tap's gradient is then exactly h's:
 //! the add's backward hands the incoming gradient to both operands unchanged (same shapes, so
