@@ -1,4 +1,5 @@
-//! burn side of the parity workflow: one training run or one op probe per invocation.
+//! burn side of the parity workflow: one training run, one op probe or one replayed step per
+//! invocation.
 //!
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
 //! `burn-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
@@ -7,16 +8,26 @@
 //!
 //! Modules: [`device`] opens the ndarray device in the run's float type and reads tensors
 //! back; [`layout`] converts Linear weights between PyTorch's `[out, in]` and burn's
-//! `[in, out]`; [`model`] builds burn's `Linear`/`Conv1d` modules from the fixture;
-//! [`optim`] configures burn's optimizers with every hyperparameter from the spec; [`train`]
-//! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`); [`probe`]
-//! interprets an op probe ([`parity_common::probe_spec`]) with burn's tensor API.
+//! `[in, out]`; [`model`] builds burn's `Linear`/`Conv1d` modules from the fixture, holds the
+//! data and the losses, and replaces parameters by a given state; [`taps`] marks the forward
+//! pass's intermediates so their gradients can be read; [`optim`] configures burn's
+//! optimizers with every hyperparameter from the spec; [`moments`] reads Adam's and AdamW's
+//! moments out of burn's optimizer record and starts the optimizer from given ones; [`train`]
+//! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`), recording
+//! parameters, gradients and moments; [`replay`] runs one step from a given state with every
+//! intermediate ([`parity_common::replay`]); [`probe`] interprets an op probe
+//! ([`parity_common::probe_spec`]) with burn's tensor API.
 
+mod data;
 pub mod device;
+mod fixture;
 pub mod layout;
 pub mod model;
+pub mod moments;
 pub mod optim;
 pub mod probe;
+pub mod replay;
+pub mod taps;
 pub mod train;
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.

@@ -1,5 +1,5 @@
-//! `burn-parity`: one training run or one op probe per invocation; the workflow decides which
-//! (the command line is parity_common::cli's).
+//! `burn-parity`: one training run, one op probe or one replayed step per invocation; the
+//! workflow decides which (the command line is parity_common::cli's).
 
 use std::io::Write;
 
@@ -22,11 +22,11 @@ impl Runner for Burn {
     }
 
     fn replay(
-        _spec: &RunSpec,
-        _state: &parity_common::replay::ReplayState,
-        _sink: Box<dyn Write>,
+        spec: &RunSpec,
+        state: &parity_common::replay::ReplayState,
+        sink: Box<dyn Write>,
     ) -> Result<()> {
-        anyhow::bail!("replay: in progress")
+        burn_parity::replay::run(spec, state, sink)
     }
 
     fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()> {

@@ -6,19 +6,20 @@
 //! [`Net::export`] converts back, so traces are in PyTorch layout. Conv1d weights are
 //! `[out, in, kernel]` in both.
 
-use std::collections::HashMap;
-
 use anyhow::{bail, Context, Result};
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::conv::{Conv1d, Conv1dConfig};
-use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::nn::{Linear, PaddingConfig1d};
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
 use parity_common::spec::{Activation, ConvImpl, FloatType, Loss, Model, RunSpec};
 
-use crate::device::{float_tensor, Host};
+pub use crate::data::{loss, Data};
+use crate::data::{per_batch, Inputs, Targets};
+use crate::device::{float_tensor, float_tensor_from_f64, Host};
+use crate::fixture::Fixture;
 use crate::layout;
+use crate::taps::Taps;
 
 /// `fc1 … fcN` with ReLU between them (none after the last).
 #[derive(Module, Debug)]
@@ -58,104 +59,43 @@ enum Slot<'a> {
     Kernel(&'a Param<Tensor<3>>),
 }
 
-/// The fixture's tensors as host values: float32 ones and int64 ones (class labels).
-struct Fixture {
-    path: String,
-    f32s: HashMap<String, (Vec<usize>, Vec<f32>)>,
-    i64s: HashMap<String, (Vec<usize>, Vec<i64>)>,
+/// One parameter of a [`Net`], mutably, by rank.
+enum SlotMut<'a> {
+    One(&'a mut Param<Tensor<1>>),
+    Two(&'a mut Param<Tensor<2>>),
+    Three(&'a mut Param<Tensor<3>>),
 }
 
-impl Fixture {
-    fn read(spec: &RunSpec) -> Result<Fixture> {
-        let path = spec.fixture.display().to_string();
-        let bytes =
-            std::fs::read(&spec.fixture).with_context(|| format!("reading fixture {path}"))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .with_context(|| format!("parsing fixture {path} as safetensors"))?;
-        let mut f32s = HashMap::new();
-        let mut i64s = HashMap::new();
-        for (name, view) in st.tensors() {
-            let shape = view.shape().to_vec();
-            match view.dtype() {
-                safetensors::Dtype::F32 => {
-                    let v = view
-                        .data()
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-                        .collect();
-                    f32s.insert(name, (shape, v));
-                }
-                safetensors::Dtype::I64 => {
-                    let v = view
-                        .data()
-                        .chunks_exact(8)
-                        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-                        .collect();
-                    i64s.insert(name, (shape, v));
-                }
-                other => bail!("fixture {path}: {name} has dtype {other:?}, expected F32 or I64"),
-            }
-        }
-        Ok(Fixture { path, f32s, i64s })
-    }
-
-    /// A float32 tensor of exactly `shape`.
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<&[f32]> {
-        match self.f32s.get(name) {
-            Some((s, v)) if s == shape => Ok(v),
-            Some((s, _)) => bail!(
-                "fixture {}: {name} is F32 {s:?}, expected F32 {shape:?}",
-                self.path
-            ),
-            None if self.i64s.contains_key(name) => {
-                bail!(
-                    "fixture {}: {name} is I64, expected F32 {shape:?}",
-                    self.path
-                )
-            }
-            None => bail!("fixture {} has no tensor {name:?}", self.path),
-        }
-    }
+/// One parameter of a [`Net`]: what ties a PyTorch state_dict entry to burn's parameter.
+#[derive(Debug, Clone)]
+pub struct ParamInfo {
+    /// PyTorch state_dict name (`fc1.weight`).
+    pub name: String,
+    /// burn's id of the parameter, which keys its optimizer state.
+    pub id: ParamId,
+    /// Shape in burn's layout (`[in, out]` for a Linear weight).
+    pub burn_shape: Vec<usize>,
+    /// `(in, out)` for a Linear weight (burn `[in, out]`, PyTorch `[out, in]`); `None` for a
+    /// tensor laid out alike in both.
+    pub linear: Option<(usize, usize)>,
 }
 
-/// The training data, one tensor per batch: inputs `[batch, …input]` in the run dtype and
-/// targets `[batch, outputs]` in the run dtype (MSE) or `[batch]` int (cross-entropy).
-pub struct Data {
-    inputs: Inputs,
-    targets: Targets,
-}
-
-enum Inputs {
-    /// MLP inputs `[batch, sizes[0]]`.
-    Flat(Vec<Tensor<2>>),
-    /// CNN inputs `[batch, in_channels, length]`.
-    Signal(Vec<Tensor<3>>),
-}
-
-enum Targets {
-    /// MSE targets `[batch, outputs]`.
-    Values(Vec<Tensor<2>>),
-    /// Class labels `[batch]`.
-    Classes(Vec<Tensor<1, Int>>),
-}
-
-impl Data {
-    /// Number of batches; step `t` (from 1) uses batch `(t − 1) mod batches`.
-    pub fn batches(&self) -> usize {
-        match &self.inputs {
-            Inputs::Flat(v) => v.len(),
-            Inputs::Signal(v) => v.len(),
+impl ParamInfo {
+    /// Row-major values in PyTorch layout → burn's layout (a transpose for a Linear weight).
+    pub fn to_burn<T: Copy>(&self, torch: &[T]) -> Vec<T> {
+        match self.linear {
+            Some((inp, out)) => layout::torch_to_burn_linear(torch, out, inp),
+            None => torch.to_vec(),
         }
     }
 
-    fn index(&self, t: u32) -> usize {
-        (t as usize - 1) % self.batches()
+    /// Host values in burn's layout → PyTorch layout, the inverse of [`ParamInfo::to_burn`].
+    pub fn to_torch(&self, burn: Host) -> Host {
+        match self.linear {
+            Some((inp, out)) => torch_layout(burn, inp, out),
+            None => burn,
+        }
     }
-}
-
-/// Splits `[batches, rest…]` host values into one slice per batch.
-fn per_batch<T>(values: &[T], batches: usize) -> impl Iterator<Item = &[T]> {
-    values.chunks_exact(values.len() / batches.max(1))
 }
 
 fn linear(
@@ -286,7 +226,15 @@ impl Net {
                 )
             }
         };
-        Ok((net, Data { inputs, targets }))
+        let device = device.clone();
+        Ok((
+            net,
+            Data {
+                inputs,
+                targets,
+                device,
+            },
+        ))
     }
 
     fn slots(&self) -> Vec<(String, Slot<'_>)> {
@@ -365,12 +313,109 @@ impl Net {
         Ok(out)
     }
 
+    /// Every parameter in state_dict order: its name, burn's id (which keys the optimizer's
+    /// state) and its layout (see [`ParamInfo`]).
+    pub fn params(&self) -> Vec<ParamInfo> {
+        self.slots()
+            .into_iter()
+            .map(|(name, slot)| {
+                let (id, burn_shape, linear) = match slot {
+                    Slot::LinearWeight(p, inp, out) => (p.id, vec![inp, out], Some((inp, out))),
+                    Slot::Vector(p) => (p.id, p.val().dims().to_vec(), None),
+                    Slot::Kernel(p) => (p.id, p.val().dims().to_vec(), None),
+                };
+                ParamInfo {
+                    name,
+                    id,
+                    burn_shape,
+                    linear,
+                }
+            })
+            .collect()
+    }
+
+    /// Replaces every parameter by the value given for its state_dict name (PyTorch layout,
+    /// row-major, as f64), rounded once to the run dtype `ty` (exact for float32 values), as a
+    /// fresh trainable parameter on `device`.
+    ///
+    /// # Errors
+    /// When the names are not exactly the net's, in state_dict order, or a value count is not
+    /// the parameter's.
+    pub fn set_params(
+        &mut self,
+        values: &[(String, &[f64])],
+        ty: FloatType,
+        device: &Device,
+    ) -> Result<()> {
+        let infos = self.params();
+        let names: Vec<&str> = infos.iter().map(|p| p.name.as_str()).collect();
+        let given: Vec<&str> = values.iter().map(|(n, _)| n.as_str()).collect();
+        if names != given {
+            bail!("the state's parameters are {given:?}, the model's {names:?}");
+        }
+        for (info, (_, v)) in infos.iter().zip(values) {
+            if v.len() != info.burn_shape.iter().product::<usize>() {
+                bail!(
+                    "{}: {} values for shape {:?}",
+                    info.name,
+                    v.len(),
+                    info.burn_shape
+                );
+            }
+            let v = info.to_burn(v);
+            match self.slot_mut(&info.name) {
+                SlotMut::Two(p) => {
+                    let s = [info.burn_shape[0], info.burn_shape[1]];
+                    *p = Param::from_tensor(float_tensor_from_f64(&v, s, ty, device));
+                }
+                SlotMut::One(p) => {
+                    let s = [info.burn_shape[0]];
+                    *p = Param::from_tensor(float_tensor_from_f64(&v, s, ty, device));
+                }
+                SlotMut::Three(p) => {
+                    let s = [info.burn_shape[0], info.burn_shape[1], info.burn_shape[2]];
+                    *p = Param::from_tensor(float_tensor_from_f64(&v, s, ty, device));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The parameter named `name` (a name of [`Net::params`]), mutably.
+    fn slot_mut(&mut self, name: &str) -> SlotMut<'_> {
+        let (module, field) = name.rsplit_once('.').expect("a state_dict name has a dot");
+        fn linear<'a>(l: &'a mut Linear, field: &str) -> SlotMut<'a> {
+            match field {
+                "weight" => SlotMut::Two(&mut l.weight),
+                _ => SlotMut::One(l.bias.as_mut().expect("Linear with bias")),
+            }
+        }
+        match self {
+            Net::Mlp(m) => {
+                let i: usize = module[2..].parse().expect("fc{i}");
+                linear(&mut m.layers[i - 1], field)
+            }
+            Net::Cnn(c) => match (module, field) {
+                ("conv", "weight") => SlotMut::Three(&mut c.conv.weight),
+                ("conv", _) => SlotMut::One(c.conv.bias.as_mut().expect("Conv1d with bias")),
+                _ => linear(&mut c.fc, field),
+            },
+        }
+    }
+
     /// The forward pass on the batch of step `t` (from 1): output `[batch, outputs]`.
     pub fn forward_step(&self, data: &Data, t: u32) -> Tensor<2> {
+        self.forward_tapped(data, t, &mut Taps::off())
+    }
+
+    /// [`Net::forward_step`], marking every intermediate of
+    /// [`parity_common::replay::forward_names`] (but `loss`) in `taps` (see [`crate::taps`]);
+    /// with [`Taps::off`] it is exactly [`Net::forward_step`].
+    pub fn forward_tapped(&self, data: &Data, t: u32, taps: &mut Taps) -> Tensor<2> {
         let i = data.index(t);
         match (self, &data.inputs) {
-            (Net::Mlp(m), Inputs::Flat(x)) => m.forward(x[i].clone()),
-            (Net::Cnn(c), Inputs::Signal(x)) => c.forward(x[i].clone()),
+            (Net::Mlp(m), Inputs::Flat(x)) => m.forward_tapped(x[i].clone(), taps),
+            (Net::Cnn(c), Inputs::Signal(x)) => c.forward_tapped(x[i].clone(), taps),
             _ => unreachable!("Net::load pairs each family with its inputs"),
         }
     }
@@ -387,12 +432,18 @@ fn torch_layout(h: Host, inp: usize, out: usize) -> Host {
 impl Mlp {
     /// `x` `[batch, sizes[0]]` → `[batch, sizes[N]]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        self.forward_tapped(x, &mut Taps::off())
+    }
+
+    /// [`Mlp::forward`], marking `fc{i}.out` (each Linear's output) and `relu{i}.out` (each
+    /// activation's output) in `taps`.
+    pub fn forward_tapped(&self, x: Tensor<2>, taps: &mut Taps) -> Tensor<2> {
         let last = self.layers.len() - 1;
         let mut h = x;
         for (i, layer) in self.layers.iter().enumerate() {
-            h = layer.forward(h);
+            h = taps.mark2(&format!("fc{}.out", i + 1), layer.forward(h));
             if i < last {
-                h = relu(h);
+                h = taps.mark2(&format!("relu{}.out", i + 1), relu(h));
             }
         }
         h
@@ -403,25 +454,15 @@ impl Cnn {
     /// `x` `[batch, in_channels, length]` → conv1d `[batch, channels, length − kernel + 1]`
     /// → ReLU → flatten (channel-major, like PyTorch's `flatten(1)`) → `fc` → `[batch, classes]`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
-        let h = relu(self.conv.forward(x));
-        let [b, c, l] = h.dims();
-        self.fc.forward(h.reshape([b, c * l]))
+        self.forward_tapped(x, &mut Taps::off())
     }
-}
 
-/// The batch-mean loss of step `t`'s output (see [`Loss`]): burn's `MseLoss` with
-/// `Reduction::Mean`, or `CrossEntropyLoss` on logits (log-softmax, mean over samples).
-/// Returns a one-element tensor.
-pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) -> Tensor<1> {
-    let i = data.index(t);
-    match (kind, &data.targets) {
-        (Loss::Mse, Targets::Values(y)) => {
-            MseLoss::new().forward(out, y[i].clone(), Reduction::Mean)
-        }
-        (Loss::CrossEntropy, Targets::Classes(y)) => CrossEntropyLossConfig::new()
-            .with_logits(true)
-            .init(device)
-            .forward(out, y[i].clone()),
-        _ => unreachable!("Net::load pairs each loss with its targets"),
+    /// [`Cnn::forward`], marking `conv.out` (bias included, before the ReLU), `relu.out`
+    /// (before the flatten) and `fc.out` in `taps`.
+    pub fn forward_tapped(&self, x: Tensor<3>, taps: &mut Taps) -> Tensor<2> {
+        let h = taps.mark3("conv.out", self.conv.forward(x));
+        let h = taps.mark3("relu.out", relu(h));
+        let [b, c, l] = h.dims();
+        taps.mark2("fc.out", self.fc.forward(h.reshape([b, c * l])))
     }
 }

@@ -13,6 +13,10 @@
 //!   with ε scaled by `(1 − β₂ᵗ)^½`; `adamw.rs` `AdaptiveMomentumW::transform`: `m / (1 − β₁ᵗ)`
 //!   and `v / (1 − β₂ᵗ)`), whatever the tensors' float type.
 //! * The learning rate is an `f64` argument of `ModuleOptimizer::step`.
+//!
+//! Adam's and AdamW's moments live inside burn's `ModuleOptimizer`, per parameter id; they are
+//! read for the `exp_avg:`/`exp_avg_sq:` records and replaced for a replay through burn's
+//! optimizer record ([`crate::moments`], [`Stepper::moments`], [`Stepper::start_from`]).
 
 use anyhow::{bail, Result};
 use burn::module::Module;
@@ -20,7 +24,11 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
 use parity_common::probe_spec::ProbeOptimizer;
-use parity_common::spec::{AdamWImpl, FactorType, Optimizer};
+use parity_common::replay::Moments;
+use parity_common::spec::{AdamWImpl, FactorType, FloatType, Optimizer};
+
+use crate::model::ParamInfo;
+use crate::moments::{self, ParamMoments};
 
 /// The optimizer of one run and its learning rate.
 pub struct Stepper {
@@ -39,13 +47,14 @@ impl Stepper {
     /// * `adamw`: `AdamWConfig` with β₁, β₂, ε and the decoupled weight decay from the spec,
     ///   cautious weight decay and AMSGrad off, no clipping.
     ///
+    /// `want_moments` asks for [`Stepper::moments`] to be readable (Adam and AdamW only).
+    ///
     /// # Errors
-    /// When `want_moments` is set (burn keeps Adam's moments inside its optimizer record;
-    /// recording them is not wired up), or for an AdamW that is not burn's own
-    /// (`implementation` other than `burn`, or float64 bias-correction factors).
+    /// When `want_moments` is set for SGD (it keeps no moments), or for an AdamW that is not
+    /// burn's own (`implementation` other than `burn`, or float64 bias-correction factors).
     pub fn new(spec: &Optimizer, want_moments: bool) -> Result<Self> {
-        if want_moments {
-            bail!("burn keeps the optimizer moments in its record; burn-parity does not record exp_avg/exp_avg_sq");
+        if want_moments && matches!(spec, Optimizer::Sgd { .. }) {
+            bail!("SGD keeps no moments to record (exp_avg/exp_avg_sq exist for adam and adamw)");
         }
         Ok(match spec {
             Optimizer::Sgd { lr } => Stepper {
@@ -136,6 +145,63 @@ impl Stepper {
         self.optim.step(self.lr, module, grads)
     }
 
+    /// Whether burn's optimizer keeps moments (Adam, AdamW), as opposed to stateless SGD.
+    pub fn has_moments(&self) -> bool {
+        self.name != "burn::optim::Sgd"
+    }
+
+    /// The moments burn's Adam/AdamW holds for each of `params` (the net's, state_dict order),
+    /// in PyTorch layout and the run dtype `ty`, with burn's step count (see [`moments::read`]).
+    ///
+    /// # Errors
+    /// For SGD, before the first step, or when burn's record cannot be read.
+    pub fn moments(&self, params: &[ParamInfo], ty: FloatType) -> Result<Vec<ParamMoments>> {
+        if !self.has_moments() {
+            bail!("{} keeps no moments", self.name);
+        }
+        moments::read(&self.optim, params, ty)
+    }
+
+    /// Starts burn's Adam/AdamW from the given moments and step count, so that the next
+    /// [`Stepper::step`] is step `steps_taken + 1` with that step's bias correction (see
+    /// [`moments::load`]). Returns how it was started, for the `replay_note`.
+    ///
+    /// With `steps_taken` 0 and all-zero moments the state is left empty: burn's own first
+    /// step (which starts from no state, `m = (1 − β₁)·g`) is the same recursion from zero
+    /// moments, and keeps the sign of a zero as `train` does.
+    ///
+    /// # Errors
+    /// For SGD, or as [`moments::load`].
+    pub fn start_from(
+        &mut self,
+        params: &[ParamInfo],
+        given: &Moments,
+        ty: FloatType,
+    ) -> Result<String> {
+        if !self.has_moments() {
+            bail!("{} keeps no moments to start from", self.name);
+        }
+        let zero = given
+            .exp_avg
+            .iter()
+            .chain(&given.exp_avg_sq)
+            .all(|t| t.values.iter().all(|&v| v == 0.0));
+        if given.steps_taken == 0 && zero {
+            return Ok(format!(
+                "{}: no state loaded (step 1 from zero moments is burn's own first step)",
+                self.name
+            ));
+        }
+        let optim = std::mem::replace(&mut self.optim, SgdConfig::new().init());
+        self.optim = moments::load(optim, params, given, ty)?;
+        Ok(format!(
+            "{}: ModuleOptimizer::load_record of a burnpack OptimizerRecord holding \
+             moment_1 = exp_avg, moment_2 = exp_avg_sq (burn layout) and time = {} per \
+             parameter, read back exactly before the step",
+            self.name, given.steps_taken
+        ))
+    }
+
     /// burn's type that steps (`burn::optim::AdamW`, …), for the trace's provenance.
     pub fn name(&self) -> &'static str {
         self.name
@@ -188,9 +254,17 @@ mod tests {
     }
 
     #[test]
-    fn moments_and_foreign_adamw_are_refused() {
+    fn sgd_moments_and_foreign_adamw_are_refused() {
         let sgd = Optimizer::Sgd { lr: 0.1 };
-        assert!(Stepper::new(&sgd, true).is_err());
+        let err = Stepper::new(&sgd, true).err().unwrap();
+        assert!(err.to_string().contains("SGD keeps no moments"), "{err:#}");
+        let adam = Optimizer::Adam {
+            lr: 0.01,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.0,
+        };
+        assert!(Stepper::new(&adam, true).unwrap().has_moments());
         let candle = Optimizer::Adamw {
             lr: 0.01,
             betas: [0.9, 0.999],

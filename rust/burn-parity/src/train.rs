@@ -6,13 +6,15 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 use burn::optim::GradientsParams;
-use burn::tensor::Device;
+use burn::tensor::{Device, Gradients};
 use parity_common::frames::{meta, FrameWriter, RawTensor};
 use parity_common::spec::{Fault, RunSpec};
 
 use crate::device::{self, Host};
-use crate::model::{self, Net};
+use crate::model::{self, Data, Net};
+use crate::moments::ParamMoments;
 use crate::optim::Stepper;
+use crate::taps::Taps;
 
 /// Runs `spec` and writes its frames to `sink`: a header, one `step` frame per recorded
 /// step (step 0 = initial parameters, no loss), and an `end` frame. Progress goes to stderr
@@ -21,13 +23,16 @@ use crate::optim::Stepper;
 /// Step `t` (from 1) trains on batch `(t − 1) mod batches`. Each `step` frame holds, after
 /// that step's update: every recorded parameter (flattened, PyTorch layout, run dtype),
 /// `loss` (F64, one element: the loss of that step's forward pass, before the update,
-/// widened from the run dtype), and on request `grad:<name>` (same layout).
+/// widened from the run dtype), and on request (`spec.record`) `grad:<name>` and, for Adam and
+/// AdamW from step 1 on, `exp_avg:<name>` and `exp_avg_sq:<name>`: burn's `moment_1` and
+/// `moment_2` after the update, read back from its optimizer record (see [`crate::moments`]),
+/// same layout.
 ///
 /// Non-finite values are recorded as they are; the workflow marks the run as diverged.
 ///
 /// # Errors
 /// A device other than the CPU, fixture problems (see [`Net::load`]), an optimizer burn-parity
-/// does not run or a moments request (see [`Stepper::new`]), a fault (burn-parity implements
+/// does not run or a moments request for SGD (see [`Stepper::new`]), a fault (burn-parity implements
 /// none), or a failing sink.
 pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     if spec.fault != Fault::None {
@@ -42,22 +47,36 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     header.insert("optimizer_impl".into(), opt.name().into());
     out.write_meta(header)?;
 
-    write_step(&mut out, spec, &net, 0, None, Vec::new())?;
+    write_step(&mut out, spec, &net, &opt, 0, None, Vec::new())?;
     let progress_every = (spec.steps / 10).max(1);
     for t in 1..=spec.steps {
-        let output = net.forward_step(&data, t);
-        let loss = model::loss(spec.loss, output, &data, t, &dev);
-        let loss_value = Host::read(loss.clone().inner(), spec.dtype)?.scalar()?;
-        let grads = loss.backward();
-        let recorded_grads = if spec.record.grads && spec.records_step(t) {
-            net.export_grads(&grads, spec.dtype)?
-        } else {
-            Vec::new()
-        };
-        let grads = GradientsParams::from_grads(grads, &net);
-        net = opt.step(net, grads);
+        let mut recorded_grads = Vec::new();
+        let (next, loss) = step(
+            spec,
+            net,
+            &data,
+            t,
+            &mut opt,
+            &mut Taps::off(),
+            |net, _, g| {
+                if spec.record.grads && spec.records_step(t) {
+                    recorded_grads = net.export_grads(g, spec.dtype)?;
+                }
+                Ok(())
+            },
+        )?;
+        net = next;
+        let loss_value = loss.scalar()?;
         if spec.records_step(t) {
-            write_step(&mut out, spec, &net, t, Some(loss_value), recorded_grads)?;
+            write_step(
+                &mut out,
+                spec,
+                &net,
+                &opt,
+                t,
+                Some(loss_value),
+                recorded_grads,
+            )?;
             if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
             }
@@ -68,6 +87,32 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         ("status", "complete".into()),
     ]))?;
     Ok(())
+}
+
+/// One training step `t` (from 1) on batch `(t − 1) mod batches`, as `train` and `replay`
+/// run it: the forward pass (marking intermediates in `taps`; [`Taps::off`] marks none), the
+/// loss, `loss.backward()`, then `inspect(net, taps, grads)` to read gradients before they are
+/// handed over, `GradientsParams::from_grads` and `optim.step`. Returns the updated net and
+/// the loss (one element, run dtype) of the forward pass before the update.
+///
+/// # Errors
+/// When the loss cannot be read back, or those of `inspect`.
+pub fn step(
+    spec: &RunSpec,
+    net: Net,
+    data: &Data,
+    t: u32,
+    opt: &mut Stepper,
+    taps: &mut Taps,
+    inspect: impl FnOnce(&Net, &Taps, &Gradients) -> Result<()>,
+) -> Result<(Net, Host)> {
+    let output = net.forward_tapped(data, t, taps);
+    let loss = model::loss(spec.loss, output, data, t, data.device());
+    let loss_value = Host::read(loss.clone().inner(), spec.dtype)?;
+    let grads = loss.backward();
+    inspect(&net, taps, &grads)?;
+    let grads = GradientsParams::from_grads(grads, &net);
+    Ok((opt.step(net, grads), loss_value))
 }
 
 /// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo
@@ -90,6 +135,7 @@ fn write_step<W: Write>(
     out: &mut FrameWriter<W>,
     spec: &RunSpec,
     net: &Net,
+    opt: &Stepper,
     t: u32,
     loss: Option<f64>,
     grads: Vec<(String, Host)>,
@@ -99,12 +145,22 @@ fn write_step<W: Write>(
         tensors.push(("loss".into(), RawTensor::from_f64(&[l])));
     }
     let mut grads: HashMap<String, Host> = grads.into_iter().collect();
+    let mut moments: HashMap<String, ParamMoments> = if spec.record.moments && t > 0 {
+        let m = opt.moments(&net.params(), spec.dtype)?;
+        m.into_iter().map(|m| (m.name.clone(), m)).collect()
+    } else {
+        HashMap::new()
+    };
     for (name, values) in net.export(spec.dtype)? {
         if !spec.records_tensor(&name) {
             continue;
         }
         if let Some(g) = grads.remove(&name) {
             tensors.push((format!("grad:{name}"), g.into_raw()));
+        }
+        if let Some(m) = moments.remove(&name) {
+            tensors.push((format!("exp_avg:{name}"), m.exp_avg.into_raw()));
+            tensors.push((format!("exp_avg_sq:{name}"), m.exp_avg_sq.into_raw()));
         }
         tensors.push((name, values.into_raw()));
     }

@@ -1,0 +1,68 @@
+//! The training data per batch and the losses.
+
+use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
+use burn::tensor::{Device, Int, Tensor};
+use parity_common::spec::Loss;
+
+/// The training data, one tensor per batch: inputs `[batch, …input]` in the run dtype and
+/// targets `[batch, outputs]` in the run dtype (MSE) or `[batch]` int (cross-entropy).
+pub struct Data {
+    pub(crate) inputs: Inputs,
+    pub(crate) targets: Targets,
+    pub(crate) device: Device,
+}
+
+pub(crate) enum Inputs {
+    /// MLP inputs `[batch, sizes[0]]`.
+    Flat(Vec<Tensor<2>>),
+    /// CNN inputs `[batch, in_channels, length]`.
+    Signal(Vec<Tensor<3>>),
+}
+
+pub(crate) enum Targets {
+    /// MSE targets `[batch, outputs]`.
+    Values(Vec<Tensor<2>>),
+    /// Class labels `[batch]`.
+    Classes(Vec<Tensor<1, Int>>),
+}
+
+impl Data {
+    /// Number of batches; step `t` (from 1) uses batch `(t − 1) mod batches`.
+    pub fn batches(&self) -> usize {
+        match &self.inputs {
+            Inputs::Flat(v) => v.len(),
+            Inputs::Signal(v) => v.len(),
+        }
+    }
+
+    /// The device the data (and the net loaded with it) lives on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub(crate) fn index(&self, t: u32) -> usize {
+        (t as usize - 1) % self.batches()
+    }
+}
+
+/// Splits `[batches, rest…]` host values into one slice per batch.
+pub(crate) fn per_batch<T>(values: &[T], batches: usize) -> impl Iterator<Item = &[T]> {
+    values.chunks_exact(values.len() / batches.max(1))
+}
+
+/// The batch-mean loss of step `t`'s output (see [`Loss`]): burn's `MseLoss` with
+/// `Reduction::Mean`, or `CrossEntropyLoss` on logits (log-softmax, mean over samples).
+/// Returns a one-element tensor.
+pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) -> Tensor<1> {
+    let i = data.index(t);
+    match (kind, &data.targets) {
+        (Loss::Mse, Targets::Values(y)) => {
+            MseLoss::new().forward(out, y[i].clone(), Reduction::Mean)
+        }
+        (Loss::CrossEntropy, Targets::Classes(y)) => CrossEntropyLossConfig::new()
+            .with_logits(true)
+            .init(device)
+            .forward(out, y[i].clone()),
+        _ => unreachable!("Net::load pairs each loss with its targets"),
+    }
+}
