@@ -187,12 +187,19 @@ def test_framework_summary_finds_the_burn_comparison(config):
     ("override", "message"),
     [
         ({"optimizer": {"implementation": "manual"}}, r"candle-side settings"),
-        ({"record": {"moments": True}}, r"burn-parity does not record them"),
     ],
 )
 def test_burn_refuses_what_it_does_not_run(config, override, message):
     config["experiments"]["a3_adamw"]["runs"]["burn_x"] = override
     with pytest.raises(ConfigError, match=r"experiments.a3_adamw.runs.burn_x.*" + message):
+        Plan(config)
+
+
+def test_burn_records_adam_moments_but_sgd_has_none(config):
+    config["experiments"]["a3_adamw"]["runs"]["burn_x"] = {"record": {"moments": True}}
+    assert Plan(config).run_settings("a3_adamw", "burn_x")["record"]["moments"] is True
+    config["experiments"]["a3_sgd"]["runs"]["burn_x"] = {"record": {"moments": True}}
+    with pytest.raises(ConfigError, match=r"a3_sgd.runs.burn_x.record.moments.*no moments"):
         Plan(config)
 
 

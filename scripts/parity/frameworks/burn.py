@@ -23,8 +23,8 @@ def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, con
     Adams compute their bias-correction factors in float32, which the resolved settings say
     (``implementation: burn``, ``bias_correction: f32``). The convolution is burn's own
     conv1d. Raises :class:`ConfigError` for candle-side settings, SGD momentum or weight
-    decay (the run spec carries neither) and moments (burn keeps them in its optimizer
-    record)."""
+    decay (the run spec carries neither) and moments of SGD, which has none (Adam's and
+    AdamW's are read back from burn's optimizer record)."""
     optimizer = settings["optimizer"]
     if "implementation" in optimizer or "bias_correction" in optimizer:
         raise ConfigError(
@@ -47,8 +47,8 @@ def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, con
         )
     if exp["model"]["family"] == "cnn1d":
         settings["model"]["conv_impl"] = "conv1d"
-    if settings["record"].get("moments"):
+    if settings["record"].get("moments") and optimizer["name"] == "sgd":
         raise ConfigError(
             f"{where}.record.moments",
-            "burn keeps its optimizer moments in its record; burn-parity does not record them",
+            "burn's SGD (no momentum) has no moments to record; Adam and AdamW have",
         )
