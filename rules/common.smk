@@ -179,11 +179,17 @@ def fixture_settings(wildcards):
 def localisation(wildcards):
     """The Comparison a localisation job replays (by comparison name and device)."""
     known_experiment(wildcards.experiment)
-    tag = wildcards.device if wildcards.comparison == "main" else f"{wildcards.device}-{wildcards.comparison}"
+    tag = (
+        wildcards.device
+        if wildcards.comparison == "main"
+        else f"{wildcards.device}-{wildcards.comparison}"
+    )
     try:
         return PLAN.comparison(wildcards.experiment, tag)
     except KeyError:
-        names = sorted({c.name for c in PLAN.comparisons() if c.experiment == wildcards.experiment})
+        names = sorted(
+            {c.name for c in PLAN.comparisons() if c.experiment == wildcards.experiment}
+        )
         raise WorkflowError(
             f"experiment {wildcards.experiment!r} has no comparison {wildcards.comparison!r} "
             f"on {wildcards.device} (its comparisons: {', '.join(names)})"

@@ -17,14 +17,22 @@ rule localise:
             caption="../report/captions/localise.rst",
             category="2 Experiments",
             subcategory="{experiment}",
-            labels={"comparison": "{comparison} {device}", "table": "localise", "kind": "table"},
+            labels={
+                "comparison": "{comparison} {device}",
+                "table": "localise",
+                "kind": "table",
+            },
         ),
         png=report(
             paths.LOCALISE_FIGURE.replace("{ext}", "png"),
             caption="../report/captions/localise.rst",
             category="2 Experiments",
             subcategory="{experiment}",
-            labels={"comparison": "{comparison} {device}", "table": "localise", "kind": "figure"},
+            labels={
+                "comparison": "{comparison} {device}",
+                "table": "localise",
+                "kind": "figure",
+            },
         ),
         svg=paths.LOCALISE_FIGURE.replace("{ext}", "svg"),
         result=paths.LOCALISE_RESULT,
@@ -33,8 +41,10 @@ rule localise:
     benchmark:
         paths.LOCALISE_BENCHMARK
     conda:
-        "../envs/analysis.yaml"
+        "../envs/torch.yaml"
     threads: config.get("threads", 1)
+    resources:
+        gpu=lambda wc: int(wc.device == "cuda"),
     params:
         job=localise_job,
         code=code("localise.py"),

@@ -125,7 +125,9 @@ def test_every_fault_with_a_site_is_localised_to_it(faults_run):
     for name in ("eps_in_sqrt", "lr_scaled", "skip_update"):
         r = rows[name]
         assert (r["expected_site"], r["found_site"], r["site_found"]) == (
-            "update:fc1.weight", "update:fc1.weight", "yes"
+            "update:fc1.weight",
+            "update:fc1.weight",
+            "yes",
         ), name
     assert rows["relu_grad_at_zero"]["expected_site"] == ""
     assert rows["relu_grad_at_zero"]["site_found"] == "-"

@@ -10,8 +10,14 @@ from parity import localise, replay
 
 MLP = {"family": "mlp", "sizes": [3, 5, 2], "activation": "relu"}
 CNN = {
-    "family": "cnn1d", "in_channels": 1, "channels": 2, "kernel": 3, "length": 6,
-    "classes": 3, "fc_in": 8, "activation": "relu",
+    "family": "cnn1d",
+    "in_channels": 1,
+    "channels": 2,
+    "kernel": 3,
+    "length": 6,
+    "classes": 3,
+    "fc_in": 8,
+    "activation": "relu",
 }
 SETTINGS = localise.Settings()
 
@@ -105,8 +111,18 @@ def test_a_formula_difference_below_float32_rounding_is_seen_in_float64():
 
 
 def test_a_quantity_not_recorded_is_looked_through():
-    rec = _records(MLP, 4, changed={"grad:relu1.out", "grad:fc1.out", "grad:fc1.weight",
-                                    "grad:fc1.bias", "update:fc1.weight", "update:fc1.bias"})
+    rec = _records(
+        MLP,
+        4,
+        changed={
+            "grad:relu1.out",
+            "grad:fc1.out",
+            "grad:fc1.weight",
+            "grad:fc1.bias",
+            "update:fc1.weight",
+            "update:fc1.bias",
+        },
+    )
     for r in rec.values():
         del r["grad:relu1.out"]
     missing = {"grad:relu1.out": "burn: not kept"}
@@ -148,10 +164,21 @@ def test_updates_are_exact_differences_of_float32_values():
 def test_quantities_follow_dataflow_order():
     names = [q.name for q in localise.quantities(CNN)]
     assert names == [
-        "conv.out", "relu.out", "fc.out", "loss",
-        "grad:fc.out", "grad:fc.weight", "grad:fc.bias", "grad:relu.out", "grad:conv.out",
-        "grad:conv.weight", "grad:conv.bias",
-        "update:conv.weight", "update:conv.bias", "update:fc.weight", "update:fc.bias",
+        "conv.out",
+        "relu.out",
+        "fc.out",
+        "loss",
+        "grad:fc.out",
+        "grad:fc.weight",
+        "grad:fc.bias",
+        "grad:relu.out",
+        "grad:conv.out",
+        "grad:conv.weight",
+        "grad:conv.bias",
+        "update:conv.weight",
+        "update:conv.bias",
+        "update:fc.weight",
+        "update:fc.bias",
     ]
     assert localise.forward_names(MLP) == ["fc1.out", "relu1.out", "fc2.out", "loss"]
 

@@ -294,9 +294,10 @@ def test_localisation_finds_candles_conv1d_kernel_gradient(short_run):
     first quantity that differs is the convolution's kernel gradient, and its update is
     downstream of it."""
     workdir, _, _ = short_run
-    rows = {r["quantity"]: r for r in read_csv(
-        workdir / "results/tables/cnn_adam_conv1d/localise-main-cpu.csv"
-    )}
+    rows = {
+        r["quantity"]: r
+        for r in read_csv(workdir / "results/tables/cnn_adam_conv1d/localise-main-cpu.csv")
+    }
     for q in ("conv.out", "relu.out", "fc.out", "loss", "grad:fc.out", "grad:conv.out"):
         assert rows[q]["verdict"] == "agrees", q
     assert rows["grad:conv.weight"]["verdict"] == "differs"

@@ -291,8 +291,12 @@ def plot_localisation(
             ax.plot(i, min(f64, top), "o", color="black", markersize=3)
         if r["quantity"] == culprit:
             ax.annotate(
-                f"culprit: {culprit}", (i, max(h, floor)), textcoords="offset points",
-                xytext=(0, 6), ha="center", fontsize=8,
+                f"culprit: {culprit}",
+                (i, max(h, floor)),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
             )
         if i and r["phase"] != rows[i - 1]["phase"]:
             ax.axvline(i - 0.5, color="#444444", linestyle=":", linewidth=1)

@@ -99,7 +99,7 @@ def forward_names(model: Mapping) -> list[str]:
             out.append(f"fc{i}.out")
             if i < layers:
                 out.append(f"{act}{i}.out")
-        return out + ["loss"]
+        return [*out, "loss"]
     if model["family"] == "cnn1d":
         return ["conv.out", f"{act}.out", "fc.out", "loss"]
     raise ValueError(f"unknown model family {model['family']!r}")
@@ -112,7 +112,11 @@ def _layers(model: Mapping) -> list[tuple[str, str | None, str | None]]:
     if model["family"] == "mlp":
         layers = len(model["sizes"]) - 1
         return [
-            (f"fc{i}", f"{act}{i}.out" if i < layers else None, f"{act}{i - 1}.out" if i > 1 else None)
+            (
+                f"fc{i}",
+                f"{act}{i}.out" if i < layers else None,
+                f"{act}{i - 1}.out" if i > 1 else None,
+            )
             for i in range(1, layers + 1)
         ]
     return [("conv", f"{act}.out", None), ("fc", None, f"{act}.out")]
@@ -177,7 +181,9 @@ def shapes(model: Mapping, batch: int) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def derive_updates(record: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray], params) -> dict:
+def derive_updates(
+    record: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray], params
+) -> dict:
     """``record`` with ``update:<p>`` = ``after:<p>`` − state ``p`` added, in float64 (exact
     for float32 values: the difference of two float32 numbers is exact in float64)."""
     out = dict(record)
@@ -255,7 +261,9 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
     ok64 = f64 <= threshold
     if not ok64:
         why.append("float64: beyond float64 rounding")
-    return Judgement(d.value, d.index, ulp, ratio, f64, threshold, not (ok32 and ok64), "; ".join(why))
+    return Judgement(
+        d.value, d.index, ulp, ratio, f64, threshold, not (ok32 and ok64), "; ".join(why)
+    )
 
 
 def _update_ulp(j: Judgement, name: str, records) -> Judgement:

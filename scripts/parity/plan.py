@@ -14,8 +14,8 @@ Pure Python: importing this must stay cheap.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from . import frameworks, paths
@@ -277,7 +277,8 @@ class Plan:
             "batch_size": int(data["batch_size"]),
             "unreplayable": (
                 f"device {', '.join(imported)} is imported: its runs cannot be replayed here"
-                if imported else None
+                if imported
+                else None
             ),
         }
 

@@ -37,9 +37,8 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from . import figures, integrity, localise, paths, tables
+from . import compare_jobs, figures, integrity, localise, paths, tables
 from .config import canonical_hash
-from .fileio import sha256_file
 from .keys import Comparison, RunKey
 from .models import model_params
 from .schema import TraceReader, extra_column
@@ -84,7 +83,11 @@ def _state_settings(settings: Mapping, k: int) -> tuple[dict, str]:
     s["record"] = {"every": max(1, k - 1), "tensors": None, "grads": False, "moments": adam}
     note = ""
     opt = s["optimizer"]
-    if s["framework"] == "candle" and opt["name"] == "adamw" and opt.get("implementation") == "candle":
+    if (
+        s["framework"] == "candle"
+        and opt["name"] == "adamw"
+        and opt.get("implementation") == "candle"
+    ):
         opt["implementation"] = "manual"
         note = (
             "candle_nn::AdamW keeps its moments private: the reference's state was trained "
@@ -160,7 +163,9 @@ def _check_against_trace(key: RunKey, state, names, k: int) -> str:
         rec = TraceReader(key.trace).read_step(k - 1, names)
     except (OSError, KeyError, ValueError) as e:
         return f"state not checked against the reference trace ({e})"
-    same = all(np.array_equal(rec.tensors[n], state[n].reshape(-1)) for n in names if n in rec.tensors)
+    same = all(
+        np.array_equal(rec.tensors[n], state[n].reshape(-1)) for n in names if n in rec.tensors
+    )
     if not same:
         raise ReplayError(
             f"retraining {key.label} for {k - 1} steps does not reproduce its trace at step "
@@ -170,8 +175,14 @@ def _check_against_trace(key: RunKey, state, names, k: int) -> str:
 
 
 def run_replay(
-    key: RunKey, settings: Mapping, fixture: str, state: Mapping, state_path: str, k: int,
-    threads: int, log_path: str | None,
+    key: RunKey,
+    settings: Mapping,
+    fixture: str,
+    state: Mapping,
+    state_path: str,
+    k: int,
+    threads: int,
+    log_path: str | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """One replay of step ``k`` of ``key`` from ``state`` (see :mod:`parity.replay`)."""
     adam = settings["optimizer"]["name"] != "sgd"
@@ -185,7 +196,13 @@ def run_replay(
 
     try:
         return rust_runner.replay(
-            key, settings, fixture, _binary(key.framework, key.device), state_path, k, threads,
+            key,
+            settings,
+            fixture,
+            _binary(key.framework, key.device),
+            state_path,
+            k,
+            threads,
             log_path,
         )
     except rust_runner.RunnerError as e:
@@ -203,7 +220,9 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
     k, why = choose_step(job["perstep"], job.get("diagnosis_result"), loc["step"])
     log.info("%s %s: replaying step %d (%s)", comp.experiment, comp.tag, k, why)
     ref_settings = settings[comp.reference.run]
-    state, notes = reference_state(comp.reference, ref_settings, fixture, k, tmp, threads, log, log_path)
+    state, notes = reference_state(
+        comp.reference, ref_settings, fixture, k, tmp, threads, log, log_path
+    )
     state_path = os.path.join(tmp, "state.safetensors")
     save_file({n: np.ascontiguousarray(v) for n, v in state.items()}, state_path)
     keys = {role: RunKey(**k) for role, k in loc["replays"].items()}
@@ -249,7 +268,8 @@ def _markdown(comp: Comparison, result: Mapping) -> str:
         lines.append(f"- replayed step {result['step']} ({result['step_reason']})")
         culprit = result["culprit"]
         lines.append(
-            f"- culprit: **`{culprit}`** ({result['culprit_phase']})" if culprit
+            f"- culprit: **`{culprit}`** ({result['culprit_phase']})"
+            if culprit
             else "- culprit: none (every quantity agrees within rounding)"
         )
     else:
@@ -290,23 +310,42 @@ def localise_job(
     gets status ``not localised`` and the reason, not an error.
     """
     job = dict(params)
+    read = {"perstep": perstep_result, "fixture": params["localise"]["fixture"]}
+    if diagnosis_result:
+        read["diagnosis"] = diagnosis_result
+    made_from = compare_jobs.sources(read)
     job["perstep"] = integrity.read_sealed_json(perstep_result)
     if diagnosis_result:
         job["diagnosis_result"] = integrity.read_sealed_json(diagnosis_result)
     comp = Comparison.from_params(job["comparison"])
     reason = skip_reason(job["perstep"], comp, job["localise"]["all"])
     if reason:
-        result = {"status": SKIPPED, "step": None, "step_reason": "", "culprit": None,
-                  "culprit_phase": None, "reason": reason, "notes": [], "rows": []}
+        result = {
+            "status": SKIPPED,
+            "step": None,
+            "step_reason": "",
+            "culprit": None,
+            "culprit_phase": None,
+            "reason": reason,
+            "notes": [],
+            "rows": [],
+        }
     else:
         with tempfile.TemporaryDirectory(prefix="parity-localise-") as tmp:
             try:
                 result = localise_comparison(job, tmp, log, log_path)
             except (ReplayError, KeyError, ValueError, RuntimeError, OSError) as e:
                 log.error("cannot localise: %s\n%s", e, traceback.format_exc())
-                result = {"status": NOT_LOCALISED, "step": None, "step_reason": "",
-                          "culprit": None, "culprit_phase": None, "reason": str(e).strip(),
-                          "notes": [], "rows": []}
+                result = {
+                    "status": NOT_LOCALISED,
+                    "step": None,
+                    "step_reason": "",
+                    "culprit": None,
+                    "culprit_phase": None,
+                    "reason": str(e).strip(),
+                    "notes": [],
+                    "rows": [],
+                }
     tables.write_csv(outputs["csv"], result["rows"], localise.COLUMNS)
     tables.write_twins(outputs["md"], _markdown(comp, result))
     _figure([outputs["png"], outputs["svg"]], comp, result)
@@ -319,15 +358,15 @@ def localise_job(
         "reference": comp.reference.label,
         "candidate": comp.candidate.label,
         **{k: v for k, v in result.items() if k != "rows"},
-        "tables": {
-            name: {"path": p, "sha256": sha256_file(p)}
-            for name, p in (("csv", outputs["csv"]), ("md", outputs["md"]), ("html", html))
-        },
+        "sources": made_from,
+        "tables": compare_jobs.sources({"csv": outputs["csv"], "md": outputs["md"], "html": html}),
         "job_sha256": canonical_hash(dict(params)),
         "code": code,
     }
     integrity.write_sealed_json(outputs["result"], _json_safe(full))
-    log.info("%s %s: %s, culprit %s", comp.experiment, comp.tag, result["status"], result["culprit"])
+    log.info(
+        "%s %s: %s, culprit %s", comp.experiment, comp.tag, result["status"], result["culprit"]
+    )
     return full
 
 
@@ -339,4 +378,3 @@ def _json_safe(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_json_safe(v) for v in obj]
     return obj
-

@@ -188,7 +188,9 @@ def replay(
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
     if proc.returncode != 0:
         tail = log_tail(log_path, 5).strip() if log_path else ""
-        raise RunnerError(f"{Path(binary).name} replay exited with status {proc.returncode}: {tail}")
+        raise RunnerError(
+            f"{Path(binary).name} replay exited with status {proc.returncode}: {tail}"
+        )
     try:
         frames = list(read_frames(io.BytesIO(proc.stdout)))
     except FrameError as e:

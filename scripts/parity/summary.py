@@ -43,6 +43,7 @@ def _no_culprit(loc: Mapping) -> str | None:
         return None
     return "none" if loc.get("status") == "localised" else f"({loc.get('status')})"
 
+
 #: Diagnosis results copied into summary.csv.
 DIAGNOSIS_SUMMARY = (
     "fp64_rule_verdict",

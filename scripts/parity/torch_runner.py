@@ -268,8 +268,7 @@ def replay(
     # Copies: the optimizer updates the parameters in place, and ``state`` is shared by
     # every replay of a localisation.
     p = {
-        n: torch.tensor(np.array(state[n]), device=tdev, dtype=tdt).requires_grad_()
-        for n in names
+        n: torch.tensor(np.array(state[n]), device=tdev, dtype=tdt).requires_grad_() for n in names
     }
     i = (step - 1) % fx["x"].shape[0]
     x = torch.from_numpy(fx["x"][i]).to(device=tdev, dtype=tdt)
