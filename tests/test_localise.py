@@ -2,6 +2,7 @@
 culprit is known, and the choice of the replayed step (scripts/parity/replay.py)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -195,3 +196,108 @@ def test_quantities_follow_dataflow_order():
 )
 def test_the_replayed_step(perstep, diagnosis, setting, want):
     assert replay.choose_step(perstep, diagnosis, setting)[0] == want
+
+
+# ----- the job: a comparison that cannot be replayed gets a result saying why ----------
+
+
+def _job(tmp_path, monkeypatch, config, experiment, comparison):
+    """Plan.comparison_job of one comparison, a sealed per-step result that says it failed
+    at step 1, and the fixture, in ``tmp_path`` (the working directory)."""
+    from parity import fixtures, integrity
+    from parity.plan import Plan
+
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(config)
+    c = next(x for x in plan.comparisons() if (x.experiment, x.name) == (experiment, comparison))
+    params = plan.comparison_job(c)
+    fixtures.write(plan.fixture(experiment), plan.fixture_settings(experiment))
+    perstep = tmp_path / "perstep.json"
+    integrity.write_sealed_json(
+        perstep, {"verdict": "fail", "tol_exceeded_step": 1, "kind": "perstep"}
+    )
+    out = {k: str(tmp_path / f"out.{k}") for k in ("csv", "md", "result")}
+    out.update(png=str(tmp_path / "fig.png"), svg=str(tmp_path / "fig.svg"))
+    return c, params, str(perstep), out
+
+
+def _run_job(params, perstep, out, tmp_path):
+    import logging
+
+    from parity import integrity
+
+    result = replay.localise_job(
+        params, perstep, None, out, logging.getLogger("test"), str(tmp_path / "log")
+    )
+    assert result == integrity.read_sealed_json(out["result"])
+    return result
+
+
+def test_a_missing_runner_gives_a_result_not_a_crash(tmp_path, monkeypatch):
+    from conftest import load_config
+
+    config = load_config()
+    _, params, perstep, out = _job(tmp_path, monkeypatch, config, "a3_sgd", "main")
+    result = _run_job(params, perstep, out, tmp_path)  # no results/bin/candle-parity-cpu
+    assert result["status"] == "not localised" and result["culprit"] is None
+    assert "candle" in result["reason"]
+    assert Path(out["csv"]).read_text().startswith("order,phase,quantity")
+    assert "not localised" in Path(out["md"]).read_text()
+
+
+def test_an_imported_device_is_not_replayed(tmp_path, monkeypatch):
+    from conftest import load_config
+
+    config = load_config()
+    config["devices"] = ["cpu", "cuda"]
+    config["imported_devices"] = ["cuda"]
+    config["reference_device"] = "same"
+    c, params, perstep, out = _job(tmp_path, monkeypatch, config, "a3_sgd", "main")
+    assert c.device == "cpu"  # the cpu comparison replays; take the cuda one instead
+    plan_cuda = params["localise"]
+    from parity.plan import Plan
+
+    cuda = next(
+        x
+        for x in Plan(config).comparisons()
+        if (x.experiment, x.name, x.device) == ("a3_sgd", "main", "cuda")
+    )
+    params = Plan(config).comparison_job(cuda)
+    assert plan_cuda["unreplayable"] is None
+    result = _run_job(params, perstep, out, tmp_path)
+    assert result["status"] == "not localised"
+    assert "imported" in result["reason"]
+
+
+def test_a_diverged_reference_state_is_refused(tmp_path):
+    from parity.keys import RunKey
+
+    settings = {
+        "model": MLP,
+        "optimizer": {"name": "sgd", "lr": 0.1},
+        "framework": "torch",
+    }
+
+    key = RunKey("e", "torch", "f32", "cpu")
+    # k = 1 takes the fixture; a NaN there is a state that cannot be replayed either.
+    from parity import fixtures
+
+    fx_settings = {"model": MLP, "loss": "mse", "data": {"seed": 1, "batches": 1, "batch_size": 4}}
+    fx = fixtures.draw(fx_settings)
+    fx["fc1.weight"][0, 0] = np.nan
+    path = tmp_path / "fx.safetensors"
+    fixtures.save(path, fx, fx_settings)
+    with pytest.raises(replay.ReplayError, match="not finite"):
+        replay.reference_state(key, settings, str(path), 1, str(tmp_path), 1, None, None)
+
+
+def test_skip_reason():
+    from parity.keys import Comparison, RunKey
+
+    ref, cand = RunKey("e", "torch", "f32", "cpu"), RunKey("e", "candle", "f32", "cpu")
+    passing = Comparison("e", "main", "cpu", ref, cand, "pass", 1e-6, None)
+    control = Comparison("e", "main", "cpu", ref, cand, "fail", 1e-6, None)
+    assert "localise.all" in replay.skip_reason({"verdict": "pass"}, passing, False)
+    assert replay.skip_reason({"verdict": "pass"}, passing, True) is None
+    assert replay.skip_reason({"verdict": "fail"}, passing, False) is None
+    assert replay.skip_reason({"verdict": "expected-fail"}, control, False) is None

@@ -133,6 +133,7 @@ def reference_state(
             for n in names:
                 state[f"exp_avg:{n}"] = np.zeros(shapes[n], dt)
                 state[f"exp_avg_sq:{n}"] = np.zeros(shapes[n], dt)
+        _check_finite(state, k)
         return state, ["state: the fixture (step 1)"]
     s, note = _state_settings(settings, k)
     if note:
@@ -147,14 +148,19 @@ def reference_state(
         state[n] = rec.tensors[n].reshape(shapes[n])
         for kind in kinds:
             state[f"{kind}:{n}"] = rec.tensors[extra_column(kind, n)].reshape(shapes[n])
+    _check_finite(state, k)
+    notes.append(_check_against_trace(key, state, names, k))
+    return state, notes
+
+
+def _check_finite(state: Mapping[str, np.ndarray], k: int) -> None:
+    """Refuse a state holding a NaN or an Inf (:class:`ReplayError`, naming the tensor)."""
     bad = [n for n, v in state.items() if not np.isfinite(v).all()]
     if bad:
         raise ReplayError(
             f"the reference's state after step {k - 1} is not finite ({bad[0]}): a diverged "
             "step cannot be replayed"
         )
-    notes.append(_check_against_trace(key, state, names, k))
-    return state, notes
 
 
 def _check_against_trace(key: RunKey, state, names, k: int) -> str:
