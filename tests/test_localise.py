@@ -301,3 +301,14 @@ def test_skip_reason():
     assert replay.skip_reason({"verdict": "pass"}, passing, True) is None
     assert replay.skip_reason({"verdict": "fail"}, passing, False) is None
     assert replay.skip_reason({"verdict": "expected-fail"}, control, False) is None
+
+
+def test_a_step_beyond_the_run_is_refused_with_a_result(tmp_path, monkeypatch):
+    from conftest import load_config
+
+    config = load_config()
+    config["localise"] = {"step": 500}
+    _, params, perstep, out = _job(tmp_path, monkeypatch, config, "a3_sgd", "main")
+    result = _run_job(params, perstep, out, tmp_path)
+    assert result["status"] == "not localised"
+    assert "step 500 (config localise.step) is beyond the experiment's 100 steps" in result["reason"]

@@ -226,6 +226,10 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
     k, why = choose_step(job["perstep"], job.get("diagnosis_result"), loc["step"])
     log.info("%s %s: replaying step %d (%s)", comp.experiment, comp.tag, k, why)
     ref_settings = settings[comp.reference.run]
+    if k > ref_settings["steps"]:
+        raise ReplayError(
+            f"step {k} ({why}) is beyond the experiment's {ref_settings['steps']} steps"
+        )
     state, notes = reference_state(
         comp.reference, ref_settings, fixture, k, tmp, threads, log, log_path
     )
