@@ -80,7 +80,10 @@ fn read_tensor(st: &safetensors::SafeTensors<'_>, name: &str, path: &Path) -> Re
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().expect("chunk of 8")))
             .collect(),
-        other => bail!("state {}: {name} is {other:?}; expected F32 or F64", path.display()),
+        other => bail!(
+            "state {}: {name} is {other:?}; expected F32 or F64",
+            path.display()
+        ),
     };
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
         bail!(
@@ -127,7 +130,10 @@ impl ReplayState {
                 }
                 Ok(t)
             };
-            params.push((p.name.clone(), check(read_tensor(&st, &p.name, path)?, &p.name)?));
+            params.push((
+                p.name.clone(),
+                check(read_tensor(&st, &p.name, path)?, &p.name)?,
+            ));
             for (prefix, out) in [("exp_avg", &mut exp_avg), ("exp_avg_sq", &mut exp_avg_sq)] {
                 let name = format!("{prefix}:{}", p.name);
                 let present = st.names().iter().any(|n| **n == name);
@@ -158,7 +164,8 @@ impl ReplayState {
 /// of L layers `fc1.out`, `relu1.out`, …, `fcL.out` (each layer's output before its
 /// activation, then the activation's output; none after the last layer); for the 1-D CNN
 /// `conv.out` (`[batch, channels, length − kernel + 1]`, bias included), `relu.out` (same
-/// shape), `fc.out` (`[batch, classes]`). The names follow the PyTorch model's module paths;
+/// shape), `fc.out` (`[batch, classes]`); for the transformer only its logits `head.out`
+/// (`[batch, seq_len, vocab]`). The names follow the PyTorch model's module paths;
 /// `scripts/parity/localise.py` defines the same list and the dataflow between them.
 pub fn forward_names(model: &Model) -> Vec<String> {
     let act = |a: &Activation| match a {
@@ -180,6 +187,7 @@ pub fn forward_names(model: &Model) -> Vec<String> {
             out.push(format!("{}.out", act(activation)));
             out.push("fc.out".into());
         }
+        Model::Transformer { .. } => out.push("head.out".into()),
     }
     out.push("loss".into());
     out
@@ -230,7 +238,14 @@ mod tests {
         };
         assert_eq!(
             forward_names(&mlp),
-            ["fc1.out", "relu1.out", "fc2.out", "relu2.out", "fc3.out", "loss"]
+            [
+                "fc1.out",
+                "relu1.out",
+                "fc2.out",
+                "relu2.out",
+                "fc3.out",
+                "loss"
+            ]
         );
         let cnn = Model::Cnn1d {
             in_channels: 1,
@@ -241,6 +256,9 @@ mod tests {
             activation: Activation::Relu,
             conv_impl: ConvImpl::Conv1d,
         };
-        assert_eq!(forward_names(&cnn), ["conv.out", "relu.out", "fc.out", "loss"]);
+        assert_eq!(
+            forward_names(&cnn),
+            ["conv.out", "relu.out", "fc.out", "loss"]
+        );
     }
 }

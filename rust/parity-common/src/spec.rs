@@ -71,6 +71,39 @@ pub enum ConvImpl {
     Conv1d,
 }
 
+/// How a transformer's layer norm is computed (candle-parity; burn-parity uses burn-nn's
+/// `LayerNorm` and accepts `Composed` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerNormImpl {
+    /// Composed of differentiable tensor ops (candle-nn's `ops::layer_norm_slow`):
+    /// (x − mean) / √(var + ε) · γ + β, the biased variance over the last dimension.
+    Composed,
+    /// candle-nn's fused `ops::layer_norm` (what `candle_nn::LayerNorm::forward` calls on a
+    /// contiguous input): candle 0.11 implements no backward for it.
+    Fused,
+}
+
+/// How attention scores are normalised over the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SoftmaxImpl {
+    /// exp(x − max) / Σ exp(x − max) from differentiable ops (candle-nn's `ops::softmax`).
+    Generic,
+    /// candle-nn's fused `ops::softmax_last_dim` (no backward in candle 0.11).
+    LastDim,
+}
+
+/// The GELU of a transformer's MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GeluImpl {
+    /// x·Φ(x) with the error function, PyTorch's default `F.gelu` (candle's `gelu_erf`).
+    Erf,
+    /// The tanh approximation 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (candle's `gelu`).
+    Tanh,
+}
+
 /// The model family and its shapes. Parameter names follow PyTorch's state_dict.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "family", rename_all = "snake_case", deny_unknown_fields)]
@@ -101,6 +134,33 @@ pub enum Model {
         activation: Activation,
         /// How the runner computes the convolution (see [`ConvImpl`]).
         conv_impl: ConvImpl,
+    },
+    /// A GPT-style decoder: token embedding `tok_emb` `[vocab, d_model]` plus learned
+    /// position embedding `pos_emb` `[seq_len, d_model]`; `blocks` pre-LayerNorm blocks
+    /// `blocks.{i}`: `ln1` → causal multi-head self-attention (`attn.q`, `attn.k`, `attn.v`,
+    /// `attn.out`, each Linear d→d with bias; scores q·kᵀ multiplied by 1/√d_head, future
+    /// keys set to −∞, softmax over the keys) → residual add → `ln2` → `mlp.fc1` (d→4d) →
+    /// GELU → `mlp.fc2` (4d→d) → residual add; then `ln_f` and `head` (d→vocab, no bias,
+    /// not tied to `tok_emb`). Layer norms have ε = 1e-5 and biased variance. Input: token ids
+    /// `[batch, seq_len]` int64; output: logits `[batch, seq_len, vocab]`; the loss is the
+    /// cross-entropy of every position against the next token, mean over batch × seq_len.
+    Transformer {
+        /// Vocabulary size V.
+        vocab: usize,
+        /// Model width d.
+        d_model: usize,
+        /// Attention heads (d_model is a multiple of heads).
+        heads: usize,
+        /// Number of blocks.
+        blocks: usize,
+        /// Sequence length T (the position embedding's rows).
+        seq_len: usize,
+        /// How layer norm is computed (see [`LayerNormImpl`]).
+        layer_norm: LayerNormImpl,
+        /// How the attention softmax is computed (see [`SoftmaxImpl`]).
+        softmax: SoftmaxImpl,
+        /// Which GELU (see [`GeluImpl`]).
+        gelu: GeluImpl,
     },
 }
 
@@ -137,6 +197,38 @@ impl Model {
                     p("fc.weight".into(), vec![*classes, channels * out_len]),
                     p("fc.bias".into(), vec![*classes]),
                 ]
+            }
+            Model::Transformer {
+                vocab,
+                d_model,
+                blocks,
+                seq_len,
+                ..
+            } => {
+                let d = *d_model;
+                let mut out = vec![
+                    p("tok_emb.weight".into(), vec![*vocab, d]),
+                    p("pos_emb.weight".into(), vec![*seq_len, d]),
+                ];
+                for i in 0..*blocks {
+                    let b = |s: &str| format!("blocks.{i}.{s}");
+                    out.push(p(b("ln1.weight"), vec![d]));
+                    out.push(p(b("ln1.bias"), vec![d]));
+                    for m in ["q", "k", "v", "out"] {
+                        out.push(p(b(&format!("attn.{m}.weight")), vec![d, d]));
+                        out.push(p(b(&format!("attn.{m}.bias")), vec![d]));
+                    }
+                    out.push(p(b("ln2.weight"), vec![d]));
+                    out.push(p(b("ln2.bias"), vec![d]));
+                    out.push(p(b("mlp.fc1.weight"), vec![4 * d, d]));
+                    out.push(p(b("mlp.fc1.bias"), vec![4 * d]));
+                    out.push(p(b("mlp.fc2.weight"), vec![d, 4 * d]));
+                    out.push(p(b("mlp.fc2.bias"), vec![d]));
+                }
+                out.push(p("ln_f.weight".into(), vec![d]));
+                out.push(p("ln_f.bias".into(), vec![d]));
+                out.push(p("head.weight".into(), vec![*vocab, d]));
+                out
             }
         }
     }
@@ -400,6 +492,14 @@ impl RunSpec {
         if self.steps == 0 {
             bail!("steps must be at least 1");
         }
+        if let Model::Transformer { d_model, heads, .. } = self.model {
+            if heads == 0 || d_model % heads != 0 {
+                bail!("transformer: d_model {d_model} is not a multiple of heads {heads}");
+            }
+            if self.loss != Loss::CrossEntropy {
+                bail!("transformer: the loss is the next-token cross-entropy (\"cross_entropy\")");
+            }
+        }
         if self.record.every == 0 {
             bail!("record.every must be at least 1");
         }
@@ -446,7 +546,7 @@ impl RunSpec {
             Fault::TransposedWeight => {
                 let square = match &self.model {
                     Model::Mlp { sizes, .. } => sizes.windows(2).any(|w| w[0] == w[1]),
-                    Model::Cnn1d { .. } => false,
+                    Model::Cnn1d { .. } | Model::Transformer { .. } => false,
                 };
                 if !square {
                     bail!("fault TransposedWeight needs an MLP with a square weight (two equal consecutive sizes)");
@@ -530,6 +630,41 @@ mod tests {
         let p = m.params();
         assert_eq!(p[2].name, "fc.weight");
         assert_eq!(p[2].shape, vec![3, 48]);
+    }
+
+    #[test]
+    fn transformer_params_are_a_gpt_state_dict() {
+        let m = Model::Transformer {
+            vocab: 32,
+            d_model: 16,
+            heads: 2,
+            blocks: 2,
+            seq_len: 8,
+            layer_norm: LayerNormImpl::Composed,
+            softmax: SoftmaxImpl::Generic,
+            gelu: GeluImpl::Erf,
+        };
+        let p = m.params();
+        let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            &names[..4],
+            [
+                "tok_emb.weight",
+                "pos_emb.weight",
+                "blocks.0.ln1.weight",
+                "blocks.0.ln1.bias"
+            ]
+        );
+        assert_eq!(names[4], "blocks.0.attn.q.weight");
+        assert_eq!(names[names.len() - 1], "head.weight");
+        assert_eq!(p.len(), 2 + 2 * 16 + 3);
+        let total: usize = p.iter().map(|p| p.shape.iter().product::<usize>()).sum();
+        // 2 embeddings (512 + 128), per block 4·(256+16) + 2·2·16 + (1024+64) + (1024+16),
+        // final norm 32, head 512.
+        assert_eq!(
+            total,
+            512 + 128 + 2 * (4 * 272 + 64 + 1088 + 1040) + 32 + 512
+        );
     }
 
     #[test]
