@@ -146,11 +146,15 @@ def test_non_finite_candidate_differs():
     assert row["max_abs_diff"] == math.inf
 
 
-def test_without_float64_replays_only_non_finite_values_differ():
-    rec = _records(MLP, 4, changed={"loss"})
+def test_without_float64_replays_a_difference_beyond_float32_rounding_is_found():
+    # A run without float64 (a fused candle op): rounding alone passes, a parameter that
+    # is never updated on one side (update 0 against a real update) is found.
+    rec = _records(MLP, 4)
     del rec["ref64"], rec["cand64"]
+    assert localise.walk(MLP, 4, rec, {}, SETTINGS).culprit is None
+    rec["cand32"]["update:fc2.bias"] = np.zeros_like(rec["cand32"]["update:fc2.bias"])
     w = localise.walk(MLP, 4, rec, {}, SETTINGS)
-    assert w.culprit is None
+    assert w.culprit == "update:fc2.bias"
 
 
 def test_updates_are_exact_differences_of_float32_values():

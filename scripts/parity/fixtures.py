@@ -12,6 +12,12 @@ Draw order, from one generator: each parameter in state_dict order, then ``x``, 
 * ``y``: N(0, 1) ``[batches, batch_size, outputs]`` for MSE; for cross-entropy, uniform
   class labels in ``[0, outputs)`` as int64 ``[batches, batch_size]``.
 
+A transformer (:func:`draw_transformer`) draws its embeddings from N(0, 1) (PyTorch's
+``nn.Embedding``), its Linear weights and biases as above, its layer norms' weights as 1
+and biases as 0 (``nn.LayerNorm``); its data are token sequences of ``seq_len + 1`` ids
+uniform in ``[0, vocab)``, int64, split into ``x`` (the first ``seq_len``) and ``y`` (the
+next token of each position), both ``[batches, batch_size, seq_len]``.
+
 The metadata records the sha256 of the tensors (:func:`tensors_sha256`), and every reader
 loads a fixture through :func:`load`, which checks it: a fixture corrupted after it was
 drawn is refused, never trained from.
@@ -45,6 +51,8 @@ def draw(settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """
     model, data = settings["model"], settings["data"]
     rng = np.random.default_rng(data["seed"])
+    if model["family"] == "transformer":
+        return draw_transformer(model, data, rng)
     params = model_params(model)
     fan_in: dict[str, int] = {}
     out: dict[str, np.ndarray] = {}
@@ -61,6 +69,28 @@ def draw(settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
         out["y"] = rng.standard_normal(size=(*lead, outputs)).astype(np.float32)
     else:
         out["y"] = rng.integers(0, outputs, size=lead, dtype=np.int64)
+    return out
+
+
+def draw_transformer(
+    model: Mapping[str, Any], data: Mapping[str, Any], rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """A transformer's fixture (see the module docs), in state_dict order from ``rng``."""
+    out: dict[str, np.ndarray] = {}
+    for name, shape in model_params(model):
+        module, kind = name.rsplit(".", 1)
+        if module.endswith("_emb"):
+            values = rng.standard_normal(size=shape)
+        elif module.split(".")[-1].startswith("ln"):
+            values = np.ones(shape) if kind == "weight" else np.zeros(shape)
+        else:  # a Linear: the bias takes the bound of its weight's fan-in
+            bound = 1.0 / math.sqrt(model["d_model"] if not module.endswith("fc2") else 4 * model["d_model"])
+            values = rng.uniform(-bound, bound, size=shape)
+        out[name] = values.astype(np.float32)
+    lead = (data["batches"], data["batch_size"])
+    tokens = rng.integers(0, model["vocab"], size=(*lead, model["seq_len"] + 1), dtype=np.int64)
+    out["x"] = np.ascontiguousarray(tokens[..., :-1])
+    out["y"] = np.ascontiguousarray(tokens[..., 1:])
     return out
 
 

@@ -222,18 +222,34 @@ def _rms(x: np.ndarray) -> float:
     return math.sqrt(float(np.mean(np.square(x)))) if x.size else 0.0
 
 
+def _judge_f32_only(r32, c32, d, ulp, s: Settings) -> Judgement:
+    """Without float64 replays (a run that has no float64): the float32 rule with the
+    reference's float32 value standing in for the truth and the rounding floor for its
+    error, RMSE(ref32 − cand32) ≤ m · floor + atol. Weaker than the two rules: it cannot
+    tell a formula difference below float32 rounding from rounding."""
+    if not (np.isfinite(r32).all() and np.isfinite(c32).all()):
+        bad = not math.isfinite(d.value) or d.value > 0
+        return Judgement(d.value, d.index, ulp, None, None, None, bad, "not finite")
+    m = compare.fp64_rule_multiplier(r32.size, s.multiplier)
+    err = compare.rmse({"v": r32}, {"v": c32}, ["v"])
+    floor = s.f32_floor_ulps * U32 * _rms(np.asarray(r32, np.float64))
+    ratio = err / floor if floor > 0 else (0.0 if err == 0 else math.inf)
+    ok = err <= m * floor + s.atol
+    return Judgement(
+        d.value, d.index, ulp, ratio, None, None, not ok, "" if ok else "float32 rounding"
+    )
+
+
 def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
-    """Judge one quantity from its values in each role of :data:`ROLES` (``ref64`` and
-    ``cand64`` may be missing: then only the float32 difference and no rule is known and
-    the quantity differs only when it is not finite where the reference is)."""
+    """Judge one quantity from its values in each role of :data:`ROLES`. Without ``ref64``
+    and ``cand64`` (a run that has no float64) only :func:`_judge_f32_only` applies."""
     r32, c32 = arrays["ref32"].reshape(-1), arrays["cand32"].reshape(-1)
     d = max_abs_diff({"v": r32}, {"v": c32}, ["v"])
     ulp = None
     if r32.dtype == c32.dtype and r32.dtype in (np.float32, np.float64) and r32.size:
         ulp = compare.ulp_at({"v": r32}, {"v": c32}, d)
     if "ref64" not in arrays or "cand64" not in arrays:
-        bad = not math.isfinite(d.value)
-        return Judgement(d.value, d.index, ulp, None, None, None, bad, "not finite" if bad else "")
+        return _judge_f32_only(r32, c32, d, ulp, s)
     r64, c64 = arrays["ref64"].reshape(-1), arrays["cand64"].reshape(-1)
     why = []
     # float32: fp64-referenced rule with a rounding floor.

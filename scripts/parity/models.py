@@ -20,6 +20,12 @@ def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     ``mlp``: ``fc{i}.weight`` ``[sizes[i], sizes[i-1]]`` and ``fc{i}.bias`` ``[sizes[i]]``.
     ``cnn1d``: ``conv.weight`` ``[channels, in_channels, kernel]``, ``conv.bias``,
     ``fc.weight`` ``[classes, channels·(length − kernel + 1)]``, ``fc.bias``.
+    ``transformer`` (V = ``vocab``, d = ``d_model``, T = ``seq_len``): ``tok_emb.weight``
+    ``[V, d]``, ``pos_emb.weight`` ``[T, d]``; per block ``blocks.{i}.``: ``ln1.weight``,
+    ``ln1.bias`` ``[d]``, ``attn.{q,k,v,out}.weight`` ``[d, d]`` and ``.bias`` ``[d]``,
+    ``ln2.weight``, ``ln2.bias``, ``mlp.fc1.weight`` ``[4d, d]``, ``mlp.fc1.bias`` ``[4d]``,
+    ``mlp.fc2.weight`` ``[d, 4d]``, ``mlp.fc2.bias`` ``[d]``; then ``ln_f.weight``,
+    ``ln_f.bias`` and ``head.weight`` ``[V, d]`` (no bias, not tied to ``tok_emb``).
     Raises ``ValueError`` for an unknown family.
     """
     family = model["family"]
@@ -39,13 +45,28 @@ def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
             ("fc.weight", (model["classes"], c * out_len)),
             ("fc.bias", (model["classes"],)),
         ]
+    if family == "transformer":
+        v, d, t = model["vocab"], model["d_model"], model["seq_len"]
+        out = [("tok_emb.weight", (v, d)), ("pos_emb.weight", (t, d))]
+        for i in range(model["blocks"]):
+            b = f"blocks.{i}."
+            out += [(b + "ln1.weight", (d,)), (b + "ln1.bias", (d,))]
+            for m in ("q", "k", "v", "out"):
+                out += [(b + f"attn.{m}.weight", (d, d)), (b + f"attn.{m}.bias", (d,))]
+            out += [(b + "ln2.weight", (d,)), (b + "ln2.bias", (d,))]
+            out += [(b + "mlp.fc1.weight", (4 * d, d)), (b + "mlp.fc1.bias", (4 * d,))]
+            out += [(b + "mlp.fc2.weight", (d, 4 * d)), (b + "mlp.fc2.bias", (d,))]
+        return [*out, ("ln_f.weight", (d,)), ("ln_f.bias", (d,)), ("head.weight", (v, d))]
     raise ValueError(f"unknown model family {family!r}")
 
 
 def model_io(model: Mapping[str, Any]) -> tuple[tuple[int, ...], int]:
-    """(input shape of one sample, number of outputs) of a model."""
+    """(input shape of one sample, number of outputs) of a model; a transformer's sample is
+    ``seq_len`` token ids and its outputs are ``vocab`` logits per position."""
     if model["family"] == "mlp":
         return (model["sizes"][0],), model["sizes"][-1]
+    if model["family"] == "transformer":
+        return (model["seq_len"],), model["vocab"]
     return (model["in_channels"], model["length"]), model["classes"]
 
 
@@ -71,5 +92,13 @@ def check_model(where: str, model: Mapping, loss: str) -> None:
                 f"fc takes {model['fc_in']} inputs but the convolution gives "
                 f"channels·(length − kernel + 1) = {fc_in}",
             )
+    if model["family"] == "transformer":
+        if model["d_model"] % model["heads"]:
+            raise ConfigError(
+                f"{where}.heads",
+                f"d_model {model['d_model']} is not a multiple of heads {model['heads']}",
+            )
+        if loss != "cross_entropy":
+            raise ConfigError(where, "a transformer is trained on the next-token cross_entropy")
     if loss == "cross_entropy" and model_io(model)[1] < 2:
         raise ConfigError(where, "cross-entropy needs at least two outputs (classes)")

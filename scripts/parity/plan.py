@@ -124,9 +124,19 @@ class Plan:
         """Path of an experiment's fixture."""
         return paths.FIXTURE.format(experiment=experiment)
 
+    def unsupported_reason(self, key: RunKey) -> str | None:
+        """Why run ``key`` cannot run: a cell of the validity matrix (float64 on Metal), or a
+        dtype the run's own settings exclude (``unsupported``: a candle run with a fused op
+        that has no float64 kernel); None when it can."""
+        reason = frameworks.unsupported_reason(key.framework, key.device, key.dtype)
+        if reason is None:
+            settings = self.run_settings(key.experiment, key.run)
+            reason = settings.get("unsupported", {}).get(key.dtype)
+        return reason
+
     def supported(self, key: RunKey) -> bool:
-        """Whether the validity matrix allows this run."""
-        return key.supported
+        """Whether this run can run (:meth:`unsupported_reason`)."""
+        return self.unsupported_reason(key) is None
 
     def runs(self) -> list[RunKey]:
         """Every run job: each run × dtype × device of the config, where supported, plus
@@ -140,7 +150,7 @@ class Plan:
         }
         for c in self.comparisons():
             keys.update(c.keys.values())
-        return sorted(k for k in keys if k.supported)
+        return sorted(k for k in keys if self.supported(k))
 
     def trace_expectation(self, key: RunKey) -> dict:
         """What a trace of ``key`` must carry (:func:`trace_expectation`)."""
@@ -154,8 +164,7 @@ class Plan:
             for r in exp["runs"]:
                 for dt in self.dtypes:
                     for dev in self.devices:
-                        key = RunKey(e, r, dt, dev)
-                        reason = frameworks.unsupported_reason(key.framework, dev, dt)
+                        reason = self.unsupported_reason(RunKey(e, r, dt, dev))
                         if reason:
                             cells.append((key, reason))
         return cells
@@ -221,6 +230,8 @@ class Plan:
                             self._pair_key(e, comp["reference"], "f64", ref_dev),
                             self._pair_key(e, comp["candidate"], "f64", dev),
                         )
+                        if not all(map(self.supported, f64)):
+                            f64 = None  # a run without float64 (a fused candle op)
                     out.append(
                         Comparison(e, name, dev, ref, cand, comp["expect"], comp["tolerance"], f64)
                     )
@@ -249,16 +260,20 @@ class Plan:
         }
 
     def replay_keys(self, c: Comparison) -> dict[str, RunKey]:
-        """The four replays of a localisation by role (``ref32``, ``cand32``, ``ref64``,
+        """The replays of a localisation by role (``ref32``, ``cand32``, ``ref64``,
         ``cand64``): the comparison's runs in float32 and float64, a float64 replay on the
-        CPU where the device has no float64 (as the float64 runs)."""
+        CPU where the device has no float64 (as the float64 runs); no float64 roles when
+        either run has no float64 at all (a fused candle op)."""
         ref, cand = c.reference, c.candidate
-        return {
+        keys = {
             "ref32": RunKey(ref.experiment, ref.run, "f32", ref.device),
             "cand32": RunKey(cand.experiment, cand.run, "f32", cand.device),
             "ref64": self._pair_key(ref.experiment, ref.run, "f64", ref.device),
             "cand64": self._pair_key(cand.experiment, cand.run, "f64", cand.device),
         }
+        if not (self.supported(keys["ref64"]) and self.supported(keys["cand64"])):
+            del keys["ref64"], keys["cand64"]
+        return keys
 
     def localise_params(self, c: Comparison) -> dict:
         """What a localisation job needs (``parity.replay``): config ``localise``, each run's
@@ -266,6 +281,12 @@ class Plan:
         replay here (a run on an imported device), or None."""
         keys = self.replay_keys(c)
         imported = sorted({k.device for k in keys.values()} & set(self.imported_devices))
+        no_f64 = [
+            f"{k.label}: {self.unsupported_reason(k)}"
+            for k in (RunKey(c.reference.experiment, c.reference.run, "f64", "cpu"),
+                      RunKey(c.candidate.experiment, c.candidate.run, "f64", "cpu"))
+            if "ref64" not in keys and self.unsupported_reason(k)
+        ]
         runs = {c.reference.run, c.candidate.run}
         data = self.run_settings(c.experiment, c.reference.run)["data"]
         return {
@@ -275,6 +296,7 @@ class Plan:
             "fixture": self.fixture(c.experiment),
             "threads": int(self.config.get("threads", 1)),
             "batch_size": int(data["batch_size"]),
+            "no_f64": "; ".join(no_f64) or None,
             "unreplayable": (
                 f"device {', '.join(imported)} is imported: its runs cannot be replayed here"
                 if imported

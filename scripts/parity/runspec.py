@@ -35,6 +35,7 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
             optimizer["bias_correction"] = opt["bias_correction"]
     model = dict(settings["model"])
     model.pop("fc_in", None)
+    model.pop("attention", None)  # PyTorch's choice; the Rust runners have one path
     record = settings["record"]
     return {
         "experiment": key.experiment,

@@ -47,6 +47,9 @@ def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, con
         )
     if exp["model"]["family"] == "cnn1d":
         settings["model"]["conv_impl"] = "conv1d"
+    if exp["model"]["family"] == "transformer":
+        # burn-nn's LayerNorm, burn's softmax and exact GELU: the differentiable forms.
+        settings["model"].update(layer_norm="composed", softmax="generic", gelu="erf")
     if settings["record"].get("moments") and optimizer["name"] == "sgd":
         raise ConfigError(
             f"{where}.record.moments",

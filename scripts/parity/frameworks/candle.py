@@ -53,12 +53,29 @@ def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, con
         settings["model"]["conv_impl"] = override.get("conv_impl", "conv2d")
     elif "conv_impl" in override:
         raise ConfigError(f"{where}.conv_impl", "only cnn1d models have a convolution")
+    if exp["model"]["family"] == "transformer":
+        for key, default in TRANSFORMER_OPS.items():
+            settings["model"][key] = override.get(key, default)
+        fused = [k for k in ("layer_norm", "softmax") if settings["model"][k] != TRANSFORMER_OPS[k]]
+        if fused:
+            settings["unsupported"] = {"f64": FUSED_F64}
+    else:
+        for key in TRANSFORMER_OPS:
+            if key in override:
+                raise ConfigError(f"{where}.{key}", "only transformer models have this op")
     manual = name == "adamw" and optimizer.get("implementation") == "manual"
     if settings["record"].get("moments") and not manual:
         raise ConfigError(
             f"{where}.record.moments",
             "candle-nn keeps AdamW's moments private; use implementation: manual",
         )
+
+
+#: A transformer run's op choices and their defaults: the differentiable forms.
+TRANSFORMER_OPS = {"layer_norm": "composed", "softmax": "generic", "gelu": "erf"}
+
+#: Why a candle run with a fused op has no float64 cell (measured by candle-parity's tests).
+FUSED_F64 = "candle 0.11.0's fused layer_norm / softmax_last_dim have no float64 CPU kernel"
 
 
 def needs_manual_adamw(kind: str) -> bool:

@@ -16,11 +16,16 @@ FAULTS = {
 
 def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, config: Mapping):
     """PyTorch's side of a run: the optimizer code path (``optimizer_path``: the run's,
-    else config ``torch.optimizer_path``, else ``single_tensor``). Raises
-    :class:`ConfigError` for candle-side optimizer settings."""
+    else config ``torch.optimizer_path``, else ``single_tensor``) and a transformer's
+    attention path (``attention``: ``explicit`` or ``sdpa``). Raises :class:`ConfigError`
+    for candle-side optimizer settings and ``attention`` on another family."""
     settings["optimizer_path"] = override.get(
         "optimizer_path", config.get("torch", {}).get("optimizer_path", "single_tensor")
     )
+    if exp["model"]["family"] == "transformer":
+        settings["model"]["attention"] = override.get("attention", "explicit")
+    elif "attention" in override:
+        raise ConfigError(f"{where}.attention", "only transformer models have attention")
     optimizer = settings["optimizer"]
     if "implementation" in optimizer or "bias_correction" in optimizer:
         raise ConfigError(
