@@ -331,3 +331,24 @@ fn gelu_tanh_differs_from_erf() -> Result<()> {
     assert!(max < 1e-2, "{max}");
     Ok(())
 }
+
+/// The loader refuses token ids outside the vocabulary and float inputs.
+#[test]
+fn bad_token_fixtures_are_refused() -> Result<()> {
+    let dir = TempDir::new()?;
+    let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
+    let mut tensors = candle_core::safetensors::load(&spec.fixture, &Device::Cpu)?;
+    let x = tensors["x"].clone();
+    let refused = |tensors: &std::collections::HashMap<String, Tensor>| -> Result<String> {
+        candle_core::safetensors::save(tensors, &spec.fixture)?;
+        let err = Net::load(&spec, &Device::Cpu)
+            .err()
+            .context("not refused")?;
+        Ok(format!("{err:#}"))
+    };
+    tensors.insert("x".into(), (&x + VOCAB as f64)?);
+    assert!(refused(&tensors)?.contains("outside 0..11"));
+    tensors.insert("x".into(), x.to_dtype(DType::F32)?);
+    assert!(refused(&tensors)?.contains("int64 [batches, batch, T]"));
+    Ok(())
+}
