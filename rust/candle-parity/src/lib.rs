@@ -5,7 +5,8 @@
 //! `candle-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
 //! Parquet trace. Modules mirror candle's own examples: [`model`] builds the forward pass
 //! from `Var`s, [`optim`] wraps the optimizers, [`train`] is the loop
-//! (`loss.backward()` → `opt.step(&grads)`). [`probe`] interprets an op probe
+//! (`loss.backward()` → `opt.step(&grads)`); [`transformer`] is the GPT-style family, with
+//! its fused-op negative controls (candle ops without a backward). [`probe`] interprets an op probe
 //! ([`parity_common::probe_spec::ProbeSpec`]) and reports each quantity as an outcome.
 //! [`replay`] replays one step from a given state ([`parity_common::replay`]) and records
 //! every intermediate, its gradient, and each parameter's gradient and update; [`device`]
@@ -17,6 +18,7 @@ pub mod optim;
 pub mod probe;
 pub mod replay;
 pub mod train;
+pub mod transformer;
 
 /// The candle-core version this binary was built against, read from Cargo.lock at build time.
 pub const CANDLE_VERSION: &str = env!("CANDLE_CORE_VERSION");

@@ -1,7 +1,9 @@
 //! The model families, built from hand-made `Var`s as in the study, and the fixture loader.
 //!
 //! Parameter names and layouts are PyTorch's (`fc1.weight` is `[out, in]`, `conv.weight` is
-//! `[out, in, k]`), which is also candle's own layout, so no transposes are needed.
+//! `[out, in, k]`), which is also candle's own layout, so no transposes are needed. The MLP
+//! and the CNN are written with tensor ops on the `Var`s; the transformer
+//! ([`crate::transformer`]) with candle-nn's `Embedding`, `Linear` and layer norms over them.
 //!
 //! One forward pass serves training ([`Net::forward`]) and the replay
 //! ([`Net::forward_tapped`], which also returns the named intermediates and a zero tap on
@@ -14,6 +16,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use parity_common::spec::{Activation, ConvImpl, Fault, Loss, Model, RunSpec};
 
 use crate::device;
+use crate::transformer::{check_tokens, Config, Transformer};
 
 /// A model: its family, its trainable parameters in state_dict order, and the run's fault
 /// ([`Fault::TransposedWeight`] is the one the forward pass applies).
@@ -23,8 +26,10 @@ pub struct Net {
     fault: Fault,
 }
 
-/// The training data: `x` `[batches, batch, …]` in the run dtype and `y` either
-/// `[batches, batch, outputs]` in the run dtype (MSE) or `[batches, batch]` int64 (cross-entropy).
+/// The training data: for the MLP and CNN `x` `[batches, batch, …]` in the run dtype and `y`
+/// either `[batches, batch, outputs]` in the run dtype (MSE) or `[batches, batch]` int64
+/// (cross-entropy); for the transformer token ids `x` and next tokens `y`, both
+/// `[batches, batch, T]` int64.
 pub struct Data {
     /// Inputs.
     pub x: Tensor,
@@ -62,8 +67,12 @@ impl Net {
     /// Loads parameters and data from the run's fixture, converts them to the run dtype
     /// (float32 values widened exactly for F64 runs) and moves them to `dev`.
     ///
+    /// The transformer's `x` and `y` stay int64 (token ids) and must be `[batches, batch, T]`
+    /// alike, T ≤ seq_len, every id in `0..vocab`.
+    ///
     /// # Errors
-    /// When the fixture lacks a tensor, holds it with another shape, or not as float32 (int64 for class labels).
+    /// When the fixture lacks a tensor, holds it with another shape, or not as float32
+    /// (int64 for class labels and token ids), or holds a token id outside the vocabulary.
     pub fn load(spec: &RunSpec, dev: &Device) -> Result<(Net, Data)> {
         let tensors = candle_core::safetensors::load(&spec.fixture, &Device::Cpu)
             .with_context(|| format!("reading fixture {}", spec.fixture.display()))?;
@@ -86,6 +95,40 @@ impl Net {
         }
         let x = fixture_tensor(&tensors, "x", spec)?;
         let y = fixture_tensor(&tensors, "y", spec)?;
+        let data = match Config::of(&spec.model) {
+            Some(cfg) => {
+                let at =
+                    |e: anyhow::Error| e.context(format!("fixture {}", spec.fixture.display()));
+                check_tokens("x", x, &cfg).map_err(at)?;
+                check_tokens("y", y, &cfg).map_err(at)?;
+                if x.dims() != y.dims() {
+                    bail!(
+                        "fixture {}: x is {:?} and y {:?}; the next tokens have the inputs' shape",
+                        spec.fixture.display(),
+                        x.dims(),
+                        y.dims()
+                    );
+                }
+                Data {
+                    x: x.to_device(dev)?,
+                    y: y.to_device(dev)?,
+                }
+            }
+            None => Self::float_data(spec, x, y, dt, dev)?,
+        };
+        Ok((
+            Net {
+                model: spec.model.clone(),
+                params,
+                fault: spec.fault,
+            },
+            data,
+        ))
+    }
+
+    /// The data of the MLP and CNN: `x` float32 converted to `dt`, `y` float32 (MSE,
+    /// converted) or int64 (cross-entropy).
+    fn float_data(spec: &RunSpec, x: &Tensor, y: &Tensor, dt: DType, dev: &Device) -> Result<Data> {
         let y_dtype = match spec.loss {
             Loss::Mse => DType::F32,
             Loss::CrossEntropy => DType::I64,
@@ -104,18 +147,10 @@ impl Net {
         } else {
             y.clone()
         };
-        let data = Data {
+        Ok(Data {
             x: x.to_dtype(dt)?.to_device(dev)?,
             y: y.to_device(dev)?,
-        };
-        Ok((
-            Net {
-                model: spec.model.clone(),
-                params,
-                fault: spec.fault,
-            },
-            data,
-        ))
+        })
     }
 
     /// The trainable parameters in state_dict order.
@@ -128,6 +163,16 @@ impl Net {
         self.params.iter().map(|(_, v)| v.clone()).collect()
     }
 
+    /// The transformer's modules over this net's parameters (see [`Transformer::new`]), for
+    /// a direct look at its parts (e.g. [`Transformer::attention`]).
+    ///
+    /// # Errors
+    /// When the model is not a [`Model::Transformer`].
+    pub fn transformer(&self) -> Result<Transformer> {
+        let cfg = Config::of(&self.model).context("the model is not a transformer")?;
+        Transformer::new(cfg, |name| self.get(name))
+    }
+
     fn get(&self, name: &str) -> Result<&Var> {
         self.params
             .iter()
@@ -136,14 +181,17 @@ impl Net {
             .with_context(|| format!("no parameter {name}"))
     }
 
-    /// The forward pass: `x` `[batch, …input]` (run dtype) → output `[batch, outputs]`.
+    /// The forward pass: `x` `[batch, …input]` (run dtype) → output `[batch, outputs]`; for
+    /// the transformer token ids `[batch, T]` int64 → logits `[batch, T, vocab]` (run dtype).
     ///
     /// With [`Fault::TransposedWeight`] every square MLP weight is used as `W` instead of
     /// `Wᵀ` (the shapes still fit, which is why the mistake runs). This is the pass
     /// [`crate::train::run`] differentiates; it adds no op to the graph beyond the model's.
     ///
     /// # Errors
-    /// On shape mismatches (which [`Net::load`] rules out for fixture data).
+    /// On shape mismatches (which [`Net::load`] rules out for fixture data), or what candle
+    /// refuses: a float64 transformer with the fused layer norm fails with candle's
+    /// `unsupported dtype for rmsnorm F64` (see [`crate::transformer`]).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_with(x, &mut |_, h| Ok(h))
     }
@@ -152,7 +200,8 @@ impl Net {
     /// the replay ([`crate::replay`]): each quantity of
     /// [`parity_common::replay::forward_names`] but `loss` (MLP `fc{i}.out` before the
     /// activation and `relu{i}.out`; CNN `conv.out` `[batch, channels, length − kernel + 1]`
-    /// with the bias, `relu.out` before flattening, `fc.out`) is replaced by `h + tap`,
+    /// with the bias, `relu.out` before flattening, `fc.out`; transformer `head.out`, the
+    /// logits `[batch, T, vocab]`) is replaced by `h + tap`,
     /// where `tap` is a `Var` of `h`'s shape, dtype and device holding −0.0.
     ///
     /// Adding −0.0 is the identity of IEEE 754 addition for every value, −0.0 included
@@ -236,6 +285,10 @@ impl Net {
                 let out = h.matmul(&fw.t()?)?.broadcast_add(fb)?;
                 at("fc.out", out)
             }
+            Model::Transformer { .. } => {
+                let logits = self.transformer()?.forward(x)?;
+                at("head.out", logits)
+            }
         }
     }
 }
@@ -269,12 +322,21 @@ fn activate(h: &Tensor, a: Activation) -> Result<Tensor> {
 /// MSE is summed over the elements instead (`candle_nn::loss::mse` with `sum_all` for its
 /// `mean_all`). Other faults do not concern the loss.
 ///
+/// Cross-entropy takes `out` `[n, classes]` and int64 labels `y` `[n]`; the transformer's
+/// logits `[B, T, V]` and next tokens `[B, T]` are reshaped to `[B·T, V]` and `[B·T]` first,
+/// so the loss is the mean over batch × sequence
+/// (`candle_nn::loss::cross_entropy(logits.reshape((B*T, V)), y.reshape(B*T))`).
+///
 /// # Errors
 /// On shape or dtype mismatches.
 pub fn loss(kind: Loss, out: &Tensor, y: &Tensor, fault: Fault) -> Result<Tensor> {
     Ok(match kind {
         Loss::Mse if fault == Fault::MseSum => (out - y)?.sqr()?.sum_all()?,
         Loss::Mse => candle_nn::loss::mse(out, y)?,
+        Loss::CrossEntropy if out.rank() == 3 => {
+            let (b, t, v) = out.dims3()?;
+            candle_nn::loss::cross_entropy(&out.reshape((b * t, v))?, &y.reshape(b * t)?)?
+        }
         Loss::CrossEntropy => candle_nn::loss::cross_entropy(out, y)?,
     })
 }

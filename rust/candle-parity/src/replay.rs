@@ -7,7 +7,9 @@
 //! [`Net::forward_tapped`] (the forward of [`Net::forward`] plus a −0.0 tap on each named
 //! intermediate, which changes no value and yields the intermediates' gradients), the loss of
 //! [`model::loss`], `loss.backward()` and the optimizer step, skipped where
-//! `spec.fault.skips(k)`. The faults act where they act in `train`.
+//! `spec.fault.skips(k)`. The faults act where they act in `train`. For the transformer the
+//! one tapped intermediate is `head.out`, the logits `[B, T, V]`; a parameter a fused op
+//! leaves without a gradient is named in the `missing` list ([`NO_GRADIENT_FUSED`]).
 //!
 //! The optimizer comes from [`Stepper::from_state`]: candle-nn's `SGD` for SGD; for AdamW
 //! the hand-written [`crate::optim::ManualAdamW`], started from the given moments with step
@@ -27,6 +29,11 @@ use crate::device::{self, state_tensor, to_raw};
 use crate::model::{self, Net};
 use crate::optim::Stepper;
 use crate::train::{header_meta, optimizer_impl};
+use crate::transformer::Config;
+
+/// The `missing` reason of a parameter without a gradient in a transformer with a fused op
+/// (candle 0.11.0 implements no backward for it).
+pub const NO_GRADIENT_FUSED: &str = "no gradient (cut off by a fused op without backward)";
 
 /// Replays step `state.step` (k) of `spec` from `state` and writes to `sink` a `header`
 /// frame (as `train`'s, plus `optimizer_impl`, the optimizer that ran, and `replay_note`),
@@ -36,8 +43,10 @@ use crate::train::{header_meta, optimizer_impl};
 /// PyTorch layout and the run dtype: the forward intermediates and `loss` (one element),
 /// `grad:<intermediate>` (d loss / d intermediate), `grad:<param>` and `after:<param>` (the
 /// parameter after the update, or as it was when the fault skips step k). A name candle
-/// cannot give would be listed in the frame's `missing` metadata; for the models here there
-/// is none.
+/// cannot give is listed in the frame's `missing` metadata instead: for the MLP and CNN
+/// there is none; a transformer with a fused op (fused layer norm, last-dimension softmax)
+/// gives no `grad:<param>` for the parameters the fused op cuts off from the loss, listed
+/// with [`NO_GRADIENT_FUSED`] (their `after:<param>` is recorded, unchanged by the update).
 ///
 /// The state's parameters are converted to the run dtype (float32 runs take the values as
 /// float32, float64 runs the values as they are, i.e. widened from a float32 state).
@@ -98,10 +107,18 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
 
     let mut tensors = Vec::new();
     let mut missing = Vec::new();
+    let fused = Config::of(&spec.model).is_some_and(|c| c.has_fused_op());
     for name in intermediate_names(spec) {
         match got.remove(&name) {
             Some(t) => tensors.push((name, t)),
-            None => missing.push((name, "no gradient reached it in candle's backward".into())),
+            None => {
+                let why = if fused {
+                    NO_GRADIENT_FUSED
+                } else {
+                    "no gradient reached it in candle's backward"
+                };
+                missing.push((name, why.into()));
+            }
         }
     }
     if !got.is_empty() {

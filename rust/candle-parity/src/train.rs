@@ -20,7 +20,9 @@ use crate::optim::Stepper;
 /// Each `step` frame holds, after that step's update: every recorded parameter (flattened,
 /// PyTorch layout, run dtype), `loss` (F64, one element: the loss of that step's forward
 /// pass, before the update), and on request `grad:<name>`, `exp_avg:<name>`,
-/// `exp_avg_sq:<name>`.
+/// `exp_avg_sq:<name>`. A parameter without a gradient (a transformer's parameters cut off
+/// by a fused op without backward, see [`crate::transformer`]) has no `grad:<name>`; the
+/// optimizer leaves it unchanged.
 ///
 /// Non-finite values are recorded as they are; the workflow marks the run as diverged.
 ///

@@ -1,5 +1,8 @@
 //! Helpers of the replay tests: a temporary directory, deterministic values, a frame
 //! decoder (parity-common has only the writer), fixtures and specs.
+//!
+//! Shared by several test crates (`replay`, `transformer`), each of which uses a part.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +18,12 @@ pub const BATCHES: usize = 2;
 pub const BATCH: usize = 5;
 /// The replayed step; with two batches it uses batch 0 again, (3 − 1) mod 2.
 pub const K: u32 = 3;
+/// The transformer's batch (sequences per batch).
+pub const T_BATCH: usize = 3;
+/// The tiny transformer's vocabulary, sequence length and width.
+pub const VOCAB: usize = 11;
+pub const SEQ: usize = 5;
+pub const D_MODEL: usize = 8;
 
 /// A directory under the system's temporary directory, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -139,6 +148,14 @@ pub fn cnn(conv_impl: &str) -> Value {
            "classes": 4, "activation": "relu", "conv_impl": conv_impl})
 }
 
+/// The tiny transformer (V 11, d 8, 2 heads, 2 blocks, T 5) with the given layer norm
+/// (`composed`, `fused`), softmax (`generic`, `last_dim`) and GELU (`erf`, `tanh`).
+pub fn transformer(layer_norm: &str, softmax: &str, gelu: &str) -> Value {
+    json!({"family": "transformer", "vocab": VOCAB, "d_model": D_MODEL, "heads": 2,
+           "blocks": 2, "seq_len": SEQ, "layer_norm": layer_norm, "softmax": softmax,
+           "gelu": gelu})
+}
+
 pub fn adamw(implementation: &str, factors: &str) -> Value {
     json!({"name": "adamw", "lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8,
            "weight_decay": 0.01, "implementation": implementation, "bias_correction": factors})
@@ -158,7 +175,8 @@ pub fn case(model: Value, loss: &'static str, optimizer: Value) -> Case {
     }
 }
 
-/// Writes the fixture (parameters, `x`, `y` as float32; int64 labels for cross-entropy).
+/// Writes the fixture (parameters, `x`, `y` as float32; int64 labels for cross-entropy;
+/// for the transformer int64 token ids `x` `[BATCHES, T_BATCH, T]` and their next tokens `y`).
 pub fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
     let model: Model = serde_json::from_value(c.model.clone())?;
     let mut rng = Lcg(7);
@@ -169,6 +187,24 @@ pub fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
         tensors.push((p.name, f32_raw(&v, &p.shape)));
     }
     let (input, outputs) = match &model {
+        Model::Transformer { vocab, seq_len, .. } => {
+            let mut x = Vec::new();
+            let mut y = Vec::new();
+            for _ in 0..BATCHES * T_BATCH {
+                let seq: Vec<i64> = (0..=*seq_len)
+                    .map(|_| ((rng.next() + 1.0) * 0.5 * *vocab as f32) as i64 % *vocab as i64)
+                    .collect();
+                x.extend_from_slice(&seq[..*seq_len]);
+                y.extend_from_slice(&seq[1..]);
+            }
+            let ids = |v: Vec<i64>| -> Vec<u8> { v.iter().flat_map(|i| i.to_le_bytes()).collect() };
+            let shape = [BATCHES, T_BATCH, *seq_len];
+            tensors.push(("x".into(), raw(Dtype::I64, &shape, ids(x))));
+            tensors.push(("y".into(), raw(Dtype::I64, &shape, ids(y))));
+            let path = dir.join("fixture.safetensors");
+            safetensors::serialize_to_file(tensors, None, &path)?;
+            return Ok(path);
+        }
         Model::Mlp { sizes, .. } => (vec![sizes[0]], *sizes.last().unwrap()),
         Model::Cnn1d {
             in_channels,

@@ -1,0 +1,354 @@
+//! The transformer family on a tiny model (V 11, d 8, 2 heads, 2 blocks, T 5, batch 3,
+//! 2 batches): shapes and the causal mask, one head's attention by hand, training, the fused
+//! layer norm and softmax as negative controls, float64 with the fused ops, and the GELUs.
+
+mod common;
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device, Module, Tensor};
+use candle_parity::model::Net;
+use common::*;
+use parity_common::spec::RunSpec;
+use serde_json::Value;
+
+/// The spec of `model` under `optimizer` in `dtype` for `steps` steps (every step recorded
+/// with its gradients), with its fixture in `dir`.
+fn tspec(
+    dir: &TempDir,
+    model: Value,
+    optimizer: Value,
+    dtype: &'static str,
+    steps: u32,
+) -> Result<RunSpec> {
+    let c = Case {
+        dtype,
+        ..case(model, "cross_entropy", optimizer.clone())
+    };
+    let fixture = write_fixture(&dir.0, &c)?;
+    let mut json = spec_json(&c, &fixture, &optimizer, false)?;
+    json["steps"] = steps.into();
+    RunSpec::from_json(&json.to_string())
+}
+
+fn composed() -> Value {
+    transformer("composed", "generic", "erf")
+}
+
+fn values(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>()?)
+}
+
+fn losses(frames: &[Frame], steps: u32) -> Vec<f64> {
+    (1..=steps)
+        .map(|t| step(frames, t).get("loss")[0])
+        .collect()
+}
+
+/// Logits are `[B, T, V]`; a token changed at position t changes no logit at a position
+/// before t, bit for bit, and changes some logit at t.
+#[test]
+fn forward_shapes_and_the_causal_mask() -> Result<()> {
+    let dir = TempDir::new()?;
+    let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
+    let (net, data) = Net::load(&spec, &Device::Cpu)?;
+    assert_eq!(data.x.dims(), [BATCHES, T_BATCH, SEQ]);
+    assert_eq!(data.x.dtype(), DType::I64);
+    let (x, y) = data.batch(1)?;
+    assert_eq!(y.dims(), [T_BATCH, SEQ]);
+    let logits = net.forward(&x)?;
+    assert_eq!(logits.dims(), [T_BATCH, SEQ, VOCAB]);
+    assert_eq!(logits.dtype(), DType::F32);
+    let base = logits.to_vec3::<f32>()?;
+    let ids = x.to_vec2::<i64>()?;
+    for t in 0..SEQ {
+        let changed: Vec<i64> = ids
+            .iter()
+            .flat_map(|row| {
+                row.iter()
+                    .enumerate()
+                    .map(|(i, &v)| if i == t { (v + 1) % VOCAB as i64 } else { v })
+            })
+            .collect();
+        let x2 = Tensor::from_vec(changed, (T_BATCH, SEQ), &Device::Cpu)?;
+        let other = net.forward(&x2)?.to_vec3::<f32>()?;
+        for b in 0..T_BATCH {
+            for i in 0..t {
+                let (p, q): (Vec<u32>, Vec<u32>) = (
+                    base[b][i].iter().map(|v| v.to_bits()).collect(),
+                    other[b][i].iter().map(|v| v.to_bits()).collect(),
+                );
+                assert_eq!(p, q, "token {t} changed the logits at position {i}");
+            }
+            assert_ne!(
+                base[b][t], other[b][t],
+                "token {t} did not change its own logits"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One head of block 0's attention and candle-nn's Linear on a 3-D input, against a direct
+/// computation in f64 from the same parameters: within 1e-12 in float64 runs, within float32
+/// rounding in float32 runs.
+#[test]
+fn one_head_of_attention_by_hand() -> Result<()> {
+    for (dtype, tol) in [("f64", 1e-12), ("f32", 2e-6)] {
+        let dir = TempDir::new()?;
+        let spec = tspec(&dir, composed(), sgd(), dtype, 1)?;
+        let (net, _) = Net::load(&spec, &Device::Cpu)?;
+        let p = |name: &str| -> Result<Vec<f64>> {
+            let (_, v) = net
+                .params()
+                .iter()
+                .find(|(n, _)| n == name)
+                .context("no such parameter")?;
+            values(v.as_tensor())
+        };
+        let (b, t, d, dh) = (2, SEQ, D_MODEL, D_MODEL / 2);
+        let a_vals: Vec<f32> = Lcg(11).vec(b * t * d);
+        let a64: Vec<f64> = a_vals.iter().map(|&v| v as f64).collect();
+        let a = Tensor::from_vec(a_vals, (b, t, d), &Device::Cpu)?.to_dtype(match dtype {
+            "f64" => DType::F64,
+            _ => DType::F32,
+        })?;
+        let o = values(&net.transformer()?.attention(0, &a)?)?;
+        assert_eq!(o.len(), b * t * d);
+
+        // x·Wᵀ + b for one row of a, all outputs.
+        let lin = |w: &[f64], bias: &[f64], row: &[f64]| -> Vec<f64> {
+            (0..d)
+                .map(|o| bias[o] + (0..d).map(|i| row[i] * w[o * d + i]).sum::<f64>())
+                .collect()
+        };
+        let (wq, bq) = (p("blocks.0.attn.q.weight")?, p("blocks.0.attn.q.bias")?);
+        let (wk, bk) = (p("blocks.0.attn.k.weight")?, p("blocks.0.attn.k.bias")?);
+        let (wv, bv) = (p("blocks.0.attn.v.weight")?, p("blocks.0.attn.v.bias")?);
+
+        // candle-nn's Linear on [B, T, d] is x·Wᵀ + b.
+        let q_candle = values(
+            &candle_nn::Linear::new(
+                Tensor::from_vec(wq.clone(), (d, d), &Device::Cpu)?,
+                Some(Tensor::from_vec(bq.clone(), d, &Device::Cpu)?),
+            )
+            .forward(&a.to_dtype(DType::F64)?)?,
+        )?;
+        for r in 0..b * t {
+            let want = lin(&wq, &bq, &a64[r * d..(r + 1) * d]);
+            for o in 0..d {
+                assert!((q_candle[r * d + o] - want[o]).abs() <= 1e-12);
+            }
+        }
+
+        let head = 1; // the second head: columns dh..2dh
+        let cols = head * dh..(head + 1) * dh;
+        let scale = 1.0 / (dh as f64).sqrt();
+        for s in 0..b {
+            let row = |i: usize| &a64[(s * t + i) * d..(s * t + i + 1) * d];
+            let q: Vec<Vec<f64>> = (0..t).map(|i| lin(&wq, &bq, row(i))).collect();
+            let k: Vec<Vec<f64>> = (0..t).map(|i| lin(&wk, &bk, row(i))).collect();
+            let v: Vec<Vec<f64>> = (0..t).map(|i| lin(&wv, &bv, row(i))).collect();
+            for i in 0..t {
+                let scores: Vec<f64> = (0..=i)
+                    .map(|j| cols.clone().map(|c| q[i][c] * k[j][c]).sum::<f64>() * scale)
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for c in cols.clone() {
+                    let want: f64 = (0..=i).map(|j| e[j] / z * v[j][c]).sum();
+                    let got = o[(s * t + i) * d + c];
+                    assert!(
+                        (got - want).abs() <= tol * (1.0 + want.abs()),
+                        "{dtype} [{s}, {i}, {c}]: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Three steps (SGD, candle-nn's AdamW) in float32 and float64 give finite losses; five SGD
+/// steps with a small learning rate lower the loss on each batch as it comes round again.
+#[test]
+fn training_runs_and_sgd_lowers_the_loss() -> Result<()> {
+    for dtype in ["f32", "f64"] {
+        for optimizer in [sgd(), adamw("candle", "f64")] {
+            let dir = TempDir::new()?;
+            let frames = train(&tspec(&dir, composed(), optimizer, dtype, 3)?)?;
+            let l = losses(&frames, 3);
+            assert!(l.iter().all(|v| v.is_finite()), "{dtype}: {l:?}");
+            assert_eq!(frames.last().unwrap().meta["status"], "complete");
+        }
+        let dir = TempDir::new()?;
+        let small = serde_json::json!({"name": "sgd", "lr": 0.05});
+        let l = losses(&train(&tspec(&dir, composed(), small, dtype, 5)?)?, 5);
+        // Steps 1, 3, 5 use batch 0; steps 2, 4 batch 1.
+        assert!(l[0] > l[2] && l[2] > l[4], "{dtype} batch 0: {l:?}");
+        assert!(l[1] > l[3], "{dtype} batch 1: {l:?}");
+    }
+    Ok(())
+}
+
+/// Names of the parameters step `t` changed (some bit differs from step 0).
+fn changed(frames: &[Frame], spec: &RunSpec, t: u32) -> Vec<String> {
+    spec.params
+        .iter()
+        .filter(|p| bits(step(frames, t).get(&p.name)) != bits(step(frames, 0).get(&p.name)))
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+/// The fused layer norm computes what the composed one does, to float32 rounding, but has
+/// no backward: with every norm fused (ln_f included) no gradient gets past ln_f, so only
+/// `head.weight` has a gradient and is updated; with the composed norm every parameter is.
+/// The fused softmax likewise cuts off `attn.q` and `attn.k`. Neither SGD nor candle-nn's
+/// AdamW (not even its weight decay) touches a parameter without a gradient.
+#[test]
+fn fused_ops_forward_alike_but_leave_parameters_untrained() -> Result<()> {
+    let dir = TempDir::new()?;
+    let fused = transformer("fused", "generic", "erf");
+    let spec_c = tspec(&dir, composed(), sgd(), "f32", 2)?;
+    let spec_f = tspec(&dir, fused.clone(), sgd(), "f32", 2)?;
+    let (net_c, data) = Net::load(&spec_c, &Device::Cpu)?;
+    let (net_f, _) = Net::load(&spec_f, &Device::Cpu)?;
+    let (x, _) = data.batch(1)?;
+    let (lc, lf) = (values(&net_c.forward(&x)?)?, values(&net_f.forward(&x)?)?);
+    let max = lc
+        .iter()
+        .zip(&lf)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(max <= 1e-5, "composed vs fused logits differ by {max}");
+    assert!(
+        max > 0.0,
+        "the fused layer norm is expected to round differently"
+    );
+
+    let all: Vec<String> = spec_c.params.iter().map(|p| p.name.clone()).collect();
+    let frames = train(&spec_c)?;
+    // Every parameter has a gradient; each changes but `attn.k.bias`, whose gradient is zero
+    // up to rounding (a key bias shifts a query's scores by one constant, which the softmax
+    // cancels), far too small to move a float32 value.
+    for name in &all {
+        let g = step(&frames, 1).get(&format!("grad:{name}"));
+        let size = g.iter().fold(0.0, |m: f64, v| m.max(v.abs()));
+        if name.ends_with("attn.k.bias") {
+            assert!(size < 1e-7, "{name}: {size}");
+        } else {
+            assert!(size > 1e-6, "{name}: {size}");
+        }
+    }
+    let moved: Vec<String> = all
+        .iter()
+        .filter(|n| !n.ends_with("attn.k.bias"))
+        .cloned()
+        .collect();
+    assert_eq!(changed(&frames, &spec_c, 1), moved);
+    for optimizer in [sgd(), adamw("candle", "f64"), adamw("manual", "f64")] {
+        let spec = tspec(&dir, fused.clone(), optimizer, "f32", 2)?;
+        let frames = train(&spec)?;
+        for t in [1, 2] {
+            assert_eq!(changed(&frames, &spec, t), ["head.weight"], "step {t}");
+            let grads: Vec<&String> = step(&frames, t)
+                .tensors
+                .keys()
+                .filter(|n| n.starts_with("grad:"))
+                .collect();
+            assert_eq!(grads, ["grad:head.weight"], "step {t}");
+        }
+    }
+
+    let spec = tspec(
+        &dir,
+        transformer("composed", "last_dim", "erf"),
+        adamw("candle", "f64"),
+        "f32",
+        2,
+    )?;
+    let frames = train(&spec)?;
+    let moved = changed(&frames, &spec, 2);
+    let frozen: Vec<String> = all.iter().filter(|n| !moved.contains(n)).cloned().collect();
+    let want: Vec<String> = (0..2)
+        .flat_map(|i| {
+            ["q.weight", "q.bias", "k.weight", "k.bias"].map(|s| format!("blocks.{i}.attn.{s}"))
+        })
+        .collect();
+    assert_eq!(frozen, want);
+    Ok(())
+}
+
+/// candle's fused CPU layer norm has no float64 kernel: a float64 run with it fails with
+/// candle's message. The fused softmax has one, and runs.
+#[test]
+fn float64_with_the_fused_ops() -> Result<()> {
+    let dir = TempDir::new()?;
+    let spec = tspec(
+        &dir,
+        transformer("fused", "generic", "erf"),
+        sgd(),
+        "f64",
+        1,
+    )?;
+    let err = train(&spec).err().context("float64 fused layer norm ran")?;
+    let msg = format!("{err:#}");
+    assert!(msg.contains("unsupported dtype for rmsnorm F64"), "{msg}");
+    let spec = tspec(
+        &dir,
+        transformer("composed", "last_dim", "erf"),
+        sgd(),
+        "f64",
+        1,
+    )?;
+    let frames = train(&spec)?;
+    assert!(step(&frames, 1).get("loss")[0].is_finite());
+    Ok(())
+}
+
+/// The tanh GELU is not the erf GELU: the logits differ, if only slightly.
+#[test]
+fn gelu_tanh_differs_from_erf() -> Result<()> {
+    let dir = TempDir::new()?;
+    let mut logits = Vec::new();
+    for gelu in ["erf", "tanh"] {
+        let spec = tspec(
+            &dir,
+            transformer("composed", "generic", gelu),
+            sgd(),
+            "f32",
+            1,
+        )?;
+        let (net, data) = Net::load(&spec, &Device::Cpu)?;
+        logits.push(values(&net.forward(&data.batch(1)?.0)?)?);
+    }
+    assert_ne!(bits(&logits[0]), bits(&logits[1]));
+    let max = logits[0]
+        .iter()
+        .zip(&logits[1])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(max < 1e-2, "{max}");
+    Ok(())
+}
+
+/// The loader refuses token ids outside the vocabulary and float inputs.
+#[test]
+fn bad_token_fixtures_are_refused() -> Result<()> {
+    let dir = TempDir::new()?;
+    let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
+    let mut tensors = candle_core::safetensors::load(&spec.fixture, &Device::Cpu)?;
+    let x = tensors["x"].clone();
+    let refused = |tensors: &std::collections::HashMap<String, Tensor>| -> Result<String> {
+        candle_core::safetensors::save(tensors, &spec.fixture)?;
+        let err = Net::load(&spec, &Device::Cpu)
+            .err()
+            .context("not refused")?;
+        Ok(format!("{err:#}"))
+    };
+    tensors.insert("x".into(), (&x + VOCAB as f64)?);
+    assert!(refused(&tensors)?.contains("outside 0..11"));
+    tensors.insert("x".into(), x.to_dtype(DType::F32)?);
+    assert!(refused(&tensors)?.contains("int64 [batches, batch, T]"));
+    Ok(())
+}
