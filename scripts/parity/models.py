@@ -22,7 +22,9 @@ def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     ``fc.weight`` ``[classes, channels·(length − kernel + 1)]``, ``fc.bias``.
     ``transformer`` (V = ``vocab``, d = ``d_model``, T = ``seq_len``): ``tok_emb.weight``
     ``[V, d]``, ``pos_emb.weight`` ``[T, d]``; per block ``blocks.{i}.``: ``ln1.weight``,
-    ``ln1.bias`` ``[d]``, ``attn.{q,k,v,out}.weight`` ``[d, d]`` and ``.bias`` ``[d]``,
+    ``ln1.bias`` ``[d]``, ``attn.{q,k,v,out}.weight`` ``[d, d]`` and ``.bias`` ``[d]`` (none
+    for ``attn.k``: a key bias shifts every score of a query alike, the softmax cancels it,
+    and its gradient is pure rounding noise that Adam scales up to learning-rate steps),
     ``ln2.weight``, ``ln2.bias``, ``mlp.fc1.weight`` ``[4d, d]``, ``mlp.fc1.bias`` ``[4d]``,
     ``mlp.fc2.weight`` ``[d, 4d]``, ``mlp.fc2.bias`` ``[d]``; then ``ln_f.weight``,
     ``ln_f.bias`` and ``head.weight`` ``[V, d]`` (no bias, not tied to ``tok_emb``).
@@ -52,7 +54,9 @@ def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
             b = f"blocks.{i}."
             out += [(b + "ln1.weight", (d,)), (b + "ln1.bias", (d,))]
             for m in ("q", "k", "v", "out"):
-                out += [(b + f"attn.{m}.weight", (d, d)), (b + f"attn.{m}.bias", (d,))]
+                out.append((b + f"attn.{m}.weight", (d, d)))
+                if m != "k":  # no key bias: the softmax over the keys cancels it
+                    out.append((b + f"attn.{m}.bias", (d,)))
             out += [(b + "ln2.weight", (d,)), (b + "ln2.bias", (d,))]
             out += [(b + "mlp.fc1.weight", (4 * d, d)), (b + "mlp.fc1.bias", (4 * d,))]
             out += [(b + "mlp.fc2.weight", (d, 4 * d)), (b + "mlp.fc2.bias", (d,))]

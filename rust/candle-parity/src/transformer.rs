@@ -21,9 +21,27 @@ use candle_core::{DType, Tensor, Var, D};
 use candle_nn::{Embedding, LayerNorm, Linear, Module};
 use parity_common::spec::{GeluImpl, LayerNormImpl, Model, SoftmaxImpl};
 
-/// Layer-norm ε of every norm in the family (PyTorch's default). Both candle-nn functions
-/// take it as `f32` (`layer_norm_slow` then widens it to f64: 1e-5f32 = 9.99999974737875e-6).
-pub const LN_EPS: f32 = 1e-5;
+/// Layer-norm ε of every norm in the family (PyTorch's default). candle-nn's functions take
+/// it as `f32` (`layer_norm_slow` widens it to f64: 1e-5f32 = 9.99999974737875e-6, a formula
+/// difference from PyTorch's float64 layer norm); the composed norm here adds it as f64.
+pub const LN_EPS: f64 = 1e-5;
+
+/// Layer norm over the last dimension from differentiable ops, as candle-nn 0.11.0's
+/// `ops::layer_norm_slow` computes it (mean = Σx/d, variance = Σ(x − mean)²/d, biased)
+/// but with ε added in the tensor's own precision from an f64 (`layer_norm_slow` takes ε
+/// as f32, so a float64 run would add 9.99999974737875e-6 instead of 1e-5).
+/// `x` `[…, d]`, `weight`/`bias` `[d]`, all in the run dtype.
+///
+/// # Errors
+/// On shape mismatches.
+pub fn layer_norm_composed(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+    let d = x.dim(D::Minus1)? as f64;
+    let mean = (x.sum_keepdim(D::Minus1)? / d)?;
+    let xc = x.broadcast_sub(&mean)?;
+    let var = (xc.sqr()?.sum_keepdim(D::Minus1)? / d)?;
+    let xn = xc.broadcast_div(&(var + eps)?.sqrt()?)?;
+    Ok(xn.broadcast_mul(weight)?.broadcast_add(bias)?)
+}
 
 /// The hyperparameters of [`Model::Transformer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,13 +113,11 @@ struct Norm {
 impl Norm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self.imp {
-            LayerNormImpl::Composed => {
-                candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, LN_EPS)?
-            }
+            LayerNormImpl::Composed => layer_norm_composed(x, &self.weight, &self.bias, LN_EPS)?,
             // `LayerNorm::forward` calls the fused `ops::layer_norm` on a contiguous input;
             // every input here is (the result of an add), so the fused op is what runs.
             LayerNormImpl::Fused => {
-                LayerNorm::new(self.weight.clone(), self.bias.clone(), LN_EPS as f64).forward(x)?
+                LayerNorm::new(self.weight.clone(), self.bias.clone(), LN_EPS).forward(x)?
             }
         })
     }
@@ -145,6 +161,9 @@ impl Transformer {
                 Some(t(&format!("{name}.bias"))?),
             ))
         };
+        // The key projection has no bias (see `Model::Transformer`).
+        let no_bias =
+            |name: &str| -> Result<Linear> { Ok(Linear::new(t(&format!("{name}.weight"))?, None)) };
         let norm = |name: &str| -> Result<Norm> {
             Ok(Norm {
                 weight: t(&format!("{name}.weight"))?,
@@ -158,7 +177,7 @@ impl Transformer {
                 Ok(Block {
                     ln1: norm(&p("ln1"))?,
                     q: linear(&p("attn.q"))?,
-                    k: linear(&p("attn.k"))?,
+                    k: no_bias(&p("attn.k"))?,
                     v: linear(&p("attn.v"))?,
                     out: linear(&p("attn.out"))?,
                     ln2: norm(&p("ln2"))?,

@@ -138,7 +138,10 @@ pub enum Model {
     /// A GPT-style decoder: token embedding `tok_emb` `[vocab, d_model]` plus learned
     /// position embedding `pos_emb` `[seq_len, d_model]`; `blocks` pre-LayerNorm blocks
     /// `blocks.{i}`: `ln1` → causal multi-head self-attention (`attn.q`, `attn.k`, `attn.v`,
-    /// `attn.out`, each Linear d→d with bias; scores q·kᵀ multiplied by 1/√d_head, future
+    /// `attn.out`, each Linear d→d with bias except `attn.k`: a key bias adds the same
+    /// amount to every score of a query, which the softmax cancels, so its exact gradient is
+    /// 0 and its computed one pure rounding noise that Adam's 1/(√v̂ + ε) scales up to
+    /// learning-rate-sized steps of random sign; scores q·kᵀ multiplied by 1/√d_head, future
     /// keys set to −∞, softmax over the keys) → residual add → `ln2` → `mlp.fc1` (d→4d) →
     /// GELU → `mlp.fc2` (4d→d) → residual add; then `ln_f` and `head` (d→vocab, no bias,
     /// not tied to `tok_emb`). Layer norms have ε = 1e-5 and biased variance. Input: token ids
@@ -216,7 +219,10 @@ impl Model {
                     out.push(p(b("ln1.bias"), vec![d]));
                     for m in ["q", "k", "v", "out"] {
                         out.push(p(b(&format!("attn.{m}.weight")), vec![d, d]));
-                        out.push(p(b(&format!("attn.{m}.bias")), vec![d]));
+                        // No key bias: softmax over the keys cancels it (see the docs above).
+                        if m != "k" {
+                            out.push(p(b(&format!("attn.{m}.bias")), vec![d]));
+                        }
                     }
                     out.push(p(b("ln2.weight"), vec![d]));
                     out.push(p(b("ln2.bias"), vec![d]));
@@ -657,13 +663,13 @@ mod tests {
         );
         assert_eq!(names[4], "blocks.0.attn.q.weight");
         assert_eq!(names[names.len() - 1], "head.weight");
-        assert_eq!(p.len(), 2 + 2 * 16 + 3);
+        assert_eq!(p.len(), 2 + 2 * 15 + 3);
         let total: usize = p.iter().map(|p| p.shape.iter().product::<usize>()).sum();
-        // 2 embeddings (512 + 128), per block 4·(256+16) + 2·2·16 + (1024+64) + (1024+16),
-        // final norm 32, head 512.
+        // 2 embeddings (512 + 128), per block 4·256 + 3·16 (no key bias) + 2·2·16 +
+        // (1024+64) + (1024+16), final norm 32, head 512.
         assert_eq!(
             total,
-            512 + 128 + 2 * (4 * 272 + 64 + 1088 + 1040) + 32 + 512
+            512 + 128 + 2 * (4 * 256 + 48 + 64 + 1088 + 1040) + 32 + 512
         );
     }
 
