@@ -14,16 +14,18 @@
 //!
 //! The attention ([`CausalSelfAttention`]) is explicit ops, not burn-nn's
 //! `MultiHeadAttention`, although its `query`/`key`/`value`/`output` Linears would map onto
-//! `attn.q`/`k`/`v`/`out`: burn-nn 0.22.1's MHA divides the scores by `√d_k` (`div_scalar`),
-//! where the specified model multiplies by `1/√dh` (a different rounding unless `√dh` is a
-//! power of two), and it masks with its `min_float` (−1e4 by default), not −∞; it also
-//! carries a dropout and a GELU the model does not have. Here the scores are `q·kᵀ` times
-//! `1/√dh` (computed in f64, rounded to the run dtype by `mul_scalar`), the future keys
-//! (`j > i`) are set to −∞ with `mask_fill` and burn-nn's `generate_autoregressive_mask`, and
-//! `burn::tensor::activation::softmax` runs over the keys. −∞ makes a masked key's weight
-//! exactly 0 (`exp(−∞ − max) = 0`, every row keeps its diagonal key finite), as PyTorch's
-//! `masked_fill(-inf)` does; −1e4 would leave `exp(−1e4 − max)`, which is 0 in float32 and
-//! float64 too unless the scores reach ~−1e4, but only by underflow, so −∞ states the model.
+//! `attn.q`/`k`/`v`/`out`: burn-nn 0.22.1's MHA divides the scores by `√d_k` (`div_scalar`
+//! of an f32 `√d_k`), where the specified model multiplies by `1/√dh` (a different rounding
+//! unless `√dh` is a power of two), and it masks with its `min_float` (−1e4 by default), not
+//! −∞; it also holds a dropout (p 0.1 by default) that would have to be configured off.
+//! Here the scores are `q·kᵀ` times `1/√dh` (computed in f64, rounded to the run dtype by
+//! `mul_scalar`), the future keys (`j > i`) are set to −∞ with `mask_fill` and burn-nn's
+//! `generate_autoregressive_mask`, and `burn::tensor::activation::softmax` runs over the
+//! keys. −∞ makes a masked key's weight exactly 0 (`exp(−∞ − max) = +0`; every row keeps its
+//! diagonal key, so its max is finite), as PyTorch's `masked_fill(-inf)` does. With −1e4,
+//! `exp(−1e4 − max)` is 0 only by underflow (for a row maximum above about −1e4 + 104 in
+//! float32, −1e4 + 745 in float64), so −∞ is the model as specified, not an approximation
+//! of it that happens to round the same.
 //!
 //! burn runs only its own layer norm, softmax and exact GELU ([`check_settings`]): the other
 //! values of [`LayerNormImpl`], [`SoftmaxImpl`] and [`GeluImpl`] choose candle kernels.
