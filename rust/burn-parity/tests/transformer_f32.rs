@@ -29,3 +29,8 @@ fn training_is_finite_and_sgd_descends() {
 fn candle_side_settings_are_refused() {
     transformer_cases::candle_side_settings_are_refused("f32");
 }
+
+#[test]
+fn tokens_outside_the_vocabulary_are_refused() {
+    transformer_cases::tokens_outside_the_vocabulary_are_refused("f32");
+}

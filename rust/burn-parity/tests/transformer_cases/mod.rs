@@ -273,3 +273,30 @@ pub fn candle_side_settings_are_refused(dtype: &str) {
         assert!(format!("{err:#}").contains("candle-side"), "{err:#}");
     }
 }
+
+/// A token id outside `0..vocab` in `x` or `y` is refused at load, naming the tensor.
+pub fn tokens_outside_the_vocabulary_are_refused(dtype: &str) {
+    for name in ["x", "y"] {
+        let spec = tiny(&format!("tf-bad-{name}"), sgd(), 1, dtype);
+        let bytes = std::fs::read(&spec.fixture).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut raw: Vec<(String, parity_common::frames::RawTensor)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, v)| {
+                let mut data = v.data().to_vec();
+                if n == name {
+                    data[8..16].copy_from_slice(&(V as i64).to_le_bytes());
+                }
+                let (dtype, shape) = (v.dtype(), v.shape().to_vec());
+                (n, parity_common::frames::RawTensor { dtype, shape, data })
+            })
+            .collect();
+        raw.sort_by(|a, b| a.0.cmp(&b.0));
+        std::fs::write(&spec.fixture, safetensors::serialize(raw, None).unwrap()).unwrap();
+        let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
+        let err = Net::load(&spec, &dev).err().expect("refused");
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&format!("{name} holds token {V}")), "{msg}");
+    }
+}
