@@ -4,8 +4,10 @@ use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::tensor::{Device, Int, Tensor};
 use parity_common::spec::Loss;
 
-/// The training data, one tensor per batch: inputs `[batch, …input]` in the run dtype and
-/// targets `[batch, outputs]` in the run dtype (MSE) or `[batch]` int (cross-entropy).
+/// The training data, one tensor per batch: inputs `[batch, …input]` in the run dtype (token
+/// ids `[batch, seq_len]` int for the transformer) and targets `[batch, outputs]` in the run
+/// dtype (MSE) or `[batch]` int (cross-entropy; `[batch·seq_len]`, the next tokens flattened
+/// row-major, for the transformer).
 pub struct Data {
     pub(crate) inputs: Inputs,
     pub(crate) targets: Targets,
@@ -17,12 +19,14 @@ pub(crate) enum Inputs {
     Flat(Vec<Tensor<2>>),
     /// CNN inputs `[batch, in_channels, length]`.
     Signal(Vec<Tensor<3>>),
+    /// Transformer token ids `[batch, seq_len]`.
+    Tokens(Vec<Tensor<2, Int>>),
 }
 
 pub(crate) enum Targets {
     /// MSE targets `[batch, outputs]`.
     Values(Vec<Tensor<2>>),
-    /// Class labels `[batch]`.
+    /// Class labels `[batch]` (`[batch·seq_len]` for the transformer).
     Classes(Vec<Tensor<1, Int>>),
 }
 
@@ -32,6 +36,7 @@ impl Data {
         match &self.inputs {
             Inputs::Flat(v) => v.len(),
             Inputs::Signal(v) => v.len(),
+            Inputs::Tokens(v) => v.len(),
         }
     }
 
@@ -51,8 +56,9 @@ pub(crate) fn per_batch<T>(values: &[T], batches: usize) -> impl Iterator<Item =
 }
 
 /// The batch-mean loss of step `t`'s output (see [`Loss`]): burn's `MseLoss` with
-/// `Reduction::Mean`, or `CrossEntropyLoss` on logits (log-softmax, mean over samples).
-/// Returns a one-element tensor.
+/// `Reduction::Mean`, or `CrossEntropyLoss` on logits (log-softmax, mean over samples). For
+/// the transformer `out` is the logits `[batch·seq_len, vocab]` and every position is a
+/// sample, so the mean is over batch × seq_len. Returns a one-element tensor.
 pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) -> Tensor<1> {
     let i = data.index(t);
     match (kind, &data.targets) {

@@ -9,7 +9,9 @@
 //! Modules: [`device`] opens the ndarray device in the run's float type and reads tensors
 //! back; [`layout`] converts Linear weights between PyTorch's `[out, in]` and burn's
 //! `[in, out]`; [`model`] builds burn's `Linear`/`Conv1d` modules from the fixture, holds the
-//! data and the losses, and replaces parameters by a given state; [`taps`] marks the forward
+//! data and the losses, and replaces parameters by a given state; [`transformer`] builds the
+//! transformer family (a GPT-style pre-LayerNorm decoder from burn-nn's `Embedding`,
+//! `LayerNorm` and `Linear`, causal attention in burn's tensor ops); [`taps`] marks the forward
 //! pass's intermediates so their gradients can be read; [`optim`] configures burn's
 //! optimizers with every hyperparameter from the spec; [`moments`] reads Adam's and AdamW's
 //! moments out of burn's optimizer record and starts the optimizer from given ones; [`train`]
@@ -29,6 +31,7 @@ pub mod probe;
 pub mod replay;
 pub mod taps;
 pub mod train;
+pub mod transformer;
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.
 pub const BURN_VERSION: &str = env!("BURN_VERSION");

@@ -1,10 +1,11 @@
-//! The model families as burn modules (`nn::Linear`, `nn::conv::Conv1d`), loaded from the
-//! fixture, and the losses.
+//! The model families as burn modules (`nn::Linear`, `nn::conv::Conv1d`; the transformer's
+//! in [`crate::transformer`]), loaded from the fixture, and the losses.
 //!
 //! Parameters keep PyTorch's state_dict names. burn's `Linear` holds its weight as
 //! `[in, out]`, PyTorch's as `[out, in]`: the loader converts (see [`crate::layout`]) and
 //! [`Net::export`] converts back, so traces are in PyTorch layout. Conv1d weights are
-//! `[out, in, kernel]` in both.
+//! `[out, in, kernel]`, embeddings `[rows, d_model]` and layer-norm weights and biases `[d]`
+//! in both.
 
 use anyhow::{bail, Context, Result};
 use burn::module::{Module, Param, ParamId};
@@ -20,6 +21,7 @@ use crate::device::{float_tensor, float_tensor_from_f64, Host};
 use crate::fixture::Fixture;
 use crate::layout;
 use crate::taps::Taps;
+use crate::transformer::Transformer;
 
 /// `fc1 … fcN` with ReLU between them (none after the last).
 #[derive(Module, Debug)]
@@ -47,20 +49,24 @@ pub enum Net {
     Mlp(Mlp),
     /// Model::Cnn1d.
     Cnn(Cnn),
+    /// Model::Transformer.
+    Transformer(Transformer),
 }
 
 /// One parameter of a [`Net`], with how its PyTorch layout maps onto burn's.
-enum Slot<'a> {
+pub(crate) enum Slot<'a> {
     /// A Linear weight: burn `[in, out]`, PyTorch `[out, in]`.
     LinearWeight(&'a Param<Tensor<2>>, usize, usize),
     /// A bias `[n]`, same layout.
     Vector(&'a Param<Tensor<1>>),
     /// A Conv1d weight `[out, in, kernel]`, same layout.
     Kernel(&'a Param<Tensor<3>>),
+    /// A matrix laid out alike in both (an embedding `[rows, d_model]`).
+    Matrix(&'a Param<Tensor<2>>),
 }
 
 /// One parameter of a [`Net`], mutably, by rank.
-enum SlotMut<'a> {
+pub(crate) enum SlotMut<'a> {
     One(&'a mut Param<Tensor<1>>),
     Two(&'a mut Param<Tensor<2>>),
     Three(&'a mut Param<Tensor<3>>),
@@ -98,7 +104,8 @@ impl ParamInfo {
     }
 }
 
-fn linear(
+/// A Linear `inp → out` with bias named `name` in the fixture (PyTorch layout), in burn's.
+pub(crate) fn linear(
     fx: &Fixture,
     name: &str,
     inp: usize,
@@ -121,9 +128,21 @@ impl Net {
     ///
     /// # Errors
     /// When the fixture lacks a tensor or holds it with another shape or dtype (parameters and `x` float32, `y` float32 for
-    /// MSE or int64 for cross-entropy), or the CNN asks for candle's conv2d workaround.
+    /// MSE or int64 for cross-entropy; for the transformer `x` and `y` int64 token ids), the CNN asks for
+    /// candle's conv2d workaround, or the transformer for a candle-side setting (see
+    /// [`crate::transformer::check_settings`]).
     pub fn load(spec: &RunSpec, device: &Device) -> Result<(Net, Data)> {
         let fx = Fixture::read(spec)?;
+        if let Model::Transformer { .. } = spec.model {
+            let (net, inputs, targets) = crate::transformer::load(spec, &fx, device)?;
+            let device = device.clone();
+            let data = Data {
+                inputs,
+                targets,
+                device,
+            };
+            return Ok((Net::Transformer(net), data));
+        }
         let ty = spec.dtype;
         let x_shape = fx
             .f32s
@@ -191,6 +210,7 @@ impl Net {
                     .collect();
                 (Net::Cnn(Cnn { conv, fc }), Inputs::Signal(inputs), *classes)
             }
+            Model::Transformer { .. } => unreachable!("loaded above"),
         };
         let targets = match spec.loss {
             Loss::Mse => {
@@ -238,17 +258,7 @@ impl Net {
     }
 
     fn slots(&self) -> Vec<(String, Slot<'_>)> {
-        fn lin(name: String, l: &Linear) -> Vec<(String, Slot<'_>)> {
-            let [inp, out] = l.weight.val().dims();
-            let mut v = vec![(
-                format!("{name}.weight"),
-                Slot::LinearWeight(&l.weight, inp, out),
-            )];
-            if let Some(b) = &l.bias {
-                v.push((format!("{name}.bias"), Slot::Vector(b)));
-            }
-            v
-        }
+        let lin = linear_slots;
         match self {
             Net::Mlp(m) => m
                 .layers
@@ -264,6 +274,7 @@ impl Net {
                 v.extend(lin("fc".into(), &c.fc));
                 v
             }
+            Net::Transformer(t) => t.slots(),
         }
     }
 
@@ -281,6 +292,7 @@ impl Net {
                     }
                     Slot::Vector(p) => Host::read(p.val().inner(), ty)?,
                     Slot::Kernel(p) => Host::read(p.val().inner(), ty)?,
+                    Slot::Matrix(p) => Host::read(p.val().inner(), ty)?,
                 };
                 Ok((name, host))
             })
@@ -307,6 +319,10 @@ impl Net {
                     Some(g) => Host::read(g, ty)?,
                     None => continue,
                 },
+                Slot::Matrix(p) => match p.val().grad(grads) {
+                    Some(g) => Host::read(g, ty)?,
+                    None => continue,
+                },
             };
             out.push((name, host));
         }
@@ -323,6 +339,7 @@ impl Net {
                     Slot::LinearWeight(p, inp, out) => (p.id, vec![inp, out], Some((inp, out))),
                     Slot::Vector(p) => (p.id, p.val().dims().to_vec(), None),
                     Slot::Kernel(p) => (p.id, p.val().dims().to_vec(), None),
+                    Slot::Matrix(p) => (p.id, p.val().dims().to_vec(), None),
                 };
                 ParamInfo {
                     name,
@@ -384,12 +401,7 @@ impl Net {
     /// The parameter named `name` (a name of [`Net::params`]), mutably.
     fn slot_mut(&mut self, name: &str) -> SlotMut<'_> {
         let (module, field) = name.rsplit_once('.').expect("a state_dict name has a dot");
-        fn linear<'a>(l: &'a mut Linear, field: &str) -> SlotMut<'a> {
-            match field {
-                "weight" => SlotMut::Two(&mut l.weight),
-                _ => SlotMut::One(l.bias.as_mut().expect("Linear with bias")),
-            }
-        }
+        let linear = linear_slot_mut;
         match self {
             Net::Mlp(m) => {
                 let i: usize = module[2..].parse().expect("fc{i}");
@@ -400,10 +412,13 @@ impl Net {
                 ("conv", _) => SlotMut::One(c.conv.bias.as_mut().expect("Conv1d with bias")),
                 _ => linear(&mut c.fc, field),
             },
+            Net::Transformer(t) => t.slot_mut(module, field),
         }
     }
 
-    /// The forward pass on the batch of step `t` (from 1): output `[batch, outputs]`.
+    /// The forward pass on the batch of step `t` (from 1): output `[batch, outputs]`; for the
+    /// transformer the logits `[batch·seq_len, vocab]` (every position a row, as the loss
+    /// takes them; [`Transformer::forward`] gives `[batch, seq_len, vocab]`).
     pub fn forward_step(&self, data: &Data, t: u32) -> Tensor<2> {
         self.forward_tapped(data, t, &mut Taps::off())
     }
@@ -416,8 +431,34 @@ impl Net {
         match (self, &data.inputs) {
             (Net::Mlp(m), Inputs::Flat(x)) => m.forward_tapped(x[i].clone(), taps),
             (Net::Cnn(c), Inputs::Signal(x)) => c.forward_tapped(x[i].clone(), taps),
+            (Net::Transformer(m), Inputs::Tokens(x)) => {
+                let logits = m.forward_tapped(x[i].clone(), taps);
+                let [b, t, v] = logits.dims();
+                logits.reshape([b * t, v])
+            }
             _ => unreachable!("Net::load pairs each family with its inputs"),
         }
+    }
+}
+
+/// The slots of a Linear named `name`: `{name}.weight` and, if it has one, `{name}.bias`.
+pub(crate) fn linear_slots(name: String, l: &Linear) -> Vec<(String, Slot<'_>)> {
+    let [inp, out] = l.weight.val().dims();
+    let mut v = vec![(
+        format!("{name}.weight"),
+        Slot::LinearWeight(&l.weight, inp, out),
+    )];
+    if let Some(b) = &l.bias {
+        v.push((format!("{name}.bias"), Slot::Vector(b)));
+    }
+    v
+}
+
+/// The parameter `field` (`weight` or `bias`) of a Linear, mutably.
+pub(crate) fn linear_slot_mut<'a>(l: &'a mut Linear, field: &str) -> SlotMut<'a> {
+    match field {
+        "weight" => SlotMut::Two(&mut l.weight),
+        _ => SlotMut::One(l.bias.as_mut().expect("Linear with bias")),
     }
 }
 

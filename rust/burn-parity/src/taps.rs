@@ -21,7 +21,8 @@ use parity_common::spec::FloatType;
 use crate::device::{dtype, Host};
 
 /// A tapped intermediate of rank 2 (`fc*.out`, `relu*.out` of the MLP, `fc.out`) or rank 3
-/// (`conv.out`, `relu.out` of the CNN, `[batch, channels, L_out]`).
+/// (`conv.out`, `relu.out` of the CNN, `[batch, channels, L_out]`; the transformer's logits
+/// `head.out`, `[batch, seq_len, vocab]`).
 #[derive(Clone)]
 enum Tapped {
     Two { value: Tensor<2>, tap: Tensor<2> },
@@ -63,7 +64,8 @@ impl Taps {
         out
     }
 
-    /// Marks `h` `[batch, channels, length]` as `name`, as [`Taps::mark2`].
+    /// Marks `h` `[batch, channels, length]` (or the transformer's `[batch, seq_len, vocab]`)
+    /// as `name`, as [`Taps::mark2`].
     pub fn mark3(&mut self, name: &str, h: Tensor<3>) -> Tensor<3> {
         let Some(device) = &self.on else { return h };
         let tap = neg_zeros(h.dims(), h.dtype(), device);

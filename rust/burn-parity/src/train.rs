@@ -31,9 +31,9 @@ use crate::taps::Taps;
 /// Non-finite values are recorded as they are; the workflow marks the run as diverged.
 ///
 /// # Errors
-/// A device other than the CPU, fixture problems (see [`Net::load`]), an optimizer burn-parity
-/// does not run or a moments request for SGD (see [`Stepper::new`]), a fault (burn-parity implements
-/// none), or a failing sink.
+/// A device other than the CPU, fixture problems or a candle-side transformer setting (see
+/// [`Net::load`]), an optimizer burn-parity does not run or a moments request for SGD (see
+/// [`Stepper::new`]), a fault (burn-parity implements none), or a failing sink.
 pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     if spec.fault != Fault::None {
         bail!("burn-parity implements no faults (the fault suite runs on the candle and PyTorch sides), got {:?}", spec.fault);

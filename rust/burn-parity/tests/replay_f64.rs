@@ -21,3 +21,8 @@ fn a_negative_zero_tap_keeps_every_bit() {
 fn recorded_moments_are_burns_first_step() {
     replay_common::recorded_moments_are_burns_first_step("f64");
 }
+
+#[test]
+fn the_transformer_replays_its_training_steps() {
+    replay_common::transformer_replays_its_training_steps("f64");
+}

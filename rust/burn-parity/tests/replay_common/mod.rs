@@ -90,7 +90,9 @@ fn f32_tensor(shape: Vec<usize>, v: &[f32]) -> RawTensor {
 }
 
 /// A run spec of `steps` steps recording everything each step, with a fixture of random
-/// parameters and data (2 batches of 4 samples) written to a temporary folder.
+/// parameters and data (2 batches of 4 samples; of 3 sequences for the transformer, whose `x`
+/// is int64 token ids `[2, 3, seq_len]` and `y` the next tokens, same shape) written to a
+/// temporary folder.
 pub fn spec(
     tag: &str,
     model: serde_json::Value,
@@ -100,7 +102,8 @@ pub fn spec(
     dtype: &str,
 ) -> RunSpec {
     let m: Model = serde_json::from_value(model.clone()).unwrap();
-    let (batches, batch) = (2usize, 4usize);
+    let transformer = matches!(m, Model::Transformer { .. });
+    let (batches, batch) = (2usize, if transformer { 3 } else { 4 });
     let mut seed = 0x5eed ^ tag.len() as u64;
     let mut raw: Vec<(String, RawTensor)> = Vec::new();
     for p in m.params() {
@@ -110,29 +113,49 @@ pub fn spec(
             f32_tensor(p.shape.clone(), &values(&mut seed, n, 0.5)),
         ));
     }
-    let (x_shape, outputs) = match &m {
-        Model::Mlp { sizes, .. } => (vec![batches, batch, sizes[0]], sizes[sizes.len() - 1]),
-        Model::Cnn1d {
-            in_channels,
-            length,
-            classes,
-            ..
-        } => (vec![batches, batch, *in_channels, *length], *classes),
-    };
-    let n = x_shape.iter().product();
-    raw.push(("x".into(), f32_tensor(x_shape, &values(&mut seed, n, 1.0))));
-    if loss == "mse" {
-        let n = batches * batch * outputs;
-        let y = values(&mut seed, n, 1.0);
-        raw.push(("y".into(), f32_tensor(vec![batches, batch, outputs], &y)));
+    if let Model::Transformer { vocab, seq_len, .. } = m {
+        // One sequence of seq_len + 1 tokens per sample: x its first seq_len, y the rest.
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for _ in 0..batches * batch {
+            let seq: Vec<i64> = values(&mut seed, seq_len + 1, 1.0)
+                .iter()
+                .map(|v| ((v + 1.0) * 1024.0) as i64 % vocab as i64)
+                .collect();
+            x.extend_from_slice(&seq[..seq_len]);
+            y.extend_from_slice(&seq[1..]);
+        }
+        for (name, v) in [("x", x), ("y", y)] {
+            let data = v.iter().flat_map(|t| t.to_le_bytes()).collect();
+            let dtype = safetensors::Dtype::I64;
+            let shape = vec![batches, batch, seq_len];
+            raw.push((name.into(), RawTensor { dtype, shape, data }));
+        }
     } else {
-        let labels: Vec<i64> = (0..batches * batch)
-            .map(|i| ((i * 7 + 1) % outputs) as i64)
-            .collect();
-        let data = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let dtype = safetensors::Dtype::I64;
-        let shape = vec![batches, batch];
-        raw.push(("y".into(), RawTensor { dtype, shape, data }));
+        let (x_shape, outputs) = match &m {
+            Model::Mlp { sizes, .. } => (vec![batches, batch, sizes[0]], sizes[sizes.len() - 1]),
+            Model::Cnn1d {
+                in_channels,
+                length,
+                classes,
+                ..
+            } => (vec![batches, batch, *in_channels, *length], *classes),
+            Model::Transformer { .. } => unreachable!(),
+        };
+        let n = x_shape.iter().product();
+        raw.push(("x".into(), f32_tensor(x_shape, &values(&mut seed, n, 1.0))));
+        if loss == "mse" {
+            let n = batches * batch * outputs;
+            let y = values(&mut seed, n, 1.0);
+            raw.push(("y".into(), f32_tensor(vec![batches, batch, outputs], &y)));
+        } else {
+            let labels: Vec<i64> = (0..batches * batch)
+                .map(|i| ((i * 7 + 1) % outputs) as i64)
+                .collect();
+            let data = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let dtype = safetensors::Dtype::I64;
+            let shape = vec![batches, batch];
+            raw.push(("y".into(), RawTensor { dtype, shape, data }));
+        }
     }
     let path = dir().join(format!("{tag}-{dtype}.safetensors"));
     std::fs::write(&path, safetensors::serialize(raw, None).unwrap()).unwrap();
@@ -160,6 +183,14 @@ pub fn mlp() -> serde_json::Value {
 pub fn cnn() -> serde_json::Value {
     serde_json::json!({"family": "cnn1d", "in_channels": 1, "channels": 3, "kernel": 3,
         "length": 8, "classes": 3, "activation": "relu", "conv_impl": "conv1d"})
+}
+
+/// The tiny transformer: vocab 11, d_model 8, 2 heads, 2 blocks, seq_len 5, burn's own
+/// layer norm, softmax and exact GELU.
+pub fn transformer() -> serde_json::Value {
+    serde_json::json!({"family": "transformer", "vocab": 11, "d_model": 8, "heads": 2,
+        "blocks": 2, "seq_len": 5, "layer_norm": "composed", "softmax": "generic",
+        "gelu": "erf"})
 }
 
 pub fn sgd() -> serde_json::Value {
@@ -446,5 +477,51 @@ pub fn recorded_moments_are_burns_first_step(dtype: &str) {
             assert_eq!(m[i], want_m, "exp_avg:{}[{i}]", p.name);
             assert_eq!(v[i], want_v, "exp_avg_sq:{}[{i}]", p.name);
         }
+    }
+}
+
+/// The transformer with SGD, Adam (L2 decay) and AdamW replays its training steps bit for bit
+/// (step 1 from zero moments, later steps from recorded ones); its one forward intermediate
+/// `head.out` is the logits `[batch 3, seq_len 5, vocab 11]`, and `grad:head.out` is
+/// (softmax − one-hot) / 15 per position, so each position's gradient sums to zero within
+/// rounding.
+pub fn transformer_replays_its_training_steps(dtype: &str) {
+    let s = spec("tf-sgd", transformer(), "cross_entropy", sgd(), 3, dtype);
+    self_consistent(&s, &[1, 3]);
+    let s = spec(
+        "tf-adam",
+        transformer(),
+        "cross_entropy",
+        adam(0.01),
+        3,
+        dtype,
+    );
+    self_consistent(&s, &[1, 2, 3]);
+    let rep = {
+        let s = spec(
+            "tf-adamw",
+            transformer(),
+            "cross_entropy",
+            adamw(),
+            3,
+            dtype,
+        );
+        self_consistent(&s, &[2, 3])
+    };
+    let logits = widen(&rep.tensors["head.out"]);
+    let grad = widen(&rep.tensors["grad:head.out"]);
+    assert_eq!((logits.len(), grad.len()), (3 * 5 * 11, 3 * 5 * 11));
+    let tol = if dtype == "f32" { 1e-7 } else { 1e-16 };
+    for row in grad.chunks_exact(11) {
+        let sum: f64 = row.iter().sum();
+        assert!(
+            sum.abs() <= tol,
+            "a position's logit gradient sums to {sum}"
+        );
+        assert_eq!(
+            row.iter().filter(|&&g| g < 0.0).count(),
+            1,
+            "one target per position"
+        );
     }
 }
