@@ -113,12 +113,31 @@ pub(crate) fn linear(
     ty: FloatType,
     device: &Device,
 ) -> Result<Linear> {
-    let w = fx.f32(&format!("{name}.weight"), &[out, inp])?;
     let b = fx.f32(&format!("{name}.bias"), &[out])?;
+    let mut l = linear_without_bias(fx, name, inp, out, ty, device)?;
+    l.bias = Some(Param::from_tensor(float_tensor(b, [out], ty, device)));
+    Ok(l)
+}
+
+/// A Linear `inp → out` without bias from the fixture's `{name}.weight` (PyTorch layout
+/// `[out, in]`, converted to burn's `[in, out]`), in dtype `ty` on `device` (the
+/// transformer's key projection, see `parity_common::spec::Model::Transformer`).
+///
+/// # Errors
+/// When the fixture lacks the weight or holds it with another shape.
+pub(crate) fn linear_without_bias(
+    fx: &Fixture,
+    name: &str,
+    inp: usize,
+    out: usize,
+    ty: FloatType,
+    device: &Device,
+) -> Result<Linear> {
+    let w = fx.f32(&format!("{name}.weight"), &[out, inp])?;
     let w = layout::torch_to_burn_linear(w, out, inp);
     Ok(Linear {
         weight: Param::from_tensor(float_tensor(&w, [inp, out], ty, device)),
-        bias: Some(Param::from_tensor(float_tensor(b, [out], ty, device))),
+        bias: None,
     })
 }
 

@@ -42,7 +42,7 @@ use crate::data::{per_batch, Inputs, Targets};
 use crate::device::float_tensor;
 use crate::fixture::Fixture;
 use crate::layout;
-use crate::model::{linear, linear_slot_mut, linear_slots, Slot, SlotMut};
+use crate::model::{linear, linear_slot_mut, linear_slots, linear_without_bias, Slot, SlotMut};
 use crate::taps::Taps;
 
 /// The layer norms' ε (PyTorch's `nn.LayerNorm` default, the spec's).
@@ -225,7 +225,8 @@ pub(crate) fn load(
                 ln1: layer_norm(fx, &b("ln1"), d, ty, dev)?,
                 attn: CausalSelfAttention {
                     q: linear(fx, &b("attn.q"), d, d, ty, dev)?,
-                    k: linear(fx, &b("attn.k"), d, d, ty, dev)?,
+                    // No key bias (see `Model::Transformer`).
+                    k: linear_without_bias(fx, &b("attn.k"), d, d, ty, dev)?,
                     v: linear(fx, &b("attn.v"), d, d, ty, dev)?,
                     out: linear(fx, &b("attn.out"), d, d, ty, dev)?,
                     heads,

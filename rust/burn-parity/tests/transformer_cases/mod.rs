@@ -103,8 +103,13 @@ pub fn one_attention_head_by_hand(dtype: &str) {
         .collect();
     let p = |n: &str| &params[&format!("blocks.0.attn.{n}")];
     // y[b, t, o] = bias[o] + Σ_i x[b, t, i] W[o, i] (PyTorch layout).
+    // The key projection has no bias.
+    let zeros = vec![0.0; D];
     let lin = |x: &[f64], m: &str| -> Vec<f64> {
-        let (w, bias) = (p(&format!("{m}.weight")), p(&format!("{m}.bias")));
+        let w = p(&format!("{m}.weight"));
+        let bias = params
+            .get(&format!("blocks.0.attn.{m}.bias"))
+            .unwrap_or(&zeros);
         let mut y = vec![0.0; B * T * D];
         for r in 0..B * T {
             for o in 0..D {
