@@ -315,4 +315,6 @@ def test_a_step_beyond_the_run_is_refused_with_a_result(tmp_path, monkeypatch):
     _, params, perstep, out = _job(tmp_path, monkeypatch, config, "a3_sgd", "main")
     result = _run_job(params, perstep, out, tmp_path)
     assert result["status"] == "not localised"
-    assert "step 500 (config localise.step) is beyond the experiment's 100 steps" in result["reason"]
+    assert (
+        "step 500 (config localise.step) is beyond the experiment's 100 steps" in result["reason"]
+    )

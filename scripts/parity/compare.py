@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -134,6 +134,30 @@ class PerStep:
     #: largest finite |parameter| of the reference over all steps (the figures mark one
     #: float32 ULP at this magnitude as the rounding level)
     param_scale: float = 0.0
+    #: parameters that never moved from their step-0 values on one side while they did on
+    #: the other (:func:`never_updated`), as ``side: name`` (``candidate: ln_f.weight``)
+    never_updated: list[str] = field(default_factory=list)
+
+
+def never_updated(
+    moved_a: Mapping[str, bool], moved_b: Mapping[str, bool], names: Sequence[str]
+) -> list[str]:
+    """The parameters that one run never updated while the other did: ``moved_a[n]`` is
+    whether the reference's ``n`` differed from its step-0 value at any recorded step (bit
+    for bit), ``moved_b[n]`` the same for the candidate. Returns
+    ``reference: n`` / ``candidate: n`` in state_dict order. A parameter neither run moves
+    (a gradient that is zero in both) is not listed: it is not a difference.
+
+    This is the signature of a gradient that never arrives (a fused op without a backward,
+    a detached tensor, a parameter the optimizer was not given), which a largest-difference
+    figure shows only as a large number."""
+    out = []
+    for n in names:
+        if moved_a[n] and not moved_b[n]:
+            out.append(f"candidate: {n}")
+        elif moved_b[n] and not moved_a[n]:
+            out.append(f"reference: {n}")
+    return out
 
 
 def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
@@ -148,7 +172,19 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
     check_comparable([reference, candidate])
     names = reference.layout.names
     rows, step0, identical, scale = [], False, True, 0.0
+    first: tuple[dict, dict] | None = None
+    moved: tuple[dict, dict] = ({n: False for n in names}, {n: False for n in names})
     for a, b in aligned([reference, candidate]):
+        if first is None:
+            first = (
+                {n: a.tensors[n].copy() for n in names},
+                {n: b.tensors[n].copy() for n in names},
+            )
+        else:
+            for side, rec in ((0, a), (1, b)):
+                for n in names:
+                    if not moved[side][n]:
+                        moved[side][n] = rec.tensors[n].tobytes() != first[side][n].tobytes()
         for n in names:
             finite = np.abs(a.tensors[n][np.isfinite(a.tensors[n])])
             scale = max(scale, float(finite.max(initial=0.0)))
@@ -167,7 +203,8 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
                 "where": d.where,
             }
         )
-    return PerStep(rows, step0, identical, scale)
+    stuck = never_updated(moved[0], moved[1], names)
+    return PerStep(rows, step0, identical, scale, stuck)
 
 
 def split(

@@ -146,12 +146,14 @@ def perstep_job(
         judged = worst if status == "ok" else math.inf
         verdict = verdicts.tolerance_verdict(judged, comp.tolerance, comp.expect)
     beyond = compare.first_beyond(rows, comp.tolerance)
+    stuck = ", ".join(result.never_updated)
     notes = [
         f"reference: {comp.reference.label} (`{reference}`)",
         f"candidate: {comp.candidate.label} (`{candidate}`)",
         "step 0 identical bit for bit: " + ("yes" if result.step0_identical else "**no**"),
         "every step identical bit for bit: " + ("yes" if result.bitwise_identical else "no"),
         f"status: {status}",
+        *([f"**never updated** by one run while the other updated them: {stuck}"] if stuck else []),
         (
             f"worst max|dparam| {tables.sci(worst)} at step {worst_step} (`{worst_where}`); "
             f"tolerance {comp.tolerance:g}; verdict **{verdict}**"
@@ -178,6 +180,7 @@ def perstep_job(
         "worst_where": worst_where,
         "final_dparam": _json_number(rows[-1]["max_dparam"]),
         "worst_dloss": _json_number(dloss),
+        "never_updated": result.never_updated,
         "tol_exceeded_step": beyond and beyond["step"],
         "tol_exceeded_where": beyond and beyond["where"],
         "tolerance": comp.tolerance,

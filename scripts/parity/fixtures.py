@@ -84,7 +84,9 @@ def draw_transformer(
         elif module.split(".")[-1].startswith("ln"):
             values = np.ones(shape) if kind == "weight" else np.zeros(shape)
         else:  # a Linear: the bias takes the bound of its weight's fan-in
-            bound = 1.0 / math.sqrt(model["d_model"] if not module.endswith("fc2") else 4 * model["d_model"])
+            bound = 1.0 / math.sqrt(
+                model["d_model"] if not module.endswith("fc2") else 4 * model["d_model"]
+            )
             values = rng.uniform(-bound, bound, size=shape)
         out[name] = values.astype(np.float32)
     lead = (data["batches"], data["batch_size"])

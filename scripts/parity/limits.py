@@ -163,6 +163,11 @@ def macs_per_sample(model: Mapping[str, Any]) -> int:
     if model["family"] == "mlp":
         sizes = model["sizes"]
         return sum(a * b for a, b in itertools.pairwise(sizes))
+    if model["family"] == "transformer":
+        d, t = model["d_model"], model["seq_len"]
+        # per position and block: q, k, v, out (4d²), the MLP (8d²), scores and p·v (2Td)
+        per_block = 12 * d * d + 2 * t * d
+        return t * (model["blocks"] * per_block + model["vocab"] * d)
     out_len = model["length"] - model["kernel"] + 1
     conv = model["channels"] * model["in_channels"] * model["kernel"] * out_len
     return conv + model["channels"] * out_len * model["classes"]
@@ -172,6 +177,9 @@ def largest_activation(model: Mapping[str, Any]) -> int:
     """Elements of one sample's widest layer output (the forward pass keeps it)."""
     if model["family"] == "mlp":
         return max(model["sizes"])
+    if model["family"] == "transformer":
+        t = model["seq_len"]
+        return t * max(model["heads"] * t, 4 * model["d_model"], model["vocab"])
     return model["channels"] * max(1, model["length"] - model["kernel"] + 1)
 
 

@@ -84,8 +84,8 @@ class Quantity:
     inputs: tuple[str, ...]
 
 
-def _activation(model: Mapping) -> str:
-    return model["activation"]
+def _activation(model: Mapping) -> str | None:
+    return model.get("activation")
 
 
 def forward_names(model: Mapping) -> list[str]:
@@ -102,6 +102,8 @@ def forward_names(model: Mapping) -> list[str]:
         return [*out, "loss"]
     if model["family"] == "cnn1d":
         return ["conv.out", f"{act}.out", "fc.out", "loss"]
+    if model["family"] == "transformer":
+        return ["head.out", "loss"]
     raise ValueError(f"unknown model family {model['family']!r}")
 
 
@@ -125,8 +127,10 @@ def _layers(model: Mapping) -> list[tuple[str, str | None, str | None]]:
 def quantities(model: Mapping) -> list[Quantity]:
     """Every quantity of one training step of ``model`` in dataflow order (forward, backward
     in reverse, update), each with the quantities it is computed from."""
-    layers = _layers(model)
     params = [n for n, _ in model_params(model)]
+    if model["family"] == "transformer":
+        return _transformer_quantities(params)
+    layers = _layers(model)
     out: list[tuple[str, str, tuple[str, ...]]] = []
     previous: str | None = None
     for prefix, act_out, _ in layers:
@@ -157,12 +161,29 @@ def quantities(model: Mapping) -> list[Quantity]:
     return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
 
 
+def _transformer_quantities(params: Sequence[str]) -> list[Quantity]:
+    """The transformer's coarse dataflow: its logits ``head.out`` and the loss, the logits'
+    gradient, then every parameter's gradient in reverse state_dict order (the order
+    backward reaches them) and every update; a parameter's gradient is taken as computed
+    from the logits' gradient (its inner intermediates are not recorded)."""
+    out = [
+        ("forward", "head.out", ()),
+        ("forward", "loss", ("head.out",)),
+        ("backward", "grad:head.out", ("head.out", "loss")),
+    ]
+    out += [("backward", f"grad:{p}", ("grad:head.out",)) for p in reversed(params)]
+    out += [("update", f"update:{p}", (f"grad:{p}",)) for p in params]
+    return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
+
+
 def shapes(model: Mapping, batch: int) -> dict[str, tuple[int, ...]]:
     """PyTorch shape of every quantity for a batch of ``batch`` samples (``loss`` is
     ``()``)."""
     p = dict(model_params(model))
     out: dict[str, tuple[int, ...]] = {"loss": ()}
-    if model["family"] == "mlp":
+    if model["family"] == "transformer":
+        out["head.out"] = (batch, model["seq_len"], model["vocab"])
+    elif model["family"] == "mlp":
         sizes = model["sizes"]
         for n in forward_names(model)[:-1]:
             i = int(n.split(".")[0].lstrip("abcdefghijklmnopqrstuvwxyz"))

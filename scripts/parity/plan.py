@@ -164,7 +164,8 @@ class Plan:
             for r in exp["runs"]:
                 for dt in self.dtypes:
                     for dev in self.devices:
-                        reason = self.unsupported_reason(RunKey(e, r, dt, dev))
+                        key = RunKey(e, r, dt, dev)
+                        reason = self.unsupported_reason(key)
                         if reason:
                             cells.append((key, reason))
         return cells
@@ -283,8 +284,10 @@ class Plan:
         imported = sorted({k.device for k in keys.values()} & set(self.imported_devices))
         no_f64 = [
             f"{k.label}: {self.unsupported_reason(k)}"
-            for k in (RunKey(c.reference.experiment, c.reference.run, "f64", "cpu"),
-                      RunKey(c.candidate.experiment, c.candidate.run, "f64", "cpu"))
+            for k in (
+                RunKey(c.reference.experiment, c.reference.run, "f64", "cpu"),
+                RunKey(c.candidate.experiment, c.candidate.run, "f64", "cpu"),
+            )
             if "ref64" not in keys and self.unsupported_reason(k)
         ]
         runs = {c.reference.run, c.candidate.run}

@@ -237,9 +237,7 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
     save_file({n: np.ascontiguousarray(v) for n, v in state.items()}, state_path)
     keys = {role: RunKey(**k) for role, k in loc["replays"].items()}
     if "ref64" not in keys:
-        notes.append(
-            f"no float64 replay ({loc['no_f64']}): judged against float32 rounding only"
-        )
+        notes.append(f"no float64 replay ({loc['no_f64']}): judged against float32 rounding only")
     records, missing = {}, {}
     params = [n for n, _ in model_params(ref_settings["model"])]
     flat_state = {n: state[n].reshape(-1) for n in params}

@@ -81,6 +81,7 @@ SUMMARY_COLUMNS = (
     *DIAGNOSIS_SUMMARY,
     "culprit",
     "culprit_phase",
+    "never_updated",
     "reference_host",
     "candidate_host",
     "reference_version",
@@ -130,6 +131,8 @@ def summary_rows(
                 # the localisation (parity.replay): the first op that differs, or why none
                 "culprit": loc.get("culprit") or _no_culprit(loc),
                 "culprit_phase": loc.get("culprit_phase"),
+                # parameters one side never updated (compare.never_updated)
+                "never_updated": "; ".join(r.get("never_updated") or []),
                 "reference_host": r["reference_provenance"]["host"],
                 "candidate_host": r["candidate_provenance"]["host"],
                 "reference_version": r["reference_provenance"]["framework_version"],

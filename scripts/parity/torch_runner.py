@@ -12,6 +12,7 @@ exactly 0 is 1 (:class:`ReluGradOneAtZero`). Without it nothing here changes.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -82,7 +83,7 @@ def forward(
             taps[name] = h
         return h
 
-    act = model["activation"]
+    act = model.get("activation")
     if model["family"] == "mlp":
         layers = len(model["sizes"]) - 1
         h = x
@@ -91,11 +92,60 @@ def forward(
             if i < layers:
                 h = tap(f"{act}{i}.out", activation(h, act, fault))
         return h
+    if model["family"] == "transformer":
+        return tap("head.out", transformer(model, p, x))
     if model["family"] == "cnn1d":
         h = tap("conv.out", F.conv1d(x, p["conv.weight"], p["conv.bias"]))
         h = tap(f"{act}.out", activation(h, act, fault)).flatten(1)
         return tap("fc.out", F.linear(h, p["fc.weight"], p["fc.bias"]))
     raise ValueError(f"unknown model family {model['family']!r}")
+
+
+#: Layer-norm ε of the transformer family (``nn.LayerNorm``'s default).
+LN_EPS = 1e-5
+
+
+def _layer_norm(h: torch.Tensor, p: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+    return F.layer_norm(h, (h.shape[-1],), p[f"{name}.weight"], p[f"{name}.bias"], LN_EPS)
+
+
+def transformer(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torch.Tensor):
+    """The transformer family (``parity_common::spec::Model::Transformer``) in functional
+    form: token ids ``x`` ``[B, T]`` int64 → logits ``[B, T, vocab]``.
+
+    Attention (``model["attention"]``): ``explicit`` computes (q·kᵀ)·(1/√d_head) (the scale
+    a Python float, applied in the tensor's dtype), fills the future keys with −∞
+    (``masked_fill``) and takes ``torch.softmax`` over the keys, then p·v; ``sdpa`` calls
+    ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, PyTorch's fused path. GELU
+    is ``F.gelu`` (exact erf), layer norm ``F.layer_norm`` (ε 1e-5).
+    """
+    b_, t = x.shape
+    d, heads = model["d_model"], model["heads"]
+    dh = d // heads
+    positions = torch.arange(t, device=x.device)
+    h = F.embedding(x, p["tok_emb.weight"]) + F.embedding(positions, p["pos_emb.weight"])
+    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+
+    def split(z: torch.Tensor) -> torch.Tensor:
+        return z.view(b_, t, heads, dh).transpose(1, 2)
+
+    for i in range(model["blocks"]):
+        blk = f"blocks.{i}."
+        a = _layer_norm(h, p, blk + "ln1")
+        q = split(F.linear(a, p[blk + "attn.q.weight"], p[blk + "attn.q.bias"]))
+        k = split(F.linear(a, p[blk + "attn.k.weight"]))  # no key bias
+        v = split(F.linear(a, p[blk + "attn.v.weight"], p[blk + "attn.v.bias"]))
+        if model.get("attention", "explicit") == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
+            o = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1) @ v
+        o = o.transpose(1, 2).reshape(b_, t, d)
+        h = h + F.linear(o, p[blk + "attn.out.weight"], p[blk + "attn.out.bias"])
+        m = _layer_norm(h, p, blk + "ln2")
+        m = F.gelu(F.linear(m, p[blk + "mlp.fc1.weight"], p[blk + "mlp.fc1.bias"]))
+        h = h + F.linear(m, p[blk + "mlp.fc2.weight"], p[blk + "mlp.fc2.bias"])
+    return F.linear(_layer_norm(h, p, "ln_f"), p["head.weight"])
 
 
 def activation(h: torch.Tensor, name: str, fault: Mapping[str, Any] | None = None) -> torch.Tensor:
@@ -108,7 +158,11 @@ def activation(h: torch.Tensor, name: str, fault: Mapping[str, Any] | None = Non
 
 
 def loss_fn(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Batch-mean loss: ``mse`` (F.mse_loss) or ``cross_entropy`` (F.cross_entropy)."""
+    """Batch-mean loss: ``mse`` (F.mse_loss) or ``cross_entropy`` (F.cross_entropy); a
+    transformer's logits ``[B, T, V]`` against next tokens ``[B, T]`` are flattened to
+    ``[B·T, V]`` and ``[B·T]`` first (the mean over batch × sequence)."""
+    if out.dim() == 3:
+        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
     if name == "mse":
         return F.mse_loss(out, y)
     if name == "cross_entropy":
@@ -181,7 +235,9 @@ def train(
         raise RuntimeError(f"fixture {fixture} has no tensor {missing[0]!r}")
     names = [n for n, _ in model_params(s["model"])]
     p = {n: torch.from_numpy(fx[n]).to(device=device, dtype=dtype).requires_grad_() for n in names}
-    x = torch.from_numpy(fx["x"]).to(device=device, dtype=dtype)
+    x = torch.from_numpy(fx["x"]).to(device=device)
+    if x.is_floating_point():  # a transformer's x holds token ids (int64)
+        x = x.to(dtype)
     y = torch.from_numpy(fx["y"]).to(device=device)
     if s["loss"] == "mse":
         y = y.to(dtype)
@@ -271,7 +327,9 @@ def replay(
         n: torch.tensor(np.array(state[n]), device=tdev, dtype=tdt).requires_grad_() for n in names
     }
     i = (step - 1) % fx["x"].shape[0]
-    x = torch.from_numpy(fx["x"][i]).to(device=tdev, dtype=tdt)
+    x = torch.from_numpy(fx["x"][i]).to(device=tdev)
+    if x.is_floating_point():  # a transformer's x holds token ids (int64)
+        x = x.to(tdt)
     y = torch.from_numpy(fx["y"][i]).to(device=tdev)
     if s["loss"] == "mse":
         y = y.to(tdt)

@@ -9,7 +9,9 @@
 //!   PyTorch's `tok_emb(x) + pos_emb(arange(T))`);
 //! * per block `blocks.{i}`: `h = h + attn(ln1(h))`, then `h = h + fc2(gelu(fc1(ln2(h))))`;
 //!   burn-nn `LayerNorm` (ε = 1e-5, biased variance: burn's own composed layer norm),
-//!   `burn::tensor::activation::gelu` (the exact erf form);
+//!   `burn::tensor::activation::gelu` (the exact erf form forward; burn-backend 0.22.1's
+//!   `gelu_backward` is the derivative of the tanh approximation, which the workflow's
+//!   transformer comparisons measure);
 //! * `logits = head(ln_f(h))` `[B, T, V]`, `head` a Linear without bias.
 //!
 //! The attention ([`CausalSelfAttention`]) is explicit ops, not burn-nn's
@@ -105,7 +107,8 @@ pub struct Transformer {
 /// (`Composed`), softmax (`Generic`) and exact GELU (`Erf`).
 ///
 /// # Errors
-/// For `LayerNormImpl::Fused`, `SoftmaxImpl::LastDim` or `GeluImpl::Tanh`, naming the setting.
+/// For `LayerNormImpl::Fused`, `SoftmaxImpl::LastDim`, `GeluImpl::GeluErf` or
+/// `GeluImpl::Tanh`, naming the setting.
 pub fn check_settings(
     layer_norm: LayerNormImpl,
     softmax: SoftmaxImpl,

@@ -221,7 +221,11 @@ impl Transformer {
             let m = b.ln2.forward(&h)?;
             let m = b.fc1.forward(&m)?;
             let m = match self.cfg.gelu {
-                GeluImpl::Erf => m.gelu_erf()?,
+                // x·½·(1 + erf(x/√2)) from ops whose backward is exact.
+                GeluImpl::Erf => {
+                    ((&m * 0.5)? * ((&m * std::f64::consts::FRAC_1_SQRT_2)?.erf()? + 1.0)?)?
+                }
+                GeluImpl::GeluErf => m.gelu_erf()?,
                 GeluImpl::Tanh => m.gelu()?,
             };
             h = (h + b.fc2.forward(&m)?)?;

@@ -98,8 +98,13 @@ pub enum SoftmaxImpl {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GeluImpl {
-    /// x·Φ(x) with the error function, PyTorch's default `F.gelu` (candle's `gelu_erf`).
+    /// x·Φ(x) = x·½·(1 + erf(x/√2)), PyTorch's default `F.gelu`. candle-parity composes it
+    /// from `erf` (whose backward, 2/√π·e^(−x²), is exact); burn-parity calls burn's
+    /// `activation::gelu`, whatever its backward computes.
     Erf,
+    /// candle's own `gelu_erf` op: the same forward, but its backward uses 0.398942 for
+    /// 1/√(2π) (candle-core 0.11.0 `backprop.rs`), a relative error of 7e-7 in that term.
+    GeluErf,
     /// The tanh approximation 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (candle's `gelu`).
     Tanh,
 }
