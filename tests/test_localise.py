@@ -318,3 +318,26 @@ def test_a_step_beyond_the_run_is_refused_with_a_result(tmp_path, monkeypatch):
     assert (
         "step 500 (config localise.step) is beyond the experiment's 100 steps" in result["reason"]
     )
+
+
+def test_the_transformer_walk_brackets_the_op_between_two_parameter_gradients():
+    """burn's GELU backward: the gradients after the last block's fc2 agree, fc1's differ,
+    and every gradient the backward pass computes after it is downstream."""
+    model = {
+        "family": "transformer",
+        "vocab": 5,
+        "d_model": 4,
+        "heads": 2,
+        "blocks": 2,
+        "seq_len": 3,
+    }
+    order = [q.name for q in localise.quantities(model)]
+    first = order.index("grad:blocks.1.mlp.fc1.bias")
+    changed = {n for n in order[first:] if n.startswith("grad:")}
+    changed |= {f"update:{n[5:]}" for n in changed}
+    w = localise.walk(model, 2, _records(model, 2, changed=changed), {}, SETTINGS)
+    assert w.culprit == "grad:blocks.1.mlp.fc1.bias"
+    v = _verdicts(w)
+    assert v["grad:blocks.1.mlp.fc2.weight"] == v["head.out"] == "agrees"
+    assert v["grad:tok_emb.weight"] == v["update:tok_emb.weight"] == "downstream"
+    assert [n for n, x in v.items() if x == "differs"] == ["grad:blocks.1.mlp.fc1.bias"]

@@ -325,3 +325,37 @@ def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
         assert (rows[key]["culprit"], rows[key]["culprit_phase"]) == (culprit, phase), key
     # Comparisons that pass as expected are not localised unless config localise.all asks.
     assert rows[("a3_adamw", "main")]["culprit"] == "(skipped)"
+
+
+def test_the_transformer_family_runs_in_all_three_frameworks(short_run):
+    """Issue 16: the transformer trains in torch, candle and burn; torch vs candle agree to
+    float64 rounding in float64; the controls fail as expected; the fused layer norm's
+    float64 cell is unsupported with candle's message, and its never-updated parameters are
+    named."""
+    workdir, _, _ = short_run
+    for run in ("torch", "torch_sdpa", "candle", "candle_gelu_erf", "burn"):
+        for dtype in ("f32", "f64"):
+            trace = workdir / f"results/traces/transformer_adamw/{run}-{dtype}-cpu.parquet"
+            assert TraceReader(trace).meta["status"] == "complete", trace
+    rows = {
+        (r["experiment"], r["comparison"]): r
+        for r in read_csv(workdir / "results/tables/summary.csv")
+    }
+    main = rows[("transformer_adamw", "main")]
+    assert main["verdict"] == "pass" and float(main["f64_f64"]) < 1e-13
+    assert rows[("transformer_adamw", "torch_sdpa")]["verdict"] == "pass"
+    gelu_erf = rows[("transformer_adamw", "gelu_erf")]
+    assert gelu_erf["verdict"] == "pass" and gelu_erf["f64_divergence_step"] == "1"
+    for key in [("transformer_adamw", "burn"), ("transformer_gelu_tanh", "main")]:
+        assert rows[key]["verdict"] == "expected-fail", key
+    fused = rows[("transformer_fused", "main")]
+    assert fused["verdict"] == "expected-fail"
+    stuck = fused["never_updated"].split("; ")
+    assert len(stuck) == 34 and "candidate: head.weight" not in stuck
+    assert "candidate: blocks.0.ln1.weight" in stuck
+    unsupported = [
+        r
+        for r in read_csv(workdir / "results/tables/summary.csv")
+        if r["experiment"] == "transformer_fused" and r["verdict"] == "unsupported"
+    ]
+    assert len(unsupported) == 1 and "rmsnorm F64" in unsupported[0]["pair"]

@@ -164,14 +164,21 @@ def quantities(model: Mapping) -> list[Quantity]:
 def _transformer_quantities(params: Sequence[str]) -> list[Quantity]:
     """The transformer's coarse dataflow: its logits ``head.out`` and the loss, the logits'
     gradient, then every parameter's gradient in reverse state_dict order (the order
-    backward reaches them) and every update; a parameter's gradient is taken as computed
-    from the logits' gradient (its inner intermediates are not recorded)."""
+    backward reaches them) and every update. Its inner intermediates are not recorded, so
+    each parameter's gradient is taken as computed from the one before it in that order
+    (the gradient reaches a module only through the modules after it): the first that
+    differs is the culprit, the rest of the backward pass is downstream of it, and the
+    culprit's place in the list brackets the op (burn's GELU: between
+    ``grad:blocks.1.mlp.fc2.weight``, which agrees, and ``grad:blocks.1.mlp.fc1.bias``)."""
     out = [
         ("forward", "head.out", ()),
         ("forward", "loss", ("head.out",)),
         ("backward", "grad:head.out", ("head.out", "loss")),
     ]
-    out += [("backward", f"grad:{p}", ("grad:head.out",)) for p in reversed(params)]
+    previous = "grad:head.out"
+    for p in reversed(params):
+        out.append(("backward", f"grad:{p}", (previous,)))
+        previous = f"grad:{p}"
     out += [("update", f"update:{p}", (f"grad:{p}",)) for p in params]
     return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
 
