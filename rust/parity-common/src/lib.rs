@@ -3,6 +3,8 @@
 //! * [`spec`]: the run specification that the workflow (Python, `scripts/parity/runspec.py`)
 //!   writes as JSON and every Rust runner reads. Unknown fields are refused, so a drift between
 //!   the two sides fails loudly instead of silently ignoring a setting.
+//! * [`model`]: the model families of a run spec and their parameters (re-exported by
+//!   [`spec`]).
 //! * [`frames`]: the stream of length-prefixed safetensors buffers a runner writes and
 //!   `scripts/parity/frames.py` reads; the Parquet trace itself is written on the Python side,
 //!   where the trace schema is defined once.
@@ -18,6 +20,7 @@
 pub mod build_info;
 pub mod cli;
 pub mod frames;
+pub mod model;
 pub mod probe_spec;
 pub mod replay;
 pub mod spec;

@@ -1,5 +1,7 @@
 //! Replay self-consistency, shared by `replay_f32.rs` and `replay_f64.rs` (one process per
 //! float type, as burn's ndarray device takes its default float type once per process).
+//! Just over 500 lines: the fixture writer, the frame decoder and one check per family and
+//! optimizer, shared by both float types.
 //!
 //! A run is trained for a few steps with gradients and (Adam/AdamW) moments recorded into
 //! memory; the frames are decoded; a state file is written from step k − 1's parameters and
