@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::{bail, Result};
-use parity_common::frames::{meta, FrameWriter, RawTensor};
-use parity_common::replay::{intermediate_names, replay_meta, ReplayState};
+use parity_common::frames::{FrameWriter, RawTensor};
+use parity_common::replay::{finish, intermediate_names, ReplayState};
 use parity_common::spec::{Fault, RunSpec};
 
 use crate::device::{self, Host};
@@ -25,7 +25,7 @@ use crate::train::{header_meta, step};
 
 /// Replays step `state.step` (k) of `spec` from `state` and writes to `sink`: a `header`
 /// frame (as `train`'s, plus `optimizer_impl` and `replay_note`: how burn's optimizer was
-/// started), one `replay` frame (metadata from [`replay_meta`]) holding the tensors named by
+/// started), one `replay` frame (metadata from [`parity_common::replay::replay_meta`]) holding the tensors named by
 /// [`intermediate_names`] (flattened, PyTorch layout, run dtype; `loss` one element), and an
 /// `end` frame with status `complete`.
 ///
@@ -111,10 +111,5 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
             None => missing.push((name, "burn-parity computed no value for it".into())),
         }
     }
-    out.write(replay_meta(k, &missing), tensors)?;
-    out.write_meta(meta([
-        ("kind", "end".into()),
-        ("status", "complete".into()),
-    ]))?;
-    Ok(())
+    finish(&mut out, k, &missing, tensors)
 }

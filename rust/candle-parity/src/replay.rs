@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::{bail, Result};
-use parity_common::frames::{meta, FrameWriter, RawTensor};
-use parity_common::replay::{intermediate_names, replay_meta, ReplayState};
+use parity_common::frames::{FrameWriter, RawTensor};
+use parity_common::replay::{finish, intermediate_names, ReplayState};
 use parity_common::spec::RunSpec;
 
 use crate::device::{self, state_tensor, to_raw};
@@ -37,7 +37,7 @@ pub const NO_GRADIENT_FUSED: &str = "no gradient (cut off by a fused op without 
 
 /// Replays step `state.step` (k) of `spec` from `state` and writes to `sink` a `header`
 /// frame (as `train`'s, plus `optimizer_impl`, the optimizer that ran, and `replay_note`),
-/// one `replay` frame (metadata [`replay_meta`]) and an `end` frame with status `complete`.
+/// one `replay` frame (metadata [`parity_common::replay::replay_meta`]) and an `end` frame with status `complete`.
 ///
 /// The `replay` frame holds every name of [`intermediate_names`]`(spec)`, each flattened in
 /// PyTorch layout and the run dtype: the forward intermediates and `loss` (one element),
@@ -126,12 +126,7 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
         extra.sort();
         bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
     }
-    out.write(replay_meta(k, &missing), tensors)?;
-    out.write_meta(meta([
-        ("kind", "end".into()),
-        ("status", "complete".into()),
-    ]))?;
-    Ok(())
+    finish(&mut out, k, &missing, tensors)
 }
 
 /// Sets each parameter of `net` to the state's, converted to its dtype.

@@ -211,6 +211,24 @@ pub fn intermediate_names(spec: &RunSpec) -> Vec<String> {
     out
 }
 
+/// Writes the end of a replay's stream: the `replay` frame holding `tensors` (metadata
+/// [`replay_meta`]) and the `end` frame with status `complete`.
+///
+/// # Errors
+/// As [`crate::frames::FrameWriter::write`].
+pub fn finish<W: std::io::Write>(
+    out: &mut crate::frames::FrameWriter<W>,
+    step: u32,
+    missing: &[(String, String)],
+    tensors: Vec<(String, crate::frames::RawTensor)>,
+) -> Result<()> {
+    out.write(replay_meta(step, missing), tensors)?;
+    out.write_meta(crate::frames::meta([
+        ("kind", "end".into()),
+        ("status", "complete".into()),
+    ]))
+}
+
 /// Metadata of the `replay` frame: kind, step and the `missing` list (name → reason).
 pub fn replay_meta(step: u32, missing: &[(String, String)]) -> HashMap<String, String> {
     let missing = missing
