@@ -6,17 +6,14 @@
 
 from __future__ import annotations
 
-import io
 import logging
-import subprocess
 from pathlib import Path
 
-from .frames import FrameError, read_frames
 from .probe_plan import ProbeKey
 from .probe_results import OK, Outcome, write_results
 from .probes import Probe
 from .provenance import probe_metadata
-from .rust_runner import RunnerError, invocation, log_tail
+from .rust_runner import RunnerError, run_frames
 
 HEADER_RUNNER_KEYS = ("compiler", "device_detail", "features")
 
@@ -42,23 +39,7 @@ def probe(
     """
     name = Path(binary).name
     spec = probe.runner_spec(key.dtype, key.device)
-    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
-        proc = subprocess.run(
-            [binary, "probe", "--spec", spec_path, "--out", "-"],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            check=False,
-        )
-    tail = log_tail(log_path) if log_path else ""
-    if proc.returncode != 0:
-        raise RunnerError(
-            f"{name} probe exited with status {proc.returncode}; last lines of its log:\n{tail}"
-        )
-    try:
-        frames = list(read_frames(io.BytesIO(proc.stdout)))
-    except FrameError as e:
-        raise RunnerError(f"malformed frame stream from {name}: {e}") from e
+    frames = run_frames(binary, ["probe"], spec, threads, log_path)
     if not frames or frames[0].kind != "header" or frames[-1].kind != "end":
         raise RunnerError(f"{name} probe stream lacks its header or end frame")
     header = frames[0].meta

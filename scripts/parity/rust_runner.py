@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import fixtures
-from .frames import FrameError, read_frames
+from .frames import Frame, FrameError, read_frames
 from .keys import RunKey
 from .limits import non_finite
 from .models import model_params
@@ -163,6 +163,29 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
         raise
 
 
+def run_frames(
+    binary: str, subcommand: list[str], spec: dict, threads: int, log_path: str | None
+) -> list[Frame]:
+    """Run ``binary`` with ``subcommand`` (``["probe"]``, ``["replay", "--step", "3", …]``)
+    and ``--spec`` (``spec`` in a temporary file), its frames written to standard output and
+    its standard error to the job's log; returns the decoded frames. Raises
+    :class:`RunnerError` when it exits non-zero (with the last lines of its log) or its
+    stream is malformed."""
+    name = f"{Path(binary).name} {subcommand[0]}"
+    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
+        cmd = [binary, *subcommand, "--spec", spec_path, "--out", "-"]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
+    if proc.returncode != 0:
+        tail = log_tail(log_path) if log_path else ""
+        raise RunnerError(
+            f"{name} exited with status {proc.returncode}; last lines of its log:\n{tail}"
+        )
+    try:
+        return list(read_frames(io.BytesIO(proc.stdout)))
+    except FrameError as e:
+        raise RunnerError(f"malformed frame stream from {name}: {e}") from e
+
+
 def replay(
     key: RunKey,
     settings: Mapping[str, Any],
@@ -179,22 +202,12 @@ def replay(
 
     Returns (tensors, header): the ``replay`` frame's flat arrays in the run dtype, and the
     header's metadata with the frame's ``missing`` list (``name: reason; …``) added.
-    Raises :class:`RunnerError` when the binary fails (its message and the tail of its
-    stderr) or its stream is malformed.
+    Raises :class:`RunnerError` as :func:`run_frames` does, or for a stream other than a
+    header, one replay frame and an end frame.
     """
     spec = runner_spec(key, settings, fixture)
-    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
-        cmd = [binary, "replay", "--spec", spec_path, "--state", state_path, "--step", str(step)]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
-    if proc.returncode != 0:
-        tail = log_tail(log_path, 5).strip() if log_path else ""
-        raise RunnerError(
-            f"{Path(binary).name} replay exited with status {proc.returncode}: {tail}"
-        )
-    try:
-        frames = list(read_frames(io.BytesIO(proc.stdout)))
-    except FrameError as e:
-        raise RunnerError(f"malformed frame stream from {binary} replay: {e}") from e
+    args = ["replay", "--state", state_path, "--step", str(step)]
+    frames = run_frames(binary, args, spec, threads, log_path)
     kinds = [f.kind for f in frames]
     if kinds != ["header", "replay", "end"]:
         raise RunnerError(f"{binary} replay wrote frames {kinds}, not header, replay, end")
