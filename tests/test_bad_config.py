@@ -57,8 +57,8 @@ CASES = [
     ),
     (
         "unknown experiment in the framework table",
-        lambda c: c["framework_summary"].append({"experiment": "a9", "label": "x"}),
-        "framework_summary[2].experiment: 'a9' is not an experiment of this config",
+        lambda c: c.update(framework_summary=[{"experiment": "a9", "label": "x"}]),
+        "framework_summary[0].experiment: 'a9' is not an experiment of this config",
     ),
     (
         "unknown experiment for determinism",

@@ -73,7 +73,8 @@ def test_the_summary_says_what_it_was_made_from(finished):
     assert set(record["made_from"]) == {c.result(k) for c in plan.comparisons() for k in c.kinds}
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", record["run_id"])
     md = (workdir / "results/tables/summary.md").read_text()
-    assert f"Made by run {record['run_id']} from 4 comparison results" in md
+    n = len(record["made_from"])  # per-step, split, diagnosis and localisation results
+    assert f"Made by run {record['run_id']} from {n} comparison results" in md
     probes = summary.integrity.read_sealed_json(workdir / paths.PROBES_SOURCES)
     assert len(probes["made_from"]) == 3 and probes["run_id"] == record["run_id"]
     assert not list((workdir / "results/tables").glob("*.partial.*"))
