@@ -10,7 +10,7 @@ use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::frames::open_sink;
-use crate::probe_spec::ProbeSpec;
+use crate::probe_spec::ProbeBatch;
 use crate::replay::ReplayState;
 use crate::spec::RunSpec;
 
@@ -34,12 +34,13 @@ pub trait Runner {
     /// Whatever stops the run (the runner's own docs say which).
     fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()>;
 
-    /// Runs an op probe and writes one `result` frame per (case, quantity) to `sink`; the
-    /// framework's errors and panics are results, not failures.
+    /// Runs a batch of op probes and writes a header, one `result` frame per (probe, case,
+    /// quantity) in the batch's order, and an `end` frame to `sink`; the framework's errors
+    /// and panics are results, not failures.
     ///
     /// # Errors
-    /// Only for a spec the runner cannot interpret.
-    fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()>;
+    /// Only for a spec the runner cannot interpret, an unavailable device or a failing sink.
+    fn probe(batch: &ProbeBatch, sink: Box<dyn Write>) -> Result<()>;
 
     /// Replays one step from the given state and writes a `header`, one `replay` and an
     /// `end` frame (see [`crate::replay`]).
@@ -73,11 +74,11 @@ enum Command {
         #[arg(long, default_value = "-")]
         out: PathBuf,
     },
-    /// Run an op probe (normalized by the workflow) and write one `result` frame per
-    /// (case, quantity); the framework's errors and panics, and ops its API lacks, are
-    /// results, not failures.
+    /// Run a batch of op probes (normalized by the workflow) and write one `result` frame
+    /// per (probe, case, quantity); the framework's errors and panics, and ops its API
+    /// lacks, are results, not failures.
     Probe {
-        /// Probe spec JSON written by the workflow.
+        /// Probe batch JSON written by the workflow (`{"probes": [spec, ...]}`).
         #[arg(long)]
         spec: PathBuf,
         /// Where to write the frames; `-` is standard output.
@@ -122,7 +123,7 @@ pub fn run<R: Runner>() -> Result<()> {
         .get_matches();
     match Cli::from_arg_matches(&matches)?.command {
         Command::Train { spec, out } => R::train(&RunSpec::from_path(&spec)?, open_sink(&out)?),
-        Command::Probe { spec, out } => R::probe(&ProbeSpec::from_path(&spec)?, open_sink(&out)?),
+        Command::Probe { spec, out } => R::probe(&ProbeBatch::from_path(&spec)?, open_sink(&out)?),
         Command::Replay {
             spec,
             state,

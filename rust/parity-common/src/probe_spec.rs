@@ -47,11 +47,13 @@ impl Status {
     }
 }
 
-/// Metadata of the `result` frame of one (case, quantity): `kind` `result`, `case`,
-/// `quantity`, `status` ([`Status::name`]) and `message` (empty unless the framework raised
-/// or cannot run the case). With [`Status::Ok`] the frame holds one tensor `values` in the
-/// run dtype with the quantity's shape; otherwise none.
+/// Metadata of the `result` frame of one (probe, case, quantity): `kind` `result`, `probe`,
+/// `case`, `quantity`, `status` ([`Status::name`]) and `message` (empty unless the framework
+/// raised or cannot run the case). With [`Status::Ok`] the frame holds one tensor `values`
+/// with the quantity's shape, in the run dtype, or float32 for a half-precision run and
+/// float64 for an integer quantity (both exact widenings).
 pub fn result_meta(
+    probe: &str,
     case: &str,
     quantity: &str,
     status: Status,
@@ -59,6 +61,7 @@ pub fn result_meta(
 ) -> HashMap<String, String> {
     meta([
         ("kind", "result".into()),
+        ("probe", probe.into()),
         ("case", case.into()),
         ("quantity", quantity.into()),
         ("status", status.name().into()),
@@ -74,16 +77,90 @@ pub fn dim_index(d: i64, rank: usize) -> Option<usize> {
     (0..r).contains(&i).then_some(i as usize)
 }
 
+/// The dtype of a probe run: the training dtypes plus the half-precision ones (probes only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeDtype {
+    /// IEEE 754 binary16.
+    F16,
+    /// bfloat16 (8 exponent bits, 7 fraction bits).
+    Bf16,
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary64.
+    F64,
+}
+
+impl ProbeDtype {
+    /// The short name used in paths and metadata (`f16`, `bf16`, `f32`, `f64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeDtype::F16 => "f16",
+            ProbeDtype::Bf16 => "bf16",
+            ProbeDtype::F32 => "f32",
+            ProbeDtype::F64 => "f64",
+        }
+    }
+
+    /// The training dtype of the same name, or `None` for a half-precision one.
+    pub fn float_type(self) -> Option<FloatType> {
+        match self {
+            ProbeDtype::F32 => Some(FloatType::F32),
+            ProbeDtype::F64 => Some(FloatType::F64),
+            ProbeDtype::F16 | ProbeDtype::Bf16 => None,
+        }
+    }
+}
+
+/// The element type of an input: the run's float dtype, or 64-bit integers (indices,
+/// class targets) whatever the run's dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputKind {
+    /// Float values rounded once to the run's dtype.
+    Float,
+    /// Integer values (exact in the float64 list); never `requires_grad`.
+    Int64,
+}
+
+/// Reads a list of float64 values where a non-finite value is written as the string `inf`,
+/// `-inf` or `nan` (JSON has no literal for them; `Probe.runner_spec` writes them so).
+fn de_values<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Number(f64),
+        Text(String),
+    }
+    Vec::<Value>::deserialize(d)?
+        .into_iter()
+        .map(|v| match v {
+            Value::Number(x) => Ok(x),
+            Value::Text(t) => match t.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                other => Err(serde::de::Error::custom(format!(
+                    "{other:?} is not a number (only \"inf\", \"-inf\" and \"nan\" are)"
+                ))),
+            },
+        })
+        .collect()
+}
+
 /// A named input tensor.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputSpec {
     /// Name the steps refer to.
     pub name: String,
+    /// Element type.
+    pub dtype: InputKind,
     /// Shape; `[]` is a scalar.
     pub shape: Vec<usize>,
     /// Row-major float64 values, `shape.iter().product()` of them, rounded once to the run's
-    /// dtype.
+    /// dtype (integers for [`InputKind::Int64`]); ±∞ and NaN allowed.
+    #[serde(deserialize_with = "de_values")]
     pub values: Vec<f64>,
     /// A leaf whose gradient may be compared (a `Var` on the candle side).
     pub requires_grad: bool,
@@ -100,11 +177,37 @@ pub enum CandleImpl {
     Slow,
 }
 
-/// One op and its arguments (see the schema for what each computes). Dimensions are signed:
-/// negative counts from the end, as in PyTorch.
+/// GELU's form (PyTorch's `approximate` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GeluApproximate {
+    /// x·Φ(x) with the error function (PyTorch `approximate='none'`).
+    None,
+    /// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+    Tanh,
+}
+
+/// How a loss reduces its per-element values (PyTorch's `reduction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reduction {
+    /// The mean over the elements (for `cross_entropy`/`nll`: over the samples).
+    Mean,
+    /// The sum.
+    Sum,
+    /// No reduction: one value per element (per sample).
+    None,
+}
+
+/// One op and its arguments (see the schema for what each computes, and which framework
+/// function runs it). Dimensions are signed: negative counts from the end, as in PyTorch.
+/// Every argument is explicit (the workflow fills in the schema's defaults); pairs
+/// (`[h, w]`) are always pairs. Ops marked *integer output* produce int64 values, sent as
+/// float64 in the `result` frame and compared exactly.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
+    // ----- layout changes -----
     /// Swap two dimensions (a strided view).
     Transpose {
         /// First dimension.
@@ -143,6 +246,7 @@ pub enum Op {
     },
     /// A contiguous copy.
     Contiguous,
+    // ----- convolutions and pooling -----
     /// 1-D convolution of `[b, c_in, l]` with a `[c_out, c_in/groups, k]` kernel, no bias.
     Conv1d {
         /// Zero padding on both sides.
@@ -154,10 +258,26 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
-    /// 2-D convolution of `[b, c_in, h, w]` with a `[c_out, c_in/groups, kh, kw]` kernel.
+    /// 2-D convolution of `[b, c_in, h, w]` with a `[c_out, c_in/groups, kh, kw]` kernel, no
+    /// bias; padding, stride and dilation per axis `[h, w]`.
     Conv2d {
-        /// Zero padding on every side.
+        /// Zero padding per axis, on both sides.
+        padding: [usize; 2],
+        /// Stride per axis.
+        stride: [usize; 2],
+        /// Dilation per axis.
+        dilation: [usize; 2],
+        /// Groups.
+        groups: usize,
+    },
+    /// Transposed 1-D convolution of `[b, c_in, l]` with a `[c_in, c_out/groups, k]` kernel
+    /// (PyTorch's layout), no bias: output length (l − 1)·stride − 2·padding +
+    /// dilation·(k − 1) + output_padding + 1.
+    ConvTranspose1d {
+        /// Padding.
         padding: usize,
+        /// Extra length on one side of the output.
+        output_padding: usize,
         /// Stride.
         stride: usize,
         /// Dilation.
@@ -165,6 +285,49 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
+    /// Transposed 2-D convolution of `[b, c_in, h, w]` with a `[c_in, c_out/groups, kh, kw]`
+    /// kernel, no bias; every argument per axis except `groups`.
+    ConvTranspose2d {
+        /// Padding per axis.
+        padding: [usize; 2],
+        /// Output padding per axis.
+        output_padding: [usize; 2],
+        /// Stride per axis.
+        stride: [usize; 2],
+        /// Dilation per axis.
+        dilation: [usize; 2],
+        /// Groups.
+        groups: usize,
+    },
+    /// Max pooling of `[b, c, l]` (padding counts as −∞).
+    MaxPool1d {
+        /// Window length.
+        kernel: usize,
+        /// Stride (the workflow's default: the kernel).
+        stride: usize,
+        /// Padding on both sides.
+        padding: usize,
+    },
+    /// Max pooling of `[b, c, h, w]`, every argument per axis.
+    MaxPool2d {
+        /// Window.
+        kernel: [usize; 2],
+        /// Stride (default: the kernel).
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+    },
+    /// Average pooling of `[b, c, h, w]` (padding zeros counted in the mean, PyTorch's
+    /// `count_include_pad=True`).
+    AvgPool2d {
+        /// Window.
+        kernel: [usize; 2],
+        /// Stride (default: the kernel).
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+    },
+    // ----- linear algebra and normalisation -----
     /// `x·weightᵀ (+ bias)`: inputs `[x, weight]` or `[x, weight, bias]`.
     Linear,
     /// Batched matrix product with equal batch dimensions.
@@ -183,6 +346,11 @@ pub enum Op {
         /// Fused or slow candle function.
         candle: CandleImpl,
     },
+    /// log(softmax(x)) along `dim`.
+    LogSoftmax {
+        /// Dimension.
+        dim: i64,
+    },
     /// Nearest upsampling `[b, c, l]` → `[b, c, size]`.
     UpsampleNearest1d {
         /// Output length.
@@ -193,16 +361,130 @@ pub enum Op {
         /// Output height and width.
         size: [usize; 2],
     },
+    // ----- element-wise -----
     /// max(x, 0).
     Relu,
     /// |x|.
     Abs,
+    /// 1 / (1 + e^(−x)).
+    Sigmoid,
+    /// tanh(x).
+    Tanh,
+    /// x·sigmoid(x).
+    Silu,
+    /// GELU, exact or with the tanh approximation.
+    Gelu {
+        /// Which form.
+        approximate: GeluApproximate,
+    },
+    /// x for x > 0, alpha·(eˣ − 1) otherwise.
+    Elu {
+        /// α.
+        alpha: f64,
+    },
+    /// eˣ.
+    Exp,
+    /// ln x.
+    Log,
+    /// √x.
+    Sqrt,
     /// Element-wise sum of two equal shapes.
     Add,
+    /// Element-wise difference a − b of two equal shapes.
+    Sub,
     /// Element-wise product of two equal shapes.
     Mul,
+    /// Element-wise quotient a / b of two equal shapes.
+    Div,
+    // ----- reductions (`dims: None` reduces every dimension) -----
+    /// Sum over `dims`.
+    Sum {
+        /// Dimensions, or every one.
+        dims: Option<Vec<i64>>,
+        /// Keep reduced dimensions with size 1.
+        keepdim: bool,
+    },
+    /// Mean over `dims`.
+    Mean {
+        /// Dimensions, or every one.
+        dims: Option<Vec<i64>>,
+        /// Keep reduced dimensions with size 1.
+        keepdim: bool,
+    },
+    /// Maximum over `dims` (PyTorch `amax`: the gradient is shared equally among ties).
+    Max {
+        /// Dimensions, or every one.
+        dims: Option<Vec<i64>>,
+        /// Keep reduced dimensions with size 1.
+        keepdim: bool,
+    },
+    /// Minimum over `dims` (PyTorch `amin`: the gradient is shared equally among ties).
+    Min {
+        /// Dimensions, or every one.
+        dims: Option<Vec<i64>>,
+        /// Keep reduced dimensions with size 1.
+        keepdim: bool,
+    },
+    /// Index of the maximum along `dim` (the first among ties). *Integer output.*
+    Argmax {
+        /// Dimension.
+        dim: i64,
+        /// Keep the reduced dimension with size 1.
+        keepdim: bool,
+    },
+    /// Index of the minimum along `dim` (the first among ties). *Integer output.*
+    Argmin {
+        /// Dimension.
+        dim: i64,
+        /// Keep the reduced dimension with size 1.
+        keepdim: bool,
+    },
+    /// The values sorted along `dim` (stable: ties keep their order).
+    Sort {
+        /// Dimension.
+        dim: i64,
+        /// Largest first.
+        descending: bool,
+    },
+    /// The indices that sort along `dim` (stable). *Integer output.*
+    Argsort {
+        /// Dimension.
+        dim: i64,
+        /// Largest first.
+        descending: bool,
+    },
+    // ----- indexing (index inputs are int64) -----
+    /// `[indices (int64, any shape), weight [v, d]]` → `[..., d]` (PyTorch `F.embedding`
+    /// argument order); repeated indices add their gradients.
+    Embedding,
+    /// `[x, index (int64, 1-D)]`: the slices `index` of `dim`.
+    IndexSelect {
+        /// Dimension.
+        dim: i64,
+    },
+    /// `[x, index (int64, x's rank)]`: out[i][j] = x[index[i][j]][j] for `dim` 0, and so on.
+    Gather {
+        /// Dimension.
+        dim: i64,
+    },
+    // ----- losses -----
     /// Mean binary cross-entropy of `[logits, targets]` (a scalar).
     BceWithLogits,
+    /// Cross-entropy of `[logits [n, c], targets (int64) [n]]` (log-softmax over classes).
+    CrossEntropy {
+        /// Reduction over the samples.
+        reduction: Reduction,
+    },
+    /// Negative log-likelihood of `[log_probs [n, c], targets (int64) [n]]`.
+    Nll {
+        /// Reduction over the samples.
+        reduction: Reduction,
+    },
+    /// Squared error of `[a, b]` (equal shapes).
+    Mse {
+        /// Reduction over the elements.
+        reduction: Reduction,
+    },
 }
 
 impl Op {
@@ -213,11 +495,42 @@ impl Op {
             Op::LayerNorm { .. } => (3, 3),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
+            | Op::ConvTranspose1d { .. }
+            | Op::ConvTranspose2d { .. }
             | Op::Matmul
             | Op::Add
+            | Op::Sub
             | Op::Mul
-            | Op::BceWithLogits => (2, 2),
+            | Op::Div
+            | Op::Embedding
+            | Op::IndexSelect { .. }
+            | Op::Gather { .. }
+            | Op::BceWithLogits
+            | Op::CrossEntropy { .. }
+            | Op::Nll { .. }
+            | Op::Mse { .. } => (2, 2),
             _ => (1, 1),
+        }
+    }
+
+    /// Whether the op's result is int64 (indices).
+    pub fn integer_output(&self) -> bool {
+        matches!(
+            self,
+            Op::Argmax { .. } | Op::Argmin { .. } | Op::Argsort { .. }
+        )
+    }
+
+    /// The positions of the op's inputs that must be int64 (indices, class targets); every
+    /// other input is a float tensor.
+    pub fn integer_inputs(&self) -> &'static [usize] {
+        match self {
+            Op::Embedding => &[0],
+            Op::IndexSelect { .. }
+            | Op::Gather { .. }
+            | Op::CrossEntropy { .. }
+            | Op::Nll { .. } => &[1],
+            _ => &[],
         }
     }
 }
@@ -267,16 +580,37 @@ impl LossTerm {
     }
 }
 
-/// One optimizer step over every input with `requires_grad`, every hyperparameter explicit.
+/// The optimizer that steps every input with `requires_grad`, every hyperparameter explicit.
+/// Formulas: PyTorch's documentation of `torch.optim.SGD`, `Adam` and `AdamW` (2.15).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ProbeOptimizer {
-    /// θ ← θ − lr·g (`candle_nn::SGD`).
+    /// g ← g + λθ; with momentum μ: b ← μ·b + (1 − dampening)·g (b = g at the first step),
+    /// g ← g + μ·b (nesterov) or b; θ ← θ − lr·g.
     Sgd {
         /// Learning rate.
         lr: f64,
+        /// μ (0: plain SGD, no buffer).
+        momentum: f64,
+        /// Dampening of the buffer.
+        dampening: f64,
+        /// Nesterov momentum.
+        nesterov: bool,
+        /// L2 weight decay λ (added to the gradient).
+        weight_decay: f64,
     },
-    /// `candle_nn::AdamW`.
+    /// Adam with L2 weight decay (λθ added to the gradient), bias-corrected moments.
+    Adam {
+        /// Learning rate.
+        lr: f64,
+        /// (β₁, β₂).
+        betas: [f64; 2],
+        /// ε added to √v̂.
+        eps: f64,
+        /// L2 weight decay λ.
+        weight_decay: f64,
+    },
+    /// AdamW: decoupled weight decay θ ← θ·(1 − lr·λ) before the Adam step.
     Adamw {
         /// Learning rate.
         lr: f64,
@@ -289,7 +623,36 @@ pub enum ProbeOptimizer {
     },
 }
 
-/// What a case reports: parsed from `loss`, `<name>`, `<input>.grad`, `<input>.after_step`.
+/// A slot of the optimizer's per-parameter state, named as in PyTorch's `state_dict`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateSlot {
+    /// Adam/AdamW first moment m.
+    ExpAvg,
+    /// Adam/AdamW second moment v.
+    ExpAvgSq,
+    /// SGD momentum buffer b.
+    MomentumBuffer,
+}
+
+impl StateSlot {
+    /// The quantity suffix: `exp_avg`, `exp_avg_sq`, `momentum_buffer`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateSlot::ExpAvg => "exp_avg",
+            StateSlot::ExpAvgSq => "exp_avg_sq",
+            StateSlot::MomentumBuffer => "momentum_buffer",
+        }
+    }
+}
+
+/// What a case reports: parsed from `loss`, `<name>`, `<input>.grad`, `<input>.after_step`,
+/// `<input>.exp_avg`, `<input>.exp_avg_sq`, `<input>.momentum_buffer`.
+///
+/// With `optimizer_steps` n > 1 the case is a training loop of n iterations (forward,
+/// loss, backward, optimizer step) and every quantity is recorded at each iteration and
+/// stacked along a new leading dimension of length n (row k: iteration k + 1; a state slot
+/// and `after_step` after that iteration's update, a gradient before it). With n = 1 the
+/// quantities have their own shapes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Quantity {
     /// The scalar loss.
@@ -300,19 +663,26 @@ pub enum Quantity {
     Grad(String),
     /// Value of an input with `requires_grad` after the optimizer step.
     AfterStep(String),
+    /// The optimizer's state for an input with `requires_grad`, after the step.
+    State(String, StateSlot),
 }
 
 impl Quantity {
     /// Parses a quantity name.
     ///
     /// # Errors
-    /// For a suffix other than `grad` and `after_step`.
+    /// For an unknown suffix.
     pub fn parse(q: &str) -> Result<Self> {
         Ok(match q.split_once('.') {
             None if q == "loss" => Quantity::Loss,
             None => Quantity::Value(q.to_string()),
             Some((n, "grad")) => Quantity::Grad(n.to_string()),
             Some((n, "after_step")) => Quantity::AfterStep(n.to_string()),
+            Some((n, "exp_avg")) => Quantity::State(n.to_string(), StateSlot::ExpAvg),
+            Some((n, "exp_avg_sq")) => Quantity::State(n.to_string(), StateSlot::ExpAvgSq),
+            Some((n, "momentum_buffer")) => {
+                Quantity::State(n.to_string(), StateSlot::MomentumBuffer)
+            }
             Some((_, s)) => bail!("quantity {q:?}: unknown suffix {s:?}"),
         })
     }
@@ -338,8 +708,11 @@ pub struct CaseSpec {
     pub steps: Vec<StepSpec>,
     /// Loss terms, or `None` for a forward-only case.
     pub loss: Option<Vec<LossTerm>>,
-    /// One optimizer step after `loss.backward()`.
+    /// The optimizer stepped after each `loss.backward()`.
     pub optimizer: Option<ProbeOptimizer>,
+    /// Iterations of forward, backward and optimizer step (1 without an optimizer); see
+    /// [`Quantity`] for how quantities are stacked when it exceeds 1.
+    pub optimizer_steps: usize,
     /// Quantities to report, in order.
     pub compare: Vec<String>,
 }
@@ -351,7 +724,7 @@ pub struct ProbeSpec {
     /// Probe name (the file name without `.yaml`).
     pub probe: String,
     /// Run dtype.
-    pub dtype: FloatType,
+    pub dtype: ProbeDtype,
     /// Device.
     pub device: DeviceKind,
     /// Inputs, shared by every case (each case starts from fresh tensors).
@@ -360,13 +733,49 @@ pub struct ProbeSpec {
     pub cases: Vec<CaseSpec>,
 }
 
+/// Several probes run by one process (`probe --spec`): the workflow batches every probe of a
+/// (framework, dtype, device) so that a process starts once, not once per probe.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeBatch {
+    /// The probes, in the order their frames are written.
+    pub probes: Vec<ProbeSpec>,
+}
+
+impl ProbeBatch {
+    /// Parses and checks a batch (each spec as [`ProbeSpec::from_json`] does).
+    ///
+    /// # Errors
+    /// Malformed JSON, an unknown field, or a spec that cannot run (named by its probe).
+    pub fn from_json(text: &str) -> Result<Self> {
+        let batch: ProbeBatch =
+            serde_json::from_str(text).context("parsing the probe batch JSON")?;
+        for spec in &batch.probes {
+            spec.check()
+                .with_context(|| format!("in probe {:?}", spec.probe))?;
+        }
+        Ok(batch)
+    }
+
+    /// Reads a batch from a file; see [`ProbeBatch::from_json`].
+    ///
+    /// # Errors
+    /// As [`ProbeBatch::from_json`], or when the file cannot be read.
+    pub fn from_path(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading probe batch {}", path.display()))?;
+        Self::from_json(&text).with_context(|| format!("in probe batch {}", path.display()))
+    }
+}
+
 impl ProbeSpec {
     /// Parses and checks a spec.
     ///
     /// # Errors
     /// Malformed JSON, an unknown field, or a spec that cannot run: values that do not fill
     /// their shape, a name used before it is defined or defined twice, an op with the wrong
-    /// number of inputs, a quantity that does not exist, an optimizer without a loss.
+    /// number of inputs, a quantity that does not exist, an optimizer without a loss, an
+    /// integer input with a gradient or a non-integer value.
     pub fn from_json(text: &str) -> Result<Self> {
         let spec: ProbeSpec = serde_json::from_str(text).context("parsing the probe spec JSON")?;
         spec.check()?;
@@ -403,6 +812,14 @@ impl ProbeSpec {
                     i.values.len()
                 );
             }
+            if i.dtype == InputKind::Int64 {
+                if i.requires_grad {
+                    bail!("input {:?}: an int64 input has no gradient", i.name);
+                }
+                if let Some(v) = i.values.iter().find(|v| v.fract() != 0.0 || !v.is_finite()) {
+                    bail!("input {:?}: int64 value {v} is not an integer", i.name);
+                }
+            }
         }
         for case in &self.cases {
             self.check_case(case, &inputs)
@@ -437,6 +854,12 @@ impl ProbeSpec {
         if case.optimizer.is_some() && case.loss.is_none() {
             bail!("an optimizer step needs a loss");
         }
+        if case.optimizer_steps == 0 || (case.optimizer.is_none() && case.optimizer_steps != 1) {
+            bail!(
+                "optimizer_steps is {}: at least 1, and 1 without an optimizer",
+                case.optimizer_steps
+            );
+        }
         let leaf = |n: &str| self.input(n).is_some_and(|i| i.requires_grad);
         for q in &case.compare {
             let ok = match Quantity::parse(q)? {
@@ -444,6 +867,20 @@ impl ProbeSpec {
                 Quantity::Value(n) => known.contains(n.as_str()),
                 Quantity::Grad(n) => leaf(&n) && case.loss.is_some(),
                 Quantity::AfterStep(n) => leaf(&n) && case.optimizer.is_some(),
+                Quantity::State(n, slot) => {
+                    leaf(&n)
+                        && match (&case.optimizer, slot) {
+                            (
+                                Some(ProbeOptimizer::Sgd { momentum, .. }),
+                                StateSlot::MomentumBuffer,
+                            ) => *momentum != 0.0,
+                            (
+                                Some(ProbeOptimizer::Adam { .. } | ProbeOptimizer::Adamw { .. }),
+                                StateSlot::ExpAvg | StateSlot::ExpAvgSq,
+                            ) => true,
+                            _ => false,
+                        }
+                }
             };
             if !ok {
                 bail!("quantity {q:?} does not exist in this case");
@@ -478,8 +915,8 @@ mod tests {
         serde_json::json!({
             "probe": "p", "dtype": "f32", "device": "cpu",
             "inputs": [
-                {"name": "x", "shape": [1, 1, 3], "values": [0.0, 1.0, 2.0], "requires_grad": false},
-                {"name": "w", "shape": [1, 1, 2], "values": [1.0, -1.0], "requires_grad": true}
+                {"name": "x", "dtype": "float", "shape": [1, 1, 3], "values": [0.0, 1.0, 2.0], "requires_grad": false},
+                {"name": "w", "dtype": "float", "shape": [1, 1, 2], "values": [1.0, -1.0], "requires_grad": true}
             ],
             "cases": [{
                 "name": "a",
@@ -487,6 +924,7 @@ mod tests {
                            "op": {"name": "conv1d", "padding": 0, "stride": 1, "dilation": 1, "groups": 1}}],
                 "loss": [{"kind": "sum", "input": "y"}],
                 "optimizer": null,
+                "optimizer_steps": 1,
                 "compare": ["loss", "y", "w.grad"]
             }]
         })
@@ -541,7 +979,8 @@ mod tests {
 
     #[test]
     fn statuses_are_the_python_names() {
-        let m = result_meta("c", "w.grad", Status::Unsupported, "why");
+        let m = result_meta("p", "c", "w.grad", Status::Unsupported, "why");
+        assert_eq!(m["probe"], "p");
         assert_eq!(m["kind"], "result");
         assert_eq!(m["status"], "unsupported");
         assert_eq!(m["message"], "why");
@@ -578,6 +1017,100 @@ mod tests {
         v["cases"][0]["compare"] = serde_json::json!(["x.grad"]);
         let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
         assert!(format!("{err:#}").contains("x.grad"), "{err:#}");
+    }
+
+    #[test]
+    fn non_finite_values_are_strings() {
+        let mut v = base();
+        v["inputs"][0]["values"] = serde_json::json!(["-inf", 1.0, "nan"]);
+        let spec = ProbeSpec::from_json(&v.to_string()).unwrap();
+        let x = &spec.inputs[0].values;
+        assert_eq!(x[0], f64::NEG_INFINITY);
+        assert!(x[2].is_nan());
+        v["inputs"][0]["values"] = serde_json::json!(["-infinity", 1.0, 2.0]);
+        let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("-infinity"), "{err:#}");
+    }
+
+    #[test]
+    fn int64_inputs_hold_integers_without_gradient() {
+        let mut v = base();
+        v["inputs"][0]["dtype"] = serde_json::json!("int64");
+        ProbeSpec::from_json(&v.to_string()).unwrap();
+        v["inputs"][0]["values"] = serde_json::json!([0.0, 1.5, 2.0]);
+        let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("1.5"), "{err:#}");
+        let mut v = base();
+        v["inputs"][1]["dtype"] = serde_json::json!("int64");
+        let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("no gradient"), "{err:#}");
+    }
+
+    #[test]
+    fn optimizer_state_quantities_follow_the_optimizer() {
+        let mut v = base();
+        v["cases"][0]["optimizer"] = serde_json::json!({"name": "sgd", "lr": 0.1,
+            "momentum": 0.9, "dampening": 0.0, "nesterov": false, "weight_decay": 0.0});
+        v["cases"][0]["optimizer_steps"] = serde_json::json!(3);
+        v["cases"][0]["compare"] = serde_json::json!(["w.after_step", "w.momentum_buffer"]);
+        let spec = ProbeSpec::from_json(&v.to_string()).unwrap();
+        assert_eq!(
+            spec.cases[0].quantities().unwrap()[1],
+            Quantity::State("w".into(), StateSlot::MomentumBuffer)
+        );
+        v["cases"][0]["compare"] = serde_json::json!(["w.exp_avg"]);
+        let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("w.exp_avg"), "{err:#}");
+        v["cases"][0]["optimizer"] = serde_json::Value::Null;
+        v["cases"][0]["compare"] = serde_json::json!(["y"]);
+        let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains("optimizer_steps"), "{err:#}");
+    }
+
+    #[test]
+    fn a_batch_names_the_probe_that_cannot_run() {
+        let good = base();
+        let mut bad = base();
+        bad["probe"] = serde_json::json!("broken");
+        bad["cases"][0]["compare"] = serde_json::json!(["x.grad"]);
+        let text = serde_json::json!({"probes": [good, bad]}).to_string();
+        let err = ProbeBatch::from_json(&text).unwrap_err();
+        assert!(format!("{err:#}").contains("\"broken\""), "{err:#}");
+        let text = serde_json::json!({"probes": [base(), base()]}).to_string();
+        assert_eq!(ProbeBatch::from_json(&text).unwrap().probes.len(), 2);
+    }
+
+    #[test]
+    fn new_op_names_parse_with_their_arguments() {
+        for (json, want) in [
+            (
+                r#"{"name": "conv_transpose2d", "padding": [0, 1], "output_padding": [0, 0], "stride": [2, 1], "dilation": [1, 1], "groups": 1}"#,
+                "ConvTranspose2d",
+            ),
+            (
+                r#"{"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]}"#,
+                "MaxPool2d",
+            ),
+            (r#"{"name": "sum", "dims": null, "keepdim": false}"#, "Sum"),
+            (
+                r#"{"name": "max", "dims": [0, -1], "keepdim": true}"#,
+                "Max",
+            ),
+            (r#"{"name": "gelu", "approximate": "tanh"}"#, "Gelu"),
+            (
+                r#"{"name": "cross_entropy", "reduction": "none"}"#,
+                "CrossEntropy",
+            ),
+            (r#"{"name": "embedding"}"#, "Embedding"),
+        ] {
+            let op: Op = serde_json::from_str(json).unwrap();
+            assert!(format!("{op:?}").starts_with(want), "{json} → {op:?}");
+        }
+        let op: Op =
+            serde_json::from_str(r#"{"name": "argsort", "dim": -1, "descending": true}"#).unwrap();
+        assert!(op.integer_output());
+        let op: Op = serde_json::from_str(r#"{"name": "embedding"}"#).unwrap();
+        assert_eq!(op.integer_inputs(), &[0]);
     }
 
     #[test]
