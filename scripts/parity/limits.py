@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -316,9 +317,11 @@ def _conv_out(size: int, k: int, args: Mapping) -> int:
     return max(0, (size + 2 * pad - dil * (k - 1) - 1) // stride + 1)
 
 
-#: Every probe op whose output shape :func:`_op_shapes` infers; a test holds it equal to
-#: the ops of ``schemas/probe.schema.yaml``, so a new op cannot escape the size limit.
-SHAPE_OPS = frozenset(
+#: The probe ops whose output shape :func:`_op_shapes` estimates itself, from the file as
+#: written; every other op of ``schemas/probe.schema.yaml`` is estimated through
+#: ``probe_shapes`` with its arguments normalized (:data:`SHAPE_OPS` is all of them; a test
+#: holds it equal to the schema's ops, so a new op cannot escape the size limit).
+_OWN_SHAPE_OPS = frozenset(
     {
         "broadcast_to",
         "reshape",
@@ -344,9 +347,37 @@ SHAPE_OPS = frozenset(
 )
 
 
+def _shape_ops() -> frozenset[str]:
+    from .probe_shapes import OPS
+
+    return frozenset(OPS)
+
+
+#: Every probe op whose output shape :func:`_op_shapes` infers.
+SHAPE_OPS = _shape_ops()
+
+
+def _inferred_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | None, int]:
+    """(output shape, scratch elements) of an op through ``probe_shapes``, with the step's
+    arguments as written normalized (``probes.op_args``); (None, 0) when they do not fit."""
+    from . import probe_shapes
+    from .probes import op_args
+
+    if any(s is None for s in shapes):
+        return None, 0
+    try:
+        normalized = op_args(op, args)
+        out, _ = probe_shapes.infer(op, normalized, shapes)
+        return out, probe_shapes.scratch_elements(op, normalized, shapes)
+    except (probe_shapes.ShapeError, KeyError, TypeError, ValueError):
+        return None, 0
+
+
 def _op_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | None, int]:
     """(output shape or None when the inputs do not fit, elements of the largest
     intermediate an implementation allocates: im2col for convolutions, else 0)."""
+    if op not in _OWN_SHAPE_OPS:
+        return _inferred_shapes(op, args, shapes)
     a = shapes[0] if shapes else None
     if op in ("broadcast_to", "reshape"):
         return list(args["shape"]), 0
@@ -440,11 +471,18 @@ def probe_tensor_sizes(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]
             known[args["out"]] = shape
 
 
+#: Key paths of input values, where non-finite numbers are allowed.
+_INPUT_VALUES = re.compile(r"^inputs\.[a-z][a-z0-9_]*\.values(\[|$)")
+
+
 def check_probe(doc: Mapping[str, Any], limits: Mapping[str, int | float]) -> None:
-    """Refuse a probe document (after its JSON schema) with a non-finite number or a tensor
+    """Refuse a probe document (after its JSON schema) with a non-finite number outside the
+    inputs' values, an integer too large for a runner, or a tensor
     beyond ``limits["max_probe_tensor_elements"]``. Raises :class:`LimitError` naming the
     first field."""
     for where, v in non_finite(doc):
+        if _INPUT_VALUES.match(where):
+            continue  # an input may hold ±inf and NaN (the ops' behaviour there is probed)
         raise LimitError(where, f"{yaml_text(v)} is not a finite number; every number must be")
     for where, v in large_integers(doc):
         raise LimitError(where, f"{v} is larger than 2^53: no runner takes an integer that large")

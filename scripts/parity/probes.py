@@ -1,25 +1,34 @@
 """The probe format: small exact checks of single operations, written as data.
 
 A probe is a YAML file ``probes/{name}.yaml`` checked against ``schemas/probe.schema.yaml``
-(the one place that lists the ops, their inputs and arguments, with defaults). It names:
+(the one place that lists the ops, their inputs and arguments, with defaults;
+docs/probe-reference.md is generated from it). It names:
 
 * *inputs*: tensors built from float64 values (explicit ``values``, ``arange`` with
-  ``start``/``scale`` and ``shape``, ``ones``, ``zeros``), rounded once to the run's dtype;
-  ``requires_grad: true`` marks a leaf whose gradient may be compared;
+  ``start``/``scale`` and ``shape``, ``ones``, ``zeros``), rounded once to the run's dtype,
+  or int64 values (``dtype: int64``: indices, class targets); ``requires_grad: true`` marks
+  a leaf whose gradient may be compared; values may be non-finite (``.inf``, ``-.inf``,
+  ``.nan`` or the strings ``"inf"``, ``"-inf"``, ``"nan"``);
 * *cases*: each a list of *steps* (layout changes such as ``transpose``, ``narrow``,
   ``broadcast_to``, ``contiguous``, and operations such as ``conv1d``), an optional scalar
   *loss* (terms ``sum``, ``sum_squares``, ``weighted_sum`` added in order), an optional
-  *optimizer* step, and the *quantities* to compare: ``loss``, a tensor name (its forward
-  values, flattened in row-major order), ``<input>.grad``, ``<input>.after_step``;
+  *optimizer* (``sgd``, ``adam``, ``adamw``) run for ``steps`` iterations, and the
+  *quantities* to compare: ``loss``, a tensor name (its forward values, flattened in
+  row-major order), ``<input>.grad``, ``<input>.after_step``, and the optimizer's state
+  ``<input>.exp_avg``, ``.exp_avg_sq``, ``.momentum_buffer``; with ``expect: error`` the
+  steps are invalid and every framework must refuse them;
 * optionally per case the ``exact`` values of quantities (then they are the reference for
-  every framework) and the values a ``known_bug`` produces (framework → device →
-  quantity → values).
+  every framework), the values a ``known_bug`` produces (framework → device →
+  quantity → values) and its own ``tolerance``.
 
 :func:`load` validates a file and *normalizes* it: every value explicit (inputs expanded to
-flat float64 lists with their shape, op arguments with their defaults, the loss as a list of
-terms), names checked. Every interpreter reads the normalized form: PyTorch in
-``probe_torch``, candle and burn in ``rust/{candle,burn}-parity/src/probe.rs`` through
-:meth:`Probe.runner_spec` (the Rust side refuses unknown fields).
+flat float64 lists with their shape and dtype, op arguments with their defaults, pairs as
+``[h, w]``, the loss as a list of terms, the optimizer with every hyperparameter and
+``optimizer_steps``), names checked, and every shape inferred (``probe_shapes``): a step
+that cannot run is refused at load, naming it, unless the case expects an error. Every
+interpreter reads the normalized form: PyTorch in ``probe_torch``, candle and burn in
+``rust/{candle,burn}-parity/src/probe.rs`` through :meth:`Probe.runner_spec` (the Rust side,
+``parity_common::probe_spec``, refuses unknown fields).
 
 Which probe jobs run is :mod:`parity.probe_plan`. Pure Python (PyYAML, jsonschema): it runs
 while the DAG is built. PyYAML and jsonschema are imported only to read probe files, so jobs, which
@@ -29,6 +38,7 @@ get the normalized probe as data, do not need them.
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,16 +48,26 @@ from pathlib import Path
 from typing import Any
 
 from . import limits as size_limits
+from . import probe_shapes
 from .config import canonical_hash
-from .devices import DTYPES
-from .yamlfile import YamlError, number_hint
+from .yamlfile import _EXPONENT_NUMBER, YamlError, number_hint
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "probe.schema.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-#: Quantity suffixes: the gradient of an input, and its value after the optimizer step.
+#: The dtypes a probe runs in (the training dtypes plus the half-precision ones).
+PROBE_DTYPES = ("f32", "f64", "f16", "bf16")
+#: Quantity suffixes: the gradient of an input, its value after the optimizer step, and the
+#: optimizer's state of it (Adam/AdamW moments, the SGD momentum buffer).
 GRAD, AFTER_STEP = "grad", "after_step"
+EXP_AVG, EXP_AVG_SQ, MOMENTUM_BUFFER = "exp_avg", "exp_avg_sq", "momentum_buffer"
+SUFFIXES = (GRAD, AFTER_STEP, EXP_AVG, EXP_AVG_SQ, MOMENTUM_BUFFER)
 LOSS = "loss"
-#: The reference of every probe without exact values: PyTorch on the CPU, same dtype.
+#: What a case expects: values from every framework, or an error from every one.
+VALUES, ERROR = "values", "error"
+#: Non-finite values as the runners' JSON writes them (``"inf"``, ``"-inf"``, ``"nan"``).
+NON_FINITE_TEXT = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+#: Keys whose values stay text even when they look like a number.
+_TEXT_KEYS = ("description", "note")
 
 
 class ProbeError(ValueError):
@@ -91,15 +111,64 @@ def op_names() -> list[str]:
     return list(schema()["$defs"]["step"]["properties"])
 
 
+def op_schema(op: str) -> dict:
+    """The schema node of ``op`` (description, ``x-inputs``, ``x-support``, arguments)."""
+    return schema()["$defs"]["ops"][op]
+
+
+def op_arguments(op: str) -> dict[str, dict]:
+    """The arguments of ``op`` (not ``in``/``out``), each with its schema node resolved."""
+    props = op_schema(op)["properties"]
+    return {k: dict(_resolve(v)) for k, v in props.items() if k not in ("in", "out")}
+
+
 def op_defaults(op: str) -> dict[str, Any]:
     """The ``default`` of every argument of ``op`` that has one, from the schema."""
-    props = schema()["$defs"]["ops"][op]["properties"]
-    out = {}
-    for arg, node in props.items():
-        node = _resolve(node)
-        if "default" in node:
-            out[arg] = node["default"]
+    return {k: v["default"] for k, v in op_arguments(op).items() if "default" in v}
+
+
+def op_support(op: str) -> dict[str, str]:
+    """Framework → the function that runs ``op`` (``x-support``; "unsupported: …" where its
+    API lacks the op, "…; unsupported: …" where it lacks an argument)."""
+    return dict(op_schema(op)["x-support"])
+
+
+def op_args(op: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalized arguments of ``op`` from the ones a step gives (``in``/``out``
+    ignored): every argument explicit (schema defaults, ``x-default-from``), pairs as
+    ``[h, w]`` (``x-pair``), renamed (``x-normalized-as``: reductions' ``dim`` → ``dims``,
+    a list or None), integers as ``int`` and numbers as ``float``. ``given`` must have
+    passed the schema."""
+    spec = op_arguments(op)
+    out: dict[str, Any] = {}
+    for arg, node in spec.items():
+        if arg in given:
+            value = given[arg]
+        elif "x-default-from" in node:
+            value = given.get(node["x-default-from"], op_defaults(op).get(node["x-default-from"]))
+        else:
+            value = node.get("default")
+        value = _typed(value, node)
+        if node.get("x-pair"):
+            value = [value, value] if isinstance(value, int) else list(value)
+        if node.get("x-normalized-as") == "dims" and value is not None:
+            value = [value] if isinstance(value, int) else list(value)
+        out[node.get("x-normalized-as", arg)] = value
     return out
+
+
+def _typed(value: Any, node: Mapping) -> Any:
+    """Integral floats as ``int`` (a runner's ``usize`` refuses ``1.0``), numbers of a
+    ``type: number`` argument as ``float``."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [_typed(v, node) for v in value]
+    if node.get("type") == "number":
+        return float(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def _field(path: Iterable) -> str:
@@ -116,7 +185,7 @@ def _validator():
     return jsonschema.Draft202012Validator(schema())
 
 
-def _validate(path: Path, doc: Any) -> None:
+def _validate(path: Path, doc: Any, coerced: Mapping[tuple, str]) -> None:
     import jsonschema
 
     err = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
@@ -125,10 +194,63 @@ def _validate(path: Path, doc: Any) -> None:
     message = err.message
     if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):
         message = f"not valid here: {' '.join(err.schema['description'].split())}"
+    where = tuple(err.absolute_path)
     hint = number_hint(err.instance)
+    if where in coerced:
+        hint = (
+            f"written {coerced[where]!r}, which YAML 1.1 reads as text; it is taken as the "
+            f"number {err.instance!r}, which is not valid here"
+        )
     if hint:
         message = f"{message}: {hint}"
-    raise ProbeError(path, _field(err.absolute_path), message)
+    raise ProbeError(path, _field(where), message)
+
+
+def _coerce(doc: Any) -> tuple[Any, dict[tuple, str]]:
+    """A copy of ``doc`` with every text that YAML 1.1 leaves as text but that is a number in
+    exponent form (``1e-6``) made that number (an integer when integral), except under
+    ``description`` and ``note``, and the strings ``"inf"``, ``"-inf"``, ``"nan"`` of input
+    values made floats. Returns the copy and the key path → original text of each."""
+    coerced: dict[tuple, str] = {}
+
+    def walk(node: Any, at: tuple) -> Any:
+        if isinstance(node, Mapping):
+            return {k: (v if k in _TEXT_KEYS else walk(v, (*at, k))) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, (*at, i)) for i, v in enumerate(node)]
+        if isinstance(node, str):
+            if _EXPONENT_NUMBER.match(node.strip()):
+                value = float(node)
+                coerced[at] = node
+                return int(value) if value.is_integer() and abs(value) < 2**53 else value
+            if node in NON_FINITE_TEXT and len(at) > 2 and at[0] == "inputs" and at[2] == "values":
+                return NON_FINITE_TEXT[node]
+        return node
+
+    return walk(doc, ()), coerced
+
+
+def _unknown_ops(path: Path, doc: Any) -> None:
+    """Refuse a step naming an op that does not exist, with the nearest valid op."""
+    cases = doc.get("cases") if isinstance(doc, Mapping) else None
+    if not isinstance(cases, Mapping):
+        return
+    ops = op_names()
+    for cname, case in cases.items():
+        steps = case.get("steps") if isinstance(case, Mapping) else None
+        for i, step in enumerate(steps if isinstance(steps, list) else []):
+            if not isinstance(step, Mapping) or len(step) != 1:
+                continue
+            (op,) = step
+            if op in ops:
+                continue
+            near = difflib.get_close_matches(str(op), ops, n=1)
+            maybe = f"did you mean {near[0]!r}? " if near else ""
+            raise ProbeError(
+                path,
+                f"cases.{cname}.steps[{i}]",
+                f"unknown op {op!r}; {maybe}the ops are {', '.join(ops)}",
+            )
 
 
 # ----- normalization -------------------------------------------------------------------
@@ -173,11 +295,26 @@ def _input(path: Path, name: str, spec: Mapping) -> dict:
     else:
         shape = spec["zeros"]
         values = [0.0] * math.prod(shape)
+    dtype = spec.get("dtype", probe_shapes.FLOAT)
+    requires_grad = bool(spec.get("requires_grad", False))
+    if dtype == probe_shapes.INT64:
+        if requires_grad:
+            raise ProbeError(
+                path, f"{field}.requires_grad", "an int64 input has no gradient; remove it"
+            )
+        for i, v in enumerate(values):
+            if not (math.isfinite(v) and v.is_integer()):
+                raise ProbeError(
+                    path,
+                    f"{field}.values",
+                    f"value {i} ({v!r}) of an int64 input is not an integer",
+                )
     return {
         "name": name,
-        "shape": list(shape),
+        "dtype": dtype,
+        "shape": [int(n) for n in shape],
         "values": values,
-        "requires_grad": bool(spec.get("requires_grad", False)),
+        "requires_grad": requires_grad,
     }
 
 
@@ -187,7 +324,7 @@ def _names(value: str | list[str]) -> list[str]:
 
 def _step(path: Path, field: str, step: Mapping, known: set[str]) -> dict:
     ((op, spec),) = step.items()
-    args = {**op_defaults(op), **{k: v for k, v in spec.items() if k not in ("in", "out")}}
+    args = op_args(op, spec)
     inputs = _names(spec["in"])
     for i, n in enumerate(inputs):
         if n not in known:
@@ -228,50 +365,151 @@ def _loss(path: Path, field: str, loss: Any, known: set[str]) -> list[dict] | No
     return out
 
 
-def _values(path: Path, field: str, value: Any) -> dict:
-    """Normalized reference values: ``{"fill": v}`` for one number, else ``{"values": [...]}``."""
-    if not isinstance(value, list):
-        return {"fill": float(value)}
-    return {"values": _flatten(path, field, value)[0]}
+def _optimizer(path: Path, field: str, given: Mapping) -> tuple[dict, int]:
+    """The normalized optimizer (every hyperparameter) and its number of steps."""
+    ((name, settings),) = [(k, v) for k, v in given.items() if k != "steps"]
+    node = schema()["$defs"]["optimizers"][name]
+    out: dict[str, Any] = {"name": name}
+    for arg, spec in node["properties"].items():
+        spec = _resolve(spec)
+        value = settings.get(arg, spec.get("default"))
+        out[arg] = [float(v) for v in value] if arg == "betas" else _typed(value, spec)
+    if name == "sgd" and out["nesterov"] and (out["momentum"] <= 0 or out["dampening"] != 0):
+        raise ProbeError(
+            path,
+            f"{field}.sgd.nesterov",
+            "Nesterov momentum needs a momentum above 0 and dampening 0 (PyTorch refuses it)",
+        )
+    return out, int(given.get("steps", 1))
 
 
-def _case(path: Path, name: str, case: Mapping, inputs: Mapping[str, dict]) -> dict:
+def _tolerance(given: Mapping | None, base: Mapping[str, float] | None = None) -> dict:
+    base = base or dict.fromkeys(PROBE_DTYPES, 0.0)
+    given = given or {}
+    return {d: float(given.get(d, base[d])) for d in PROBE_DTYPES}
+
+
+def _values(path: Path, field: str, value: Any, shape: list[int] | None, kind: str | None) -> dict:
+    """Normalized reference values: ``{"fill": v}`` for ``{fill: v}`` or one number (one
+    element only), else ``{"values": [...]}``. With the quantity's ``shape`` known, the
+    count (and the nesting, when nested) must match it; int64 quantities take integers."""
+    numel = None if shape is None else math.prod(shape)
+    if isinstance(value, Mapping):
+        out = {"fill": float(value["fill"])}
+        flat = [out["fill"]]
+    elif not isinstance(value, list):
+        if numel is not None and numel != 1:
+            raise ProbeError(
+                path,
+                field,
+                f"one number for a quantity of shape {shape} ({numel} elements): give every "
+                f"value as a list, or {{fill: {value}}} for 'every element is {value}'",
+            )
+        out = {"fill": float(value)}
+        flat = [out["fill"]]
+    else:
+        flat, nesting = _flatten(path, field, value)
+        out = {"values": flat}
+        if numel is not None:
+            if len(flat) != numel:
+                raise ProbeError(
+                    path, field, f"{len(flat)} values for a quantity of shape {shape} ({numel})"
+                )
+            if len(nesting) > 1 and nesting != list(shape):
+                raise ProbeError(
+                    path,
+                    field,
+                    f"nested as {nesting}, the quantity's shape is {shape} (nest as the "
+                    "shape, or give a flat list)",
+                )
+    if kind == probe_shapes.INT64:
+        bad = [v for v in flat if not (math.isfinite(v) and v.is_integer())]
+        if bad:
+            raise ProbeError(path, field, f"{bad[0]!r}: an int64 quantity has integer values")
+    return out
+
+
+def _quantity_problem(q: str, inputs: Mapping[str, dict], known: set, loss, optimizer) -> str:
+    """Why quantity ``q`` does not exist in a case ("" when it does)."""
+    base, suffix = parse_quantity(q)
+    if q == LOSS:
+        return "" if loss is not None else "loss is compared but the case has no loss"
+    if suffix is None:
+        return "" if base in known else f"{base!r} is not an input or a step's out"
+    if base not in inputs or not inputs[base]["requires_grad"]:
+        return f"{q}: {base!r} is not an input with requires_grad: true"
+    if suffix == GRAD and loss is None:
+        return f"{q} needs a loss to differentiate"
+    if suffix == AFTER_STEP and optimizer is None:
+        return f"{q} needs an optimizer"
+    name = optimizer["name"] if optimizer else None
+    if suffix in (EXP_AVG, EXP_AVG_SQ) and name not in ("adam", "adamw"):
+        return f"{q}: the moments exp_avg and exp_avg_sq are Adam's and AdamW's state"
+    if suffix == MOMENTUM_BUFFER and not (name == "sgd" and optimizer["momentum"] != 0):
+        return f"{q}: the momentum buffer is the state of sgd with a momentum above 0"
+    return ""
+
+
+def _case(
+    path: Path,
+    name: str,
+    case: Mapping,
+    inputs: Mapping[str, dict],
+    tolerance: Mapping[str, float],
+    limits: Mapping[str, Any],
+) -> dict:
     field = f"cases.{name}"
     known = set(inputs)
     steps = [_step(path, f"{field}.steps[{i}]", s, known) for i, s in enumerate(case["steps"])]
     loss = _loss(path, f"{field}.loss", case.get("loss"), known)
-    optimizer = None
+    optimizer, optimizer_steps = None, 1
     if "optimizer" in case:
-        ((opt, settings),) = case["optimizer"].items()
-        optimizer = {"name": opt, **settings}
+        optimizer, optimizer_steps = _optimizer(path, f"{field}.optimizer", case["optimizer"])
         if loss is None:
             raise ProbeError(path, f"{field}.optimizer", "an optimizer step needs a loss")
         if not any(i["requires_grad"] for i in inputs.values()):
             raise ProbeError(path, f"{field}.optimizer", "no input has requires_grad: true")
     for i, q in enumerate(case["compare"]):
-        where = f"{field}.compare[{i}]"
-        base, suffix = parse_quantity(q)
-        if q == LOSS:
-            if loss is None:
-                raise ProbeError(path, where, "loss is compared but the case has no loss")
-        elif suffix is None:
-            if base not in known:
-                raise ProbeError(path, where, f"{base!r} is not an input or a step's out")
-        else:
-            if base not in inputs or not inputs[base]["requires_grad"]:
-                raise ProbeError(
-                    path, where, f"{q}: {base!r} is not an input with requires_grad: true"
-                )
-            if suffix == GRAD and loss is None:
-                raise ProbeError(path, where, f"{q} needs a loss to differentiate")
-            if suffix == AFTER_STEP and optimizer is None:
-                raise ProbeError(path, where, f"{q} needs an optimizer")
+        problem = _quantity_problem(q, inputs, known, loss, optimizer)
+        if problem:
+            raise ProbeError(path, f"{field}.compare[{i}]", problem)
+    expect = case.get("expect", VALUES)
+    normalized = {
+        "name": name,
+        "note": " ".join(case.get("note", "").split()),
+        "expect": expect,
+        "tolerance": _tolerance(case.get("tolerance"), tolerance),
+        "steps": steps,
+        "loss": loss,
+        "optimizer": optimizer,
+        "optimizer_steps": optimizer_steps,
+        "compare": list(case["compare"]),
+    }
+    shapes: dict[str, tuple[list[int], str]] | None
+    try:
+        shapes = probe_shapes.infer_case(list(inputs.values()), normalized)
+    except probe_shapes.CaseShapeError as e:
+        if expect != ERROR:
+            raise ProbeError(path, f"{field}.{e.field}", e.problem) from None
+        shapes = None
+    else:
+        if expect == ERROR:
+            raise ProbeError(
+                path,
+                f"{field}.expect",
+                "expect: error, but the steps are valid (every shape fits); a case that "
+                "every framework must refuse needs steps that PyTorch refuses",
+            )
+        _check_sizes(path, field, inputs, normalized, limits)
     compared = set(case["compare"])
+    if expect == ERROR and case.get("exact"):
+        raise ProbeError(path, f"{field}.exact", "a case that expects an error has no values")
     exact = {}
     for q, v in case.get("exact", {}).items():
+        where = f"{field}.exact.{q}"
         if q not in compared:
-            raise ProbeError(path, f"{field}.exact.{q}", f"{q!r} is not in compare")
-        exact[q] = _values(path, f"{field}.exact.{q}", v)
+            raise ProbeError(path, where, f"{q!r} is not in compare")
+        exact[q] = _values(path, where, v, *(shapes[q] if shapes else (None, None)))
     known_bug: dict[str, dict[str, dict]] = {}
     for fw, devices in case.get("known_bug", {}).items():
         for dev, quantities in devices.items():
@@ -280,18 +518,56 @@ def _case(path: Path, name: str, case: Mapping, inputs: Mapping[str, dict]) -> d
                 if q not in compared:
                     raise ProbeError(path, where, f"{q!r} is not in compare")
                 known_bug.setdefault(fw, {}).setdefault(dev, {})[q] = (
-                    v if isinstance(v, str) else _values(path, where, v)
+                    v
+                    if isinstance(v, str)
+                    else _values(path, where, v, *(shapes[q] if shapes else (None, None)))
                 )
-    return {
-        "name": name,
-        "note": " ".join(case.get("note", "").split()),
-        "steps": steps,
-        "loss": loss,
-        "optimizer": optimizer,
-        "compare": list(case["compare"]),
-        "exact": exact,
-        "known_bug": known_bug,
-    }
+    normalized["exact"] = exact
+    normalized["known_bug"] = known_bug
+    return normalized
+
+
+def _check_sizes(
+    path: Path, field: str, inputs: Mapping[str, dict], case: Mapping, limits: Mapping
+) -> None:
+    """Refuse a case whose op outputs, scratch buffers or stacked quantities exceed
+    ``limits.max_probe_tensor_elements`` (shapes inferred, nothing allocated)."""
+    most = limits["max_probe_tensor_elements"]
+    known = probe_shapes.tensor_shapes(list(inputs.values()), case)
+    n = case["optimizer_steps"]
+    for i, step in enumerate(case["steps"]):
+        op = step["op"]["name"]
+        args = {k: v for k, v in step["op"].items() if k != "name"}
+        shape = known[step["out"]][0]
+        scratch = probe_shapes.scratch_elements(op, args, [known[x][0] for x in step["inputs"]])
+        for what, count in (
+            (f"output shape {shape}", math.prod(shape)),
+            ("im2col buffer", scratch),
+        ):
+            if count > most:
+                raise ProbeError(
+                    path,
+                    f"{field}.steps[{i}].{op}",
+                    f"{what} holds {count} elements, more than "
+                    f"limits.max_probe_tensor_elements ({most}); nothing was allocated",
+                )
+    if n > 1:
+        for q, (shape, _) in probe_shapes.infer_case(list(inputs.values()), case).items():
+            if math.prod(shape) > most:
+                raise ProbeError(
+                    path,
+                    f"{field}.optimizer.steps",
+                    f"{q} stacked over {n} steps holds {math.prod(shape)} elements, more than "
+                    f"limits.max_probe_tensor_elements ({most})",
+                )
+
+
+def _runner_value(v: float) -> float | str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
 
 
 @dataclass(frozen=True)
@@ -299,7 +575,8 @@ class Probe:
     """A validated, normalized probe file."""
 
     name: str
-    #: Normalized form: description, tolerance {f32, f64}, inputs (list), cases (list).
+    #: Normalized form: probe, description, tolerance {f32, f64, f16, bf16}, inputs (list),
+    #: cases (list; each with expect and its resolved tolerance).
     spec: dict
     #: The file it was read from ("" when rebuilt from a job's params).
     path: str = ""
@@ -325,57 +602,82 @@ class Probe:
         """Every (case, quantity) a run reports, in table order."""
         return [(c["name"], q) for c in self.cases for q in c["compare"]]
 
+    def quantity_shapes(self, case: str | Mapping) -> dict[str, tuple[list[int], str]]:
+        """Quantity → (shape, kind ``"float"``/``"int64"``) of a case (its name or its
+        normalized dict), as ``probe_shapes.infer_case`` infers them (``[n, ...]`` with n
+        optimizer steps > 1). Raises ``probe_shapes.CaseShapeError`` for a case that
+        expects an error."""
+        c = self.case(case) if isinstance(case, str) else case
+        return probe_shapes.infer_case(self.spec["inputs"], c)
+
     def tolerance(self, dtype: str) -> float:
         """The probe's relative tolerance in ``dtype`` (0: exact); a quantity's absolute
         tolerance is ``closeness.scaled_tolerance`` of it."""
         return float(self.spec["tolerance"][dtype])
+
+    def case_tolerance(self, case: str | Mapping, dtype: str) -> float:
+        """The relative tolerance of one case (its name or its normalized dict) in
+        ``dtype``: the case's own ``tolerance`` where it gives one for ``dtype``, else the
+        probe's."""
+        c = self.case(case) if isinstance(case, str) else case
+        return float(c.get("tolerance", self.spec["tolerance"])[dtype])
 
     def as_params(self) -> dict:
         """Plain data for a job's ``params``: ``Probe(**probe.as_params())`` rebuilds it."""
         return {"name": self.name, "spec": self.spec}
 
     def runner_spec(self, dtype: str, device: str) -> dict:
-        """The JSON a Rust runner reads (``parity_common::probe_spec::ProbeSpec``).
+        """The JSON a Rust runner reads (``parity_common::probe_spec::ProbeSpec``): inputs
+        (non-finite values as ``"inf"``, ``"-inf"``, ``"nan"``) and per case ``name``,
+        ``steps``, ``loss``, ``optimizer``, ``optimizer_steps``, ``compare``.
 
-        Only what the computation needs: reference values, known bugs and notes stay here.
+        Only what the computation needs: reference values, known bugs, notes, ``expect``
+        and tolerances stay here.
         """
+        inputs = copy.deepcopy(self.spec["inputs"])
+        for i in inputs:
+            i["values"] = [_runner_value(v) for v in i["values"]]
+        keys = ("name", "steps", "loss", "optimizer", "optimizer_steps", "compare")
         return {
             "probe": self.name,
             "dtype": dtype,
             "device": device,
-            "inputs": copy.deepcopy(self.spec["inputs"]),
-            "cases": [
-                {k: copy.deepcopy(c[k]) for k in ("name", "steps", "loss", "optimizer", "compare")}
-                for c in self.cases
-            ],
+            "inputs": inputs,
+            "cases": [{k: copy.deepcopy(c[k]) for k in keys} for c in self.cases],
         }
 
 
 def parse(path: str | Path, doc: Any, limits: Mapping[str, Any] | None = None) -> Probe:
     """Validate and normalize a parsed probe document read from ``path``.
 
-    Besides the schema, every number must be finite and every tensor (input, op output)
-    within ``limits`` (``limits.settings``; default ``limits.DEFAULTS``), estimated before
-    anything is allocated (``limits.check_probe``). Raises :class:`ProbeError` naming the
-    file and the field.
+    Numbers written in exponent form without a dot (``1e-6``, text in YAML 1.1) are read
+    as numbers, and ``"inf"``, ``"-inf"``, ``"nan"`` in input values as non-finite floats.
+    Besides the schema, every number outside input values must be finite and every tensor
+    (input, op output, scratch buffer, stacked quantity) within ``limits``
+    (``limits.settings``; default ``limits.DEFAULTS``), estimated before anything is
+    allocated (``limits.check_probe``, then the inferred shapes). Raises
+    :class:`ProbeError` naming the file and the field.
     """
     path = Path(path)
+    lim = limits or size_limits.DEFAULTS
     name = path.name.removesuffix(".yaml")
     if not NAME.match(name):
         raise ProbeError(path, "", f"file name {name!r} must match {NAME.pattern} plus .yaml")
-    _validate(path, doc)
+    doc, coerced = _coerce(doc)
+    _unknown_ops(path, doc)
+    _validate(path, doc, coerced)
     try:
-        size_limits.check_probe(doc, limits or size_limits.DEFAULTS)
+        size_limits.check_probe(doc, lim)
     except size_limits.LimitError as e:
         raise ProbeError(path, e.field, e.problem) from None
     inputs = {n: _input(path, n, s) for n, s in doc["inputs"].items()}
-    tol = doc.get("tolerance", {})
+    tolerance = _tolerance(doc.get("tolerance"))
     spec = {
         "probe": name,
         "description": " ".join(doc["description"].split()),
-        "tolerance": {d: float(tol.get(d, 0.0)) for d in DTYPES},
+        "tolerance": tolerance,
         "inputs": list(inputs.values()),
-        "cases": [_case(path, n, c, inputs) for n, c in doc["cases"].items()],
+        "cases": [_case(path, n, c, inputs, tolerance, lim) for n, c in doc["cases"].items()],
     }
     return Probe(name, spec, str(path))
 
@@ -387,8 +689,11 @@ def load(path: str | Path, limits: Mapping[str, Any] | None = None) -> Probe:
     every time the DAG is built), which refuses a file over ``limits.max_yaml_bytes``
     before parsing it, a key given twice, and a document of more than
     ``limits.max_yaml_nodes`` values. Raises :class:`ProbeError` naming the file and the
-    field: unreadable file or YAML, a schema violation, a non-finite number, a tensor
-    beyond the limits, a name used before it is defined, a quantity that does not exist.
+    field: unreadable file or YAML, an unknown op (with the nearest one), a schema
+    violation, a non-finite number outside input values, a tensor beyond the limits, a
+    name used before it is defined, a quantity that does not exist, a step whose shapes or
+    kinds do not fit (``probe_shapes``), a case expecting an error whose steps are valid,
+    reference values whose count or nesting differ from the quantity's shape.
     """
     from . import yamlfile
 
