@@ -78,8 +78,23 @@ def test_repository_probes_load_and_normalize():
 def test_runner_spec_carries_only_the_computation():
     spec = load(PROBES / "conv1d_grad.yaml").runner_spec("f64", "cpu")
     assert spec["dtype"] == "f64" and spec["device"] == "cpu"
-    assert set(spec["cases"][0]) == {"name", "steps", "loss", "optimizer", "compare"}
+    assert set(spec["cases"][0]) == {
+        "name",
+        "steps",
+        "loss",
+        "optimizer",
+        "optimizer_steps",
+        "compare",
+    }
     assert spec["cases"][0]["loss"] == [{"kind": "weighted_sum", "input": "y", "weights": "c"}]
+    assert spec["cases"][0]["optimizer_steps"] == 1
+    assert spec["inputs"][0] == {
+        "name": "x",
+        "dtype": "float",
+        "shape": [2, 1, 6],
+        "values": [float(i) for i in range(12)],
+        "requires_grad": False,
+    }
 
 
 def test_defaults_come_from_the_schema():
@@ -132,7 +147,7 @@ STEP = ("cases", "batch2", "steps", 0)
         (
             _edit(STEP, {"conv3d": {"in": ["x", "w"], "out": "y"}}),
             "cases.batch2.steps[0]",
-            "conv3d",
+            "unknown op 'conv3d'; did you mean 'conv2d'? the ops are transpose, narrow,",
         ),
         (_edit((*STEP, "conv1d", "padding"), -1), "cases.batch2.steps[0].conv1d.padding", "-1"),
         (_edit((*STEP, "conv1d", "in"), ["x", "k"]), "cases.batch2.steps[0].conv1d.in[1]", "'k'"),
@@ -143,7 +158,7 @@ STEP = ("cases", "batch2", "steps", 0)
         (_edit(("cases", "batch2", "compare"), ["w.gard"]), "cases.batch2.compare[0]", "w.gard"),
         (_edit(("cases", "batch2", "compare"), ["z"]), "cases.batch2.compare[0]", "'z'"),
         (
-            _edit(("cases", "batch2", "exact"), {"w.grad": [1, 2], "y": 1}),
+            _edit(("cases", "batch2", "exact"), {"w.grad": [1] * 6, "y": 1}),
             "cases.batch2.exact.y",
             "not in compare",
         ),
@@ -199,6 +214,424 @@ def test_discover_refuses_a_missing_folder_or_selection(tmp_path):
     assert list(discover(tmp_path)) == ["one"]
     with pytest.raises(ProbeError, match="'two' has no file"):
         discover(tmp_path, ["two"])
+
+
+# ----- format v2: new forms, normalized ------------------------------------------------
+
+
+def _one_case(inputs, steps, compare, **case):
+    return {
+        "description": "v2",
+        "inputs": inputs,
+        "cases": {"c": {"steps": steps, "compare": compare, **case}},
+    }
+
+
+def _parse(tmp_path, doc, name="v2"):
+    """Write ``doc`` as YAML and load it (as the workflow does)."""
+    return load(write_probe(tmp_path, name, doc))
+
+
+def test_every_repository_probe_loads_through_load():
+    for path in sorted(PROBES.glob("*.yaml")):
+        p = load(path)
+        for case in p.cases:
+            assert case["expect"] == "values" and case["optimizer_steps"] >= 1
+            assert set(p.quantity_shapes(case)) == set(case["compare"])
+
+
+def test_pairs_pool_strides_and_defaults_are_explicit(tmp_path):
+    steps = [
+        {"conv2d": {"in": ["x", "w"], "out": "a", "padding": 1, "stride": [1, 2]}},
+        {"max_pool2d": {"in": "x", "out": "b", "kernel": 2}},
+        {"avg_pool2d": {"in": "x", "out": "c", "kernel": [2, 1], "padding": [1, 0]}},
+        {"max_pool1d": {"in": "l", "out": "d", "kernel": 3, "stride": 1}},
+        {"conv_transpose2d": {"in": ["x", "w"], "out": "e"}},
+        {"conv_transpose1d": {"in": ["l", "k"], "out": "f", "stride": 2}},
+    ]
+    doc = _one_case(
+        {
+            "x": {"ones": [1, 1, 4, 4]},
+            "w": {"ones": [1, 1, 2, 2]},
+            "l": {"ones": [1, 1, 5]},
+            "k": {"ones": [1, 1, 2]},
+        },
+        steps,
+        ["a", "b", "c", "d", "e", "f"],
+    )
+    ops = [s["op"] for s in _parse(tmp_path, doc).case("c")["steps"]]
+    assert ops == [
+        {"name": "conv2d", "padding": [1, 1], "stride": [1, 2], "dilation": [1, 1], "groups": 1},
+        {"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]},
+        {"name": "avg_pool2d", "kernel": [2, 1], "stride": [2, 1], "padding": [1, 0]},
+        {"name": "max_pool1d", "kernel": 3, "stride": 1, "padding": 0},
+        {
+            "name": "conv_transpose2d",
+            "padding": [0, 0],
+            "output_padding": [0, 0],
+            "stride": [1, 1],
+            "dilation": [1, 1],
+            "groups": 1,
+        },
+        {
+            "name": "conv_transpose1d",
+            "padding": 0,
+            "output_padding": 0,
+            "stride": 2,
+            "dilation": 1,
+            "groups": 1,
+        },
+    ]
+
+
+def test_reductions_activations_sorting_and_losses_are_explicit(tmp_path):
+    steps = [
+        {"sum": {"in": "x", "out": "a"}},
+        {"mean": {"in": "x", "out": "b", "dim": 1}},
+        {"max": {"in": "x", "out": "c", "dim": [0, -1], "keepdim": True}},
+        {"argmax": {"in": "x", "out": "d", "dim": 0}},
+        {"argsort": {"in": "x", "out": "e"}},
+        {"sort": {"in": "x", "out": "f", "dim": 0, "descending": True}},
+        {"gelu": {"in": "x", "out": "g"}},
+        {"elu": {"in": "x", "out": "h", "alpha": 2}},
+        {"log_softmax": {"in": "x", "out": "i"}},
+        {"cross_entropy": {"in": ["x", "t"], "out": "j"}},
+        {"nll": {"in": ["i", "t"], "out": "k", "reduction": "none"}},
+        {"mse": {"in": ["x", "x"], "out": "m", "reduction": "sum"}},
+        {"embedding": {"in": ["t", "x"], "out": "n"}},
+        {"index_select": {"in": ["x", "t"], "out": "o", "dim": 1}},
+    ]
+    doc = _one_case(
+        {"x": {"arange": {}, "shape": [2, 3]}, "t": {"values": [0, 1], "dtype": "int64"}},
+        steps,
+        ["a", "d", "e", "k", "n", "o"],
+    )
+    p = _parse(tmp_path, doc)
+    ops = [s["op"] for s in p.case("c")["steps"]]
+    assert ops[:3] == [
+        {"name": "sum", "dims": None, "keepdim": False},
+        {"name": "mean", "dims": [1], "keepdim": False},
+        {"name": "max", "dims": [0, -1], "keepdim": True},
+    ]
+    assert ops[3] == {"name": "argmax", "dim": 0, "keepdim": False}
+    assert ops[4] == {"name": "argsort", "dim": -1, "descending": False}
+    assert ops[5] == {"name": "sort", "dim": 0, "descending": True}
+    assert ops[6] == {"name": "gelu", "approximate": "none"}
+    assert ops[7] == {"name": "elu", "alpha": 2.0} and isinstance(ops[7]["alpha"], float)
+    assert ops[8] == {"name": "log_softmax", "dim": -1}
+    assert ops[9] == {"name": "cross_entropy", "reduction": "mean"}
+    assert ops[10] == {"name": "nll", "reduction": "none"}
+    assert ops[11] == {"name": "mse", "reduction": "sum"}
+    assert ops[12] == {"name": "embedding"}
+    t = next(i for i in p.spec["inputs"] if i["name"] == "t")
+    assert t == {"name": "t", "dtype": "int64", "shape": [2], "values": [0.0, 1.0],
+                 "requires_grad": False}  # fmt: skip
+    assert p.quantity_shapes("c") == {
+        "a": ([], "float"),
+        "d": ([3], "int64"),
+        "e": ([2, 3], "int64"),
+        "k": ([2], "float"),
+        "n": ([2, 3], "float"),
+        "o": ([2, 2], "float"),
+    }
+
+
+def test_optimizers_are_explicit_with_their_steps(tmp_path):
+    base = {
+        "inputs": {"w": {"values": [1, -2], "requires_grad": True}},
+        "loss": {"sum_squares": "w"},
+    }
+    cases = {
+        "sgd": {"optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}, "steps": 3},
+                "compare": ["w.after_step", "w.momentum_buffer"]},
+        "plain": {"optimizer": {"sgd": {"lr": 0.1}}, "compare": ["w.after_step"]},
+        "adam": {"optimizer": {"adam": {"lr": 0.1, "betas": [0.9, 0.999], "eps": "1e-8",
+                                        "weight_decay": 0}},
+                 "compare": ["loss", "w.exp_avg", "w.exp_avg_sq"]},
+        "adamw": {"optimizer": {"adamw": {"lr": 0.1, "betas": [0.9, 0.999], "eps": 1.0e-8,
+                                          "weight_decay": 0.01}, "steps": 2},
+                  "compare": ["w.grad"], "exact": {"w.grad": [[2, -4], [1, 2]]}},
+    }  # fmt: skip
+    doc = {
+        "description": "optimizers",
+        "inputs": base["inputs"],
+        "cases": {n: {"steps": [], "loss": base["loss"], **c} for n, c in cases.items()},
+    }
+    p = _parse(tmp_path, doc)
+    assert p.case("sgd")["optimizer"] == {
+        "name": "sgd",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "dampening": 0.0,
+        "nesterov": False,
+        "weight_decay": 0.0,
+    }
+    assert p.case("sgd")["optimizer_steps"] == 3
+    assert p.case("plain")["optimizer"]["momentum"] == 0.0
+    assert p.case("plain")["optimizer_steps"] == 1
+    adam = p.case("adam")["optimizer"]
+    assert adam == {"name": "adam", "lr": 0.1, "betas": [0.9, 0.999], "eps": 1e-8,
+                    "weight_decay": 0.0}  # fmt: skip
+    assert p.quantity_shapes("sgd")["w.momentum_buffer"] == ([3, 2], "float")
+    # With 2 steps, w.grad is stacked [2, 2]: the nesting of the exact values must be that.
+    assert p.case("adamw")["exact"]["w.grad"] == {"values": [2.0, -4.0, 1.0, 2.0]}
+    spec = p.runner_spec("f32", "cpu")
+    assert {c["name"]: c["optimizer_steps"] for c in spec["cases"]} == {
+        "adam": 1,
+        "adamw": 2,
+        "plain": 1,
+        "sgd": 3,
+    }
+
+
+def test_non_finite_inputs_reach_the_runners_as_strings(tmp_path):
+    text = """
+description: non-finite inputs
+inputs:
+  x: {values: [.inf, -.inf, .nan, 1, "inf", "-inf", "nan"]}
+cases:
+  c:
+    steps: [{relu: {in: x, out: y}}]
+    compare: [y]
+"""
+    p = load(write_probe(tmp_path, "nonfinite", text))
+    values = p.spec["inputs"][0]["values"]
+    assert values[:2] == [math.inf, -math.inf] and math.isnan(values[2]) and values[3] == 1.0
+    assert values[4:6] == [math.inf, -math.inf] and math.isnan(values[6])
+    sent = p.runner_spec("f32", "cpu")["inputs"][0]["values"]
+    assert sent == ["inf", "-inf", "nan", 1.0, "inf", "-inf", "nan"]
+    assert p.spec["inputs"][0]["values"][0] == math.inf  # the spec itself keeps floats
+
+
+def test_expect_error_and_case_tolerance_stay_on_the_python_side(tmp_path):
+    doc = copy.deepcopy(CONV1D)
+    doc["tolerance"] = {"f32": "1e-6", "f16": 1.0e-3}
+    doc["cases"]["bad"] = {
+        "expect": "error",
+        "steps": [{"add": {"in": ["x", "c"], "out": "z"}}],
+        "compare": ["z"],
+    }
+    doc["cases"]["batch2"]["tolerance"] = {"f32": 0.5, "bf16": "2e-2"}
+    p = _parse(tmp_path, doc)
+    assert p.spec["tolerance"] == {"f32": 1e-6, "f64": 0.0, "f16": 1e-3, "bf16": 0.0}
+    assert p.tolerance("f32") == 1e-6
+    assert p.case_tolerance("batch2", "f32") == 0.5
+    assert p.case_tolerance("batch2", "bf16") == 0.02
+    assert p.case_tolerance(p.case("batch2"), "f16") == 1e-3
+    assert p.case_tolerance("bad", "f32") == 1e-6
+    assert p.case("bad")["expect"] == "error" and p.case("batch2")["expect"] == "values"
+    for case in p.runner_spec("f32", "cpu")["cases"]:
+        assert "expect" not in case and "tolerance" not in case
+
+
+def test_fill_values_and_one_number_for_one_element(tmp_path):
+    doc = copy.deepcopy(CONV1D)
+    doc["cases"]["batch2"]["exact"] = {"loss": -84, "w.grad": {"fill": 3}}
+    doc["cases"]["batch2"]["known_bug"] = {"candle": {"cuda-bf16": {"w.grad": [0] * 6}}}
+    p = _parse(tmp_path, doc)
+    assert p.case("batch2")["exact"] == {"loss": {"fill": -84.0}, "w.grad": {"fill": 3.0}}
+    bug = p.case("batch2")["known_bug"]["candle"]["cuda-bf16"]["w.grad"]
+    assert bug == {"values": [0.0] * 6}
+
+
+# ----- format v2: what load refuses, naming the field ------------------------------------
+
+INDEXED = {
+    "description": "indices",
+    "inputs": {
+        "x": {"arange": {}, "shape": [3, 4], "requires_grad": True},
+        "i": {"values": [0, 2], "dtype": "int64"},
+    },
+    "cases": {
+        "c": {
+            "steps": [{"index_select": {"in": ["x", "i"], "out": "y", "dim": 0}}],
+            "loss": {"sum": "y"},
+            "compare": ["y", "x.grad"],
+        }
+    },
+}
+C = ("cases", "c")
+S0 = (*C, "steps", 0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "words"),
+    [
+        (
+            _edit((*C, "exact"), {"y": [1, 2, 3]}),
+            "cases.c.exact.y",
+            "3 values for a quantity of shape [2, 4] (8)",
+        ),
+        (
+            _edit((*C, "exact"), {"y": [[1, 2], [3, 4], [5, 6], [7, 8]]}),
+            "cases.c.exact.y",
+            "nested as [4, 2], the quantity's shape is [2, 4]",
+        ),
+        (_edit((*C, "exact"), {"x.grad": 1}), "cases.c.exact.x.grad", "{fill: 1}"),
+        (
+            _edit((*C, "exact"), {"y": [math.nan] * 8}),
+            "cases.c.exact.y[0]",
+            ".nan is not a finite number",
+        ),
+        (
+            _edit((*C, "known_bug"), {"burn": {"cpu-f16": {"y": [0] * 7}}}),
+            "cases.c.known_bug.burn.cpu-f16.y",
+            "7 values",
+        ),
+        (
+            _edit((*C, "known_bug"), {"burn": {"metal-f64": {"y": 0}}}),
+            "cases.c.known_bug.burn",
+            "metal-f64",
+        ),
+        (
+            _edit((*S0, "index_select", "dim"), 2),
+            "cases.c.steps[0].index_select",
+            "dim 2 is out of range for a tensor of rank 2",
+        ),
+        (
+            _edit(S0, {"sum": {"in": "x", "out": "y", "dim": [0, 2]}}),
+            "cases.c.steps[0].sum",
+            "dim 2 is out of range",
+        ),
+        (
+            _edit(S0, {"relu": {"in": "i", "out": "y"}}),
+            "cases.c.steps[0].relu",
+            "input 0 of relu must be float, got int64",
+        ),
+        (
+            _edit(S0, {"embedding": {"in": ["x", "x"], "out": "y"}}),
+            "cases.c.steps[0].embedding",
+            "must be int64, got float",
+        ),
+        (
+            _edit(("inputs", "i", "values"), [0, 3]),
+            "cases.c.steps[0].index_select",
+            "index 3 is out of range: expected 0 … 2",
+        ),
+        (
+            _edit(S0, {"matmul": {"in": ["x", "x"], "out": "y"}}),
+            "cases.c.steps[0].matmul",
+            "cannot multiply [3, 4] by [3, 4]",
+        ),
+        (
+            _edit(S0, {"max_pool2d": {"in": "x", "out": "y", "kernel": 2}}),
+            "cases.c.steps[0].max_pool2d",
+            "rank 4",
+        ),
+        (
+            _edit(S0, {"softmaks": {"in": "x", "out": "y"}}),
+            "cases.c.steps[0]",
+            "did you mean 'softmax'?",
+        ),
+        (
+            _edit((*S0, "index_select", "paddin"), 1),
+            "cases.c.steps[0].index_select",
+            "'paddin' was unexpected",
+        ),
+        (
+            _edit((*C, "expect"), "error"),
+            "cases.c.expect",
+            "expect: error, but the steps are valid",
+        ),
+        (
+            _edit((*C, "loss"), {"weighted_sum": ["y", "x"]}),
+            "cases.c.loss[0].weighted_sum",
+            "equal shapes: [2, 4] and [3, 4]",
+        ),
+        (_edit((*C, "loss"), {"sum": "i"}), "cases.c.loss[0].sum", "int64"),
+        (
+            _edit(("inputs", "i", "values"), [0, 1.5]),
+            "inputs.i.values",
+            "value 1 (1.5) of an int64 input is not an integer",
+        ),
+        (_edit(("inputs", "i", "values"), [0, math.inf]), "inputs.i.values", "not an integer"),
+        (
+            _edit(("inputs", "i", "requires_grad"), True),
+            "inputs.i.requires_grad",
+            "an int64 input has no gradient",
+        ),
+        (_edit(("inputs", "i", "dtype"), "int32"), "inputs.i.dtype", "'int32' is not one of"),
+        (_edit(("inputs", "x", "values"), ["infinity"]), "inputs.x", "Exactly one of values"),
+        (_edit((*C, "compare"), ["x.momentum_buffer"]), "cases.c.compare[0]", "momentum buffer"),
+        (_edit((*C, "compare"), ["x.exp_avg"]), "cases.c.compare[0]", "Adam's and AdamW's state"),
+        (
+            _edit((*C, "optimizer"), {"sgd": {"lr": 0.1, "nesterov": True}}),
+            "cases.c.optimizer.sgd.nesterov",
+            "Nesterov momentum needs a momentum",
+        ),
+        (
+            _edit(
+                (*C, "optimizer"),
+                {
+                    "sgd": {"lr": 0.1},
+                    "adam": {"lr": 0.1, "betas": [0.9, 0.9], "eps": 1, "weight_decay": 0},
+                },
+            ),
+            "cases.c.optimizer",
+            "One of sgd, adam, adamw",
+        ),
+        (_edit((*C, "optimizer"), {"steps": 2}), "cases.c.optimizer", "One of sgd, adam, adamw"),
+        (
+            _edit((*C, "optimizer"), {"sgd": {"lr": 0.1}, "steps": 0}),
+            "cases.c.optimizer.steps",
+            "0 is less than the minimum of 1",
+        ),
+        (
+            _edit((*C, "tolerance"), {"f32": "1.5e"}),
+            "cases.c.tolerance.f32",
+            "'1.5e' is not of type 'number'",
+        ),
+        (
+            _edit((*S0, "index_select", "dim"), "1.5e0"),
+            "cases.c.steps[0].index_select.dim",
+            "written '1.5e0', which YAML 1.1 reads as text; it is taken as the number 1.5",
+        ),
+        (_edit(("tolerance",), {"f8": 0}), "tolerance", "'f8' was unexpected"),
+    ],
+)
+def test_v2_refusals_name_the_field(tmp_path, edit, field, words):
+    doc = copy.deepcopy(INDEXED)
+    edit(doc)
+    path = write_probe(tmp_path, "bad_probe", doc)
+    with pytest.raises(ProbeError) as e:
+        load(path)
+    message = str(e.value)
+    assert e.value.field == field, message
+    assert message.startswith(f"{path}: {field}: "), message
+    assert words in message, message
+
+
+def test_expect_error_refuses_exact_values(tmp_path):
+    doc = copy.deepcopy(INDEXED)
+    doc["cases"]["c"]["steps"][0]["index_select"]["dim"] = 5
+    doc["cases"]["c"]["expect"] = "error"
+    load(write_probe(tmp_path, "ok_error", doc))
+    doc["cases"]["c"]["exact"] = {"y": [0] * 8}
+    with pytest.raises(ProbeError) as e:
+        load(write_probe(tmp_path, "bad_error", doc))
+    assert e.value.field == "cases.c.exact"
+
+
+def test_integral_exponent_text_is_an_integer(tmp_path):
+    doc = copy.deepcopy(INDEXED)
+    doc["inputs"]["x"]["shape"] = ["3e0", 4]
+    p = load(write_probe(tmp_path, "exp", doc))
+    x = next(i for i in p.spec["inputs"] if i["name"] == "x")
+    assert x["shape"] == [3, 4] and isinstance(x["shape"][0], int)
+
+
+def test_reference_doc_is_the_generators_output():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "probe_reference", REPO / "scripts" / "dev" / "probe_reference.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (REPO / "docs" / "probe-reference.md").read_text(encoding="utf-8")
+    assert text == module.render(), "run python scripts/dev/probe_reference.py"
+    for op in op_names():
+        assert f"\n### {op}\n" in text
 
 
 # ----- the plan: jobs per (probe, framework, dtype, device) -------------------------------

@@ -342,7 +342,6 @@ _OWN_SHAPE_OPS = frozenset(
         "linear",
         "matmul",
         "conv1d",
-        "conv2d",
     }
 )
 
@@ -369,8 +368,8 @@ def _inferred_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | 
         normalized = op_args(op, args)
         out, _ = probe_shapes.infer(op, normalized, shapes)
         return out, probe_shapes.scratch_elements(op, normalized, shapes)
-    except (probe_shapes.ShapeError, KeyError, TypeError, ValueError):
-        return None, 0
+    except (probe_shapes.ShapeError, KeyError, TypeError, ValueError, IndexError):
+        return None, 0  # the frameworks report inputs that do not fit as an outcome
 
 
 def _op_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | None, int]:
