@@ -1,6 +1,7 @@
 """The probe format, the probe plan, the result schema and the judging (no frameworks)."""
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -632,6 +633,116 @@ def test_reference_doc_is_the_generators_output():
     assert text == module.render(), "run python scripts/dev/probe_reference.py"
     for op in op_names():
         assert f"\n### {op}\n" in text
+
+
+#: A probe using every op of the schema once (each output shape checked against PyTorch's
+#: when it was written), an optimizer loop, every optimizer state and an expected error.
+EVERY_OP = """
+description: every op once
+tolerance: {f32: 1e-6, bf16: 1.0e-2}
+inputs:
+  x: {arange: {start: 1}, shape: [1, 2, 4, 4], requires_grad: true}
+  w: {ones: [2, 2, 3, 3], requires_grad: true}
+  l: {values: [.inf, -.inf, .nan, 1, "inf", 2], shape: [1, 2, 3]}
+  k: {ones: [2, 2, 2]}
+  m: {arange: {}, shape: [3, 4], requires_grad: true}
+  lw: {ones: [5, 4]}
+  g: {ones: [4]}
+  i: {values: [0, 2, 1], dtype: int64}
+  t: {values: [[0, 1, 2, 0], [2, 2, 0, 1], [1, 0, 0, 0]], dtype: int64}
+cases:
+  all:
+    tolerance: {f16: 0.1}
+    steps:
+      - transpose: {in: m, dim0: 0, dim1: 1, out: a1}
+      - narrow: {in: m, dim: 1, start: 1, length: 2, out: a2}
+      - broadcast_to: {in: g, shape: [3, 4], out: a3}
+      - unsqueeze: {in: m, dim: 0, out: a4}
+      - squeeze: {in: a4, dim: 0, out: a5}
+      - reshape: {in: m, shape: [2, 6], out: a6}
+      - contiguous: {in: a1, out: a7}
+      - conv1d: {in: [l, k], out: b1, padding: 1}
+      - conv2d: {in: [x, w], out: b2, padding: [1, 0], stride: 2}
+      - conv_transpose1d: {in: [l, k], out: b3, stride: 2}
+      - conv_transpose2d: {in: [x, w], out: b4, output_padding: 1, stride: 2}
+      - max_pool1d: {in: l, kernel: 2, out: b5}
+      - max_pool2d: {in: x, kernel: 2, padding: 1, out: b6}
+      - avg_pool2d: {in: x, kernel: [2, 1], out: b7}
+      - linear: {in: [m, lw], out: c1}
+      - matmul: {in: [m, a1], out: c2}
+      - layer_norm: {in: [m, g, g], out: c3}
+      - softmax: {in: m, out: c4}
+      - log_softmax: {in: m, dim: 0, out: c5}
+      - upsample_nearest1d: {in: l, size: 6, out: c6}
+      - upsample_nearest2d: {in: x, size: [8, 2], out: c7}
+      - relu: {in: m, out: d1}
+      - abs: {in: m, out: d2}
+      - sigmoid: {in: m, out: d3}
+      - tanh: {in: m, out: d4}
+      - silu: {in: m, out: d5}
+      - gelu: {in: m, out: d6, approximate: tanh}
+      - elu: {in: m, out: d7}
+      - exp: {in: m, out: d8}
+      - log: {in: m, out: d9}
+      - sqrt: {in: m, out: d10}
+      - add: {in: [m, a3], out: e1}
+      - sub: {in: [m, a3], out: e2}
+      - mul: {in: [m, a3], out: e3}
+      - div: {in: [m, a3], out: e4}
+      - sum: {in: m, out: f1}
+      - mean: {in: m, dim: 1, out: f2}
+      - max: {in: m, dim: [0, 1], keepdim: true, out: f3}
+      - min: {in: m, dim: -1, out: f4}
+      - argmax: {in: m, dim: 1, out: f5}
+      - argmin: {in: m, dim: 0, keepdim: true, out: f6}
+      - sort: {in: m, out: f7}
+      - argsort: {in: m, dim: 0, descending: true, out: f8}
+      - embedding: {in: [i, m], out: g1}
+      - index_select: {in: [m, i], dim: 0, out: g2}
+      - gather: {in: [m, t], dim: 0, out: g3}
+      - gather: {in: [m, f8], dim: 0, out: g4}
+      - bce_with_logits: {in: [m, a3], out: h1}
+      - cross_entropy: {in: [m, i], out: h2}
+      - nll: {in: [c5, i], reduction: none, out: h3}
+      - mse: {in: [m, a3], reduction: sum, out: h4}
+    loss: [{sum: h1}, {weighted_sum: [m, a3]}]
+    optimizer: {adam: {lr: 0.1, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0}, steps: 3}
+    compare: [loss, b1, b2, b3, b4, b5, b6, b7, c1, c6, c7, f1, f3, f5, f8, g1, g3, g4, h3,
+              m.grad, m.exp_avg, x.after_step]
+  sgd:
+    steps: []
+    loss: {sum_squares: m}
+    optimizer: {sgd: {lr: 0.1, momentum: 0.9, nesterov: true}}
+    compare: [m.momentum_buffer]
+  adamw:
+    steps: []
+    loss: {sum_squares: m}
+    optimizer: {adamw: {lr: 0.1, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 1e-2}}
+    compare: [m.exp_avg_sq]
+  bad:
+    expect: error
+    steps:
+      - matmul: {in: [m, m], out: y}
+    compare: [y]
+"""
+
+
+def test_a_case_with_every_op_normalizes_for_the_runners(tmp_path):
+    p = load(write_probe(tmp_path, "every_op", EVERY_OP))
+    used = {s["op"]["name"] for c in p.cases for s in c["steps"]}
+    assert used == set(op_names())
+    shapes = p.quantity_shapes("all")
+    # Three Adam steps: every quantity stacked [3, ...].
+    assert shapes["loss"] == ([3], "float")
+    assert shapes["b4"] == ([3, 1, 2, 10, 10], "float")  # (4 − 1)·2 + 2 + 1 + 1 = 10
+    assert shapes["f8"] == ([3, 3, 4], "int64")
+    assert shapes["x.after_step"] == ([3, 1, 2, 4, 4], "float")
+    assert p.case("sgd")["optimizer"]["nesterov"] is True
+    spec = p.runner_spec("bf16", "cuda")
+    text = json.dumps(spec, allow_nan=False)  # the runners' JSON has no NaN literal
+    assert '"values": ["inf", "-inf", "nan", 1.0, "inf", 2.0]' in text
+    assert [c["name"] for c in spec["cases"]] == ["all", "sgd", "adamw", "bad"]
+    assert p.case_tolerance("all", "f16") == 0.1 and p.case_tolerance("sgd", "bf16") == 0.01
 
 
 # ----- the plan: jobs per (probe, framework, dtype, device) -------------------------------
