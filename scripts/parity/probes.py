@@ -215,7 +215,10 @@ def _coerce(doc: Any) -> tuple[Any, dict[tuple, str]]:
 
     def walk(node: Any, at: tuple) -> Any:
         if isinstance(node, Mapping):
-            return {k: (v if k in _TEXT_KEYS else walk(v, (*at, k))) for k, v in node.items()}
+            return {
+                k: (v if k in _TEXT_KEYS and isinstance(v, str) else walk(v, (*at, k)))
+                for k, v in node.items()
+            }
         if isinstance(node, list):
             return [walk(v, (*at, i)) for i, v in enumerate(node)]
         if isinstance(node, str):
