@@ -908,3 +908,23 @@ def test_a_backward_error_keeps_the_forward_values():
     close(ok(r, "loss"), 2.0)
     assert r[("c", "x.grad")].status == "framework-error"
     assert "does not require grad" in r[("c", "x.grad")].message
+
+
+def test_indices_are_checked_before_a_gpu_kernel():
+    # On a GPU an out-of-range index is a device-side assertion that ends the process;
+    # check_indices refuses it first (checked here on CPU tensors).
+    import torch
+
+    check = probe_torch.check_indices
+    x = torch.zeros(3, 4)
+    with pytest.raises(IndexError, match="index 4 is out of range for 4 dimension -1"):
+        check("gather", [x, torch.tensor([[0, 4]])], {"dim": -1})
+    with pytest.raises(IndexError, match="index -1 is out of range for 3 dimension 0"):
+        check("index_select", [x, torch.tensor([0, -1])], {"dim": 0})
+    with pytest.raises(IndexError, match="index 3 is out of range for 3 embedding rows"):
+        check("embedding", [torch.tensor([[3]]), x], {})
+    with pytest.raises(IndexError, match="index 4 is out of range for 4 classes"):
+        check("nll", [x, torch.tensor([0, 4, 1])], {"reduction": "mean"})
+    check("gather", [x, torch.tensor([[2, 1]])], {"dim": 0})
+    check("cross_entropy", [x, torch.tensor([0, -100, 3])], {"reduction": "mean"})
+    check("relu", [x], {})

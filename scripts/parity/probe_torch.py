@@ -221,7 +221,39 @@ def apply_op(op: Mapping[str, Any], inputs: Inputs) -> torch.Tensor:
             raise TypeError(f"{name}: input {i} must be int64, not {t.dtype}")
         if i not in ints and not t.is_floating_point():
             raise TypeError(f"{name}: input {i} must be a float tensor, not {t.dtype}")
+    if inputs and inputs[0].device.type != "cpu":
+        check_indices(name, inputs, op)
     return OPS[name](inputs, op)
+
+
+def check_indices(name: str, inputs: Inputs, op: Mapping[str, Any]) -> None:
+    """Raises ``IndexError`` for an index input of ``name`` out of range, as PyTorch's CPU
+    kernels do.
+
+    Run before a GPU kernel: an out-of-range index there is a device-side assertion, which
+    leaves the CUDA context unusable and would end every later case of the batch. Targets
+    of ``cross_entropy``/``nll`` may also be PyTorch's ``ignore_index`` (-100).
+    """
+    if name not in INTEGER_INPUTS:
+        return
+    if name == "embedding":
+        index, size, what = inputs[0], inputs[1].shape[0], "embedding rows"
+    elif name in ("cross_entropy", "nll"):
+        if inputs[0].dim() < 2:
+            return
+        index, size, what = inputs[1], inputs[0].shape[1], "classes"
+        index = index[index != -100]
+    else:
+        x, index = inputs
+        if x.dim() == 0:
+            return
+        dim = op["dim"] % x.dim() if -x.dim() <= op["dim"] < x.dim() else None
+        if dim is None:
+            return
+        size, what = x.shape[dim], f"dimension {op['dim']}"
+    bad = index[(index < 0) | (index >= size)]
+    if bad.numel():
+        raise IndexError(f"{name}: index {int(bad[0])} is out of range for {size} {what}")
 
 
 def _loss_term(term: Mapping, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
