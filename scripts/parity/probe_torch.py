@@ -45,6 +45,9 @@ TORCH_DTYPES = {
 #: (``optimizer.state[p][slot]``).
 STATE_SLOTS = ("exp_avg", "exp_avg_sq", "momentum_buffer")
 
+#: The optimizers of ``ProbeOptimizer``.
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
 #: What PyTorch raises for a shape, dtype or argument it refuses. Anything else is a bug in
 #: this module and fails the job.
 FRAMEWORK_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError)
@@ -326,7 +329,7 @@ def run_case(
     quantity not yet complete a ``framework-error`` (a forward value or the loss of a
     single iteration is complete before the backward pass). A gradient PyTorch leaves at
     ``None`` is ``missing-gradient``. Raises ``ValueError`` for a malformed spec
-    (``optimizer_steps`` above 1 without an optimizer, or below 1).
+    (``optimizer_steps`` above 1 without an optimizer, or below 1; an unknown optimizer).
     """
     name = case["name"]
     compare = list(case["compare"])
@@ -335,6 +338,8 @@ def run_case(
         raise ValueError(
             f"case {name}: optimizer_steps {iterations}: at least 1, and 1 without an optimizer"
         )
+    if case["optimizer"] is not None and case["optimizer"]["name"] not in OPTIMIZERS:
+        raise ValueError(f"case {name}: unknown optimizer {case['optimizer']['name']!r}")
     parsed = {q: parse_quantity(q) for q in compare}
     rows: dict[str, list[torch.Tensor]] = {q: [] for q in compare}
     found: dict[str, Outcome] = {}
