@@ -1,0 +1,1 @@
+//! Each op against hand-computed values.
