@@ -36,7 +36,7 @@
 //! | `sum`, `mean` | `Tensor::sum` / `sum_keepdim`, `mean` / `mean_keepdim` (several dimensions at once) |
 //! | `max`, `min` | `Tensor::max` / `min` for one dimension; several (or every) dimension: successive `max_keepdim` / `min_keepdim` calls, then a reshape dropping them unless `keepdim` (candle reduces one dimension per call) |
 //! | `argmax`, `argmin` | `Tensor::argmax` / `argmax_keepdim`, `argmin` / `argmin_keepdim` (U32 indices) |
-//! | `sort`, `argsort` | `Tensor::sort_last_dim`, `arg_sort_last_dim` (U32 indices); unsupported along any other dimension |
+//! | `sort`, `argsort` | `Tensor::sort_last_dim`, `arg_sort_last_dim` (U32 indices; the CPU kernel is Rust's stable `sort_by`, though candle documents its sort as unstable; a strided input is candle's `RequiresContiguous` error); unsupported along any other dimension |
 //! | `embedding` | `candle_nn::Embedding::new(weight, d).forward(indices)` |
 //! | `index_select`, `gather` | `Tensor::index_select`, `gather` |
 //! | `bce_with_logits` | `candle_nn::loss::binary_cross_entropy_with_logit` |
@@ -307,7 +307,9 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
             for (i, q) in quantities.iter().enumerate() {
                 match q {
                     Quantity::Loss => {
-                        let l = loss.as_ref().ok_or_else(|| Fault::Spec(anyhow!("no loss")))?;
+                        let l = loss
+                            .as_ref()
+                            .ok_or_else(|| Fault::Spec(anyhow!("no loss")))?;
                         rec.push(i, l)?;
                     }
                     Quantity::Value(n) => rec.push(i, lookup(&env, n)?)?,

@@ -68,7 +68,11 @@ fn extreme(a: &Tensor, dims: &[usize], keepdim: bool, max: bool) -> Step<Tensor>
     }
     let mut t = a.clone();
     for &d in dims {
-        t = if max { t.max_keepdim(d)? } else { t.min_keepdim(d)? };
+        t = if max {
+            t.max_keepdim(d)?
+        } else {
+            t.min_keepdim(d)?
+        };
     }
     if !keepdim {
         let kept: Vec<usize> = (0..a.rank())
