@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use parity_common::frames::RawTensor;
+use parity_common::probe_spec::ProbeDtype;
 use parity_common::replay::StateTensor;
 use parity_common::spec::{DeviceKind, FloatType};
 
@@ -30,16 +31,33 @@ pub fn dtype(t: FloatType) -> DType {
     }
 }
 
-/// Copies `t` to the host, flattened to one dimension in its logical (row-major) order,
-/// keeping its dtype.
+/// The candle dtype of a probe run dtype (`F16`, `BF16`, `F32`, `F64`).
+pub fn probe_dtype(t: ProbeDtype) -> DType {
+    match t {
+        ProbeDtype::F16 => DType::F16,
+        ProbeDtype::Bf16 => DType::BF16,
+        ProbeDtype::F32 => DType::F32,
+        ProbeDtype::F64 => DType::F64,
+    }
+}
+
+/// Copies `t` to the host, flattened to one dimension in its logical (row-major) order:
+/// F32 and F64 as they are, F16 and BF16 widened to float32, integer dtypes (U8, U32, I16,
+/// I32, I64: candle's indices) as float64; every widening is exact (|i| < 2⁵³ for I64).
 ///
 /// # Errors
-/// For dtypes other than F32 and F64, or when the device copy fails.
+/// For other dtypes (the 8-bit and 4-bit floats), or when the device copy fails.
 pub fn to_raw(t: &Tensor) -> Result<RawTensor> {
     let flat = t.flatten_all()?;
     Ok(match flat.dtype() {
         DType::F32 => RawTensor::from_f32(&flat.to_vec1::<f32>()?),
         DType::F64 => RawTensor::from_f64(&flat.to_vec1::<f64>()?),
+        DType::F16 | DType::BF16 => {
+            RawTensor::from_f32(&flat.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        }
+        DType::U8 | DType::U32 | DType::I16 | DType::I32 | DType::I64 => {
+            RawTensor::from_f64(&flat.to_dtype(DType::F64)?.to_vec1::<f64>()?)
+        }
         other => bail!("cannot export a tensor of dtype {other:?}"),
     })
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use parity_common::cli::{self, Runner};
-use parity_common::probe_spec::ProbeSpec;
+use parity_common::probe_spec::ProbeBatch;
 use parity_common::replay::ReplayState;
 use parity_common::spec::RunSpec;
 
@@ -26,8 +26,8 @@ impl Runner for Candle {
         candle_parity::replay::run(spec, state, sink)
     }
 
-    fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()> {
-        candle_parity::probe::run(spec, sink)
+    fn probe(batch: &ProbeBatch, sink: Box<dyn Write>) -> Result<()> {
+        candle_parity::probe::run(batch, sink)
     }
 
     /// candle-nn's `ParamsAdamW::default()` and what its SGD takes.

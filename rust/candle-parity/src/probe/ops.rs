@@ -1,0 +1,279 @@
+//! One probe op mapped onto candle's own API ([`apply`]); see the table in [`super`].
+
+use anyhow::anyhow;
+use candle_core::{Module, Tensor};
+use parity_common::probe_spec::{dim_index, CandleImpl, GeluApproximate, Op, Reduction};
+
+use super::{Fault, Step};
+
+/// A signed dimension (negative counts from the end) as an index below `rank`.
+pub(super) fn dim(d: i64, rank: usize) -> Step<usize> {
+    dim_index(d, rank)
+        .ok_or_else(|| Fault::Framework(format!("dimension {d} out of range for rank {rank}")))
+}
+
+/// The dimensions a reduction reduces (`None`: every one), as indices.
+fn reduced(dims: &Option<Vec<i64>>, rank: usize) -> Step<Vec<usize>> {
+    match dims {
+        None => Ok((0..rank).collect()),
+        Some(ds) => ds.iter().map(|d| dim(*d, rank)).collect(),
+    }
+}
+
+/// The one value candle takes for both axes, or `unsupported` when the pair differs.
+fn one_for_both(api: &str, arg: &str, pair: [usize; 2]) -> Step<usize> {
+    if pair[0] == pair[1] {
+        Ok(pair[0])
+    } else {
+        Err(Fault::Unsupported(format!(
+            "{api} takes one {arg} for both axes, not {pair:?}"
+        )))
+    }
+}
+
+fn unsupported<T>(why: &str) -> Step<T> {
+    Err(Fault::Unsupported(why.to_string()))
+}
+
+/// The mean reduction candle's loss functions compute, or `unsupported`.
+fn mean_only(api: &str, reduction: Reduction) -> Step<()> {
+    match reduction {
+        Reduction::Mean => Ok(()),
+        Reduction::Sum => unsupported(&format!(
+            "{api} returns the mean only (no reduction argument): reduction sum"
+        )),
+        Reduction::None => unsupported(&format!(
+            "{api} returns the mean only (no reduction argument): reduction none"
+        )),
+    }
+}
+
+/// The sort dimension, which candle's sorts require to be the last one.
+fn last_dim_only(api: &str, d: i64, rank: usize) -> Step<()> {
+    if dim(d, rank)? + 1 == rank {
+        Ok(())
+    } else {
+        unsupported(&format!(
+            "{api} sorts along the last dimension only, not dimension {d} of rank {rank}"
+        ))
+    }
+}
+
+/// `amax`/`amin` over several dimensions: candle's `max_keepdim`/`min_keepdim` take one
+/// dimension, so each is reduced in turn (keeping it), then the reduced dimensions are
+/// dropped unless `keepdim`. One dimension without `keepdim` is candle's `max`/`min`.
+fn extreme(a: &Tensor, dims: &[usize], keepdim: bool, max: bool) -> Step<Tensor> {
+    if let ([d], false) = (dims, keepdim) {
+        return Ok(if max { a.max(*d)? } else { a.min(*d)? });
+    }
+    let mut t = a.clone();
+    for &d in dims {
+        t = if max {
+            t.max_keepdim(d)?
+        } else {
+            t.min_keepdim(d)?
+        };
+    }
+    if !keepdim {
+        let kept: Vec<usize> = (0..a.rank())
+            .filter(|d| !dims.contains(d))
+            .map(|d| a.dims()[d])
+            .collect();
+        t = t.reshape(kept)?;
+    }
+    Ok(t)
+}
+
+/// Applies one op to its inputs (their count is checked by
+/// [`parity_common::probe_spec::ProbeSpec`]): candle's result, candle's error as
+/// [`Fault::Framework`], or [`Fault::Unsupported`] for an op or argument candle's API lacks.
+pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
+    let a = x[0];
+    let rank = a.rank();
+    Ok(match op {
+        Op::Transpose { dim0, dim1 } => a.transpose(dim(*dim0, rank)?, dim(*dim1, rank)?)?,
+        Op::Narrow {
+            dim: d,
+            start,
+            length,
+        } => a.narrow(dim(*d, rank)?, *start, *length)?,
+        Op::BroadcastTo { shape } => a.broadcast_as(shape.as_slice())?,
+        Op::Unsqueeze { dim: d } => a.unsqueeze(dim(*d, rank + 1)?)?,
+        Op::Squeeze { dim: d } => a.squeeze(dim(*d, rank)?)?,
+        Op::Reshape { shape } => a.reshape(shape.as_slice())?,
+        Op::Contiguous => a.contiguous()?,
+        Op::Conv1d {
+            padding,
+            stride,
+            dilation,
+            groups,
+        } => a.conv1d(x[1], *padding, *stride, *dilation, *groups)?,
+        Op::Conv2d {
+            padding,
+            stride,
+            dilation,
+            groups,
+        } => {
+            let api = "Tensor::conv2d";
+            a.conv2d(
+                x[1],
+                one_for_both(api, "padding", *padding)?,
+                one_for_both(api, "stride", *stride)?,
+                one_for_both(api, "dilation", *dilation)?,
+                *groups,
+            )?
+        }
+        Op::ConvTranspose1d {
+            padding,
+            output_padding,
+            stride,
+            dilation,
+            groups,
+        } => a.conv_transpose1d(x[1], *padding, *output_padding, *stride, *dilation, *groups)?,
+        Op::ConvTranspose2d {
+            padding,
+            output_padding,
+            stride,
+            dilation,
+            groups,
+        } => {
+            let api = "Tensor::conv_transpose2d";
+            if *groups != 1 {
+                return unsupported(&format!("{api} has no groups argument (groups {groups})"));
+            }
+            a.conv_transpose2d(
+                x[1],
+                one_for_both(api, "padding", *padding)?,
+                one_for_both(api, "output_padding", *output_padding)?,
+                one_for_both(api, "stride", *stride)?,
+                one_for_both(api, "dilation", *dilation)?,
+            )?
+        }
+        Op::MaxPool1d { .. } => {
+            return unsupported(
+                "candle 0.11 has no 1-D max pooling (Tensor::max_pool2d_with_stride only)",
+            )
+        }
+        Op::MaxPool2d {
+            kernel,
+            stride,
+            padding,
+        } => {
+            if *padding != [0, 0] {
+                return unsupported(&format!(
+                    "Tensor::max_pool2d_with_stride has no padding argument (padding {padding:?})"
+                ));
+            }
+            a.max_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
+        }
+        Op::AvgPool2d {
+            kernel,
+            stride,
+            padding,
+        } => {
+            if *padding != [0, 0] {
+                return unsupported(&format!(
+                    "Tensor::avg_pool2d_with_stride has no padding argument (padding {padding:?})"
+                ));
+            }
+            a.avg_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
+        }
+        Op::Linear => {
+            candle_nn::Linear::new(x[1].clone(), x.get(2).map(|b| (*b).clone())).forward(a)?
+        }
+        Op::Matmul => a.matmul(x[1])?,
+        Op::LayerNorm { eps, candle } => match candle {
+            CandleImpl::Fused => candle_nn::ops::layer_norm(a, x[1], x[2], *eps as f32)?,
+            CandleImpl::Slow => candle_nn::ops::layer_norm_slow(a, x[1], x[2], *eps as f32)?,
+        },
+        Op::Softmax { dim: d, candle } => match candle {
+            CandleImpl::Fused => {
+                if dim(*d, rank)? + 1 != rank {
+                    return Err(Fault::Spec(anyhow!(
+                        "the fused softmax works over the last dimension only"
+                    )));
+                }
+                candle_nn::ops::softmax_last_dim(a)?
+            }
+            CandleImpl::Slow => candle_nn::ops::softmax(a, dim(*d, rank)?)?,
+        },
+        Op::LogSoftmax { dim: d } => candle_nn::ops::log_softmax(a, dim(*d, rank)?)?,
+        Op::UpsampleNearest1d { size } => a.upsample_nearest1d(*size)?,
+        Op::UpsampleNearest2d { size } => a.upsample_nearest2d(size[0], size[1])?,
+        Op::Relu => a.relu()?,
+        Op::Abs => a.abs()?,
+        Op::Sigmoid => candle_nn::ops::sigmoid(a)?,
+        Op::Tanh => a.tanh()?,
+        Op::Silu => a.silu()?,
+        Op::Gelu { approximate } => match approximate {
+            GeluApproximate::None => a.gelu_erf()?,
+            GeluApproximate::Tanh => a.gelu()?,
+        },
+        Op::Elu { alpha } => a.elu(*alpha)?,
+        Op::Exp => a.exp()?,
+        Op::Log => a.log()?,
+        Op::Sqrt => a.sqrt()?,
+        Op::Add => a.add(x[1])?,
+        Op::Sub => a.sub(x[1])?,
+        Op::Mul => a.mul(x[1])?,
+        Op::Div => a.div(x[1])?,
+        Op::Sum { dims, keepdim } => {
+            let ds = reduced(dims, rank)?;
+            if *keepdim {
+                a.sum_keepdim(ds)?
+            } else {
+                a.sum(ds)?
+            }
+        }
+        Op::Mean { dims, keepdim } => {
+            let ds = reduced(dims, rank)?;
+            if *keepdim {
+                a.mean_keepdim(ds)?
+            } else {
+                a.mean(ds)?
+            }
+        }
+        Op::Max { dims, keepdim } => extreme(a, &reduced(dims, rank)?, *keepdim, true)?,
+        Op::Min { dims, keepdim } => extreme(a, &reduced(dims, rank)?, *keepdim, false)?,
+        Op::Argmax { dim: d, keepdim } => {
+            let d = dim(*d, rank)?;
+            if *keepdim {
+                a.argmax_keepdim(d)?
+            } else {
+                a.argmax(d)?
+            }
+        }
+        Op::Argmin { dim: d, keepdim } => {
+            let d = dim(*d, rank)?;
+            if *keepdim {
+                a.argmin_keepdim(d)?
+            } else {
+                a.argmin(d)?
+            }
+        }
+        Op::Sort { dim: d, descending } => {
+            last_dim_only("Tensor::sort_last_dim", *d, rank)?;
+            a.sort_last_dim(!descending)?.0
+        }
+        Op::Argsort { dim: d, descending } => {
+            last_dim_only("Tensor::arg_sort_last_dim", *d, rank)?;
+            a.arg_sort_last_dim(!descending)?
+        }
+        Op::Embedding => candle_nn::Embedding::new(x[1].clone(), x[1].dim(1)?).forward(a)?,
+        Op::IndexSelect { dim: d } => a.index_select(x[1], dim(*d, rank)?)?,
+        Op::Gather { dim: d } => a.gather(x[1], dim(*d, rank)?)?,
+        Op::BceWithLogits => candle_nn::loss::binary_cross_entropy_with_logit(a, x[1])?,
+        Op::CrossEntropy { reduction } => {
+            mean_only("candle_nn::loss::cross_entropy", *reduction)?;
+            candle_nn::loss::cross_entropy(a, x[1])?
+        }
+        Op::Nll { reduction } => {
+            mean_only("candle_nn::loss::nll", *reduction)?;
+            candle_nn::loss::nll(a, x[1])?
+        }
+        Op::Mse { reduction } => {
+            mean_only("candle_nn::loss::mse", *reduction)?;
+            candle_nn::loss::mse(a, x[1])?
+        }
+    })
+}
