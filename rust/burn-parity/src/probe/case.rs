@@ -145,7 +145,11 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
             Err(Fault::Spec(e)) => return Err(e),
         }
     }
-    let mut stepper = case.optimizer.as_ref().map(Stepper::for_probe).transpose()?;
+    let mut stepper = case
+        .optimizer
+        .as_ref()
+        .map(Stepper::for_probe)
+        .transpose()?;
     let ctx = Case {
         case,
         quantities,
@@ -193,7 +197,11 @@ fn combine(row: Vec<Outcome>, n: usize, stop: Option<&Refusal>, scalar: bool) ->
     let mut shape = None;
     let mut values: Option<Host> = None;
     for o in row {
-        let Outcome::Ok { values: v, shape: s } = o else {
+        let Outcome::Ok {
+            values: v,
+            shape: s,
+        } = o
+        else {
             unreachable!("checked above")
         };
         if shape.get_or_insert_with(|| s.clone()) != &s {
@@ -243,7 +251,9 @@ impl Case<'_> {
         let (env, loss) = match forward(self.case, env, ty, self.dev) {
             Ok(r) => r,
             Err(Fault::Spec(e)) => return Err(e),
-            Err(Fault::Refused(r)) => return Ok((qs.iter().map(|_| r.outcome()).collect(), Err(r))),
+            Err(Fault::Refused(r)) => {
+                return Ok((qs.iter().map(|_| r.outcome()).collect(), Err(r)))
+            }
         };
         // An input burn cannot hold that the case never reads: its own quantities say why.
         let refused = |n: &str| match env.get(n) {

@@ -251,10 +251,12 @@ impl DynInt {
     /// float64 values (checked by the spec).
     pub(crate) fn from_f64(values: &[f64], shape: &[usize], dev: &Device) -> Step<DynInt> {
         let ints: Vec<i64> = values.iter().map(|&v| v as i64).collect();
-        Ok(with_rank!(shape.len(), R => DynInt::from(Tensor::<R, Int>::from_data(
-            TensorData::new(ints, array::<R>(shape)),
-            (dev, DType::I64),
-        ))))
+        Ok(
+            with_rank!(shape.len(), R => DynInt::from(Tensor::<R, Int>::from_data(
+                TensorData::new(ints, array::<R>(shape)),
+                (dev, DType::I64),
+            ))),
+        )
     }
 
     /// The tensor as the fixed rank an API of burn takes; unsupported for another rank.

@@ -9,8 +9,8 @@ use burn::tensor::activation::{
     elu, gelu, gelu_approximate, log_softmax, relu, sigmoid, silu, softmax, tanh,
 };
 use burn::tensor::module::{
-    avg_pool2d, conv1d, conv2d, conv_transpose1d, conv_transpose2d, layer_norm, linear,
-    max_pool1d, max_pool2d,
+    avg_pool2d, conv1d, conv2d, conv_transpose1d, conv_transpose2d, layer_norm, linear, max_pool1d,
+    max_pool2d,
 };
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, ConvTransposeOptions, MaxPoolOptions};
 use burn::tensor::{Device, Int, Tensor};
@@ -356,18 +356,43 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
         Op::Silu => map(&mut x, |d| each_rank!(d, t => Dyn::from(silu(t))))?,
         Op::Gelu { approximate } => match approximate {
             GeluApproximate::None => map(&mut x, |d| each_rank!(d, t => Dyn::from(gelu(t))))?,
-            GeluApproximate::Tanh => {
-                map(&mut x, |d| each_rank!(d, t => Dyn::from(gelu_approximate(t))))?
-            }
+            GeluApproximate::Tanh => map(
+                &mut x,
+                |d| each_rank!(d, t => Dyn::from(gelu_approximate(t))),
+            )?,
         },
         Op::Elu { alpha } => map(&mut x, |d| each_rank!(d, t => Dyn::from(elu(t, *alpha))))?,
         Op::Exp => map(&mut x, |d| each_rank!(d, t => Dyn::from(t.exp())))?,
         Op::Log => map(&mut x, |d| each_rank!(d, t => Dyn::from(t.log())))?,
         Op::Sqrt => map(&mut x, |d| each_rank!(d, t => Dyn::from(t.sqrt())))?,
-        Op::Add => binary(&mut x, |t, u| t + u, |t, u| t + u, |t, u| t + u, |t, u| t + u)?,
-        Op::Sub => binary(&mut x, |t, u| t - u, |t, u| t - u, |t, u| t - u, |t, u| t - u)?,
-        Op::Mul => binary(&mut x, |t, u| t * u, |t, u| t * u, |t, u| t * u, |t, u| t * u)?,
-        Op::Div => binary(&mut x, |t, u| t / u, |t, u| t / u, |t, u| t / u, |t, u| t / u)?,
+        Op::Add => binary(
+            &mut x,
+            |t, u| t + u,
+            |t, u| t + u,
+            |t, u| t + u,
+            |t, u| t + u,
+        )?,
+        Op::Sub => binary(
+            &mut x,
+            |t, u| t - u,
+            |t, u| t - u,
+            |t, u| t - u,
+            |t, u| t - u,
+        )?,
+        Op::Mul => binary(
+            &mut x,
+            |t, u| t * u,
+            |t, u| t * u,
+            |t, u| t * u,
+            |t, u| t * u,
+        )?,
+        Op::Div => binary(
+            &mut x,
+            |t, u| t / u,
+            |t, u| t / u,
+            |t, u| t / u,
+            |t, u| t / u,
+        )?,
         Op::BceWithLogits => {
             let (a, targets) = (x.float("logits")?, x.float("target")?);
             same_shape("bce_with_logits", &a, &targets)?;

@@ -36,10 +36,7 @@ pub(crate) fn apply(op: &Op, x: &mut Args, dev: &Device) -> Step<Value> {
             })
             .into()
         }
-        Op::Sort {
-            dim: d,
-            descending,
-        } => {
+        Op::Sort { dim: d, descending } => {
             let a = x.float("input")?;
             let d = dim(*d, a.rank())?;
             Value::from(each_rank!(a, t => Dyn::from(if *descending {
@@ -48,10 +45,7 @@ pub(crate) fn apply(op: &Op, x: &mut Args, dev: &Device) -> Step<Value> {
                 t.sort(d)
             })))
         }
-        Op::Argsort {
-            dim: d,
-            descending,
-        } => {
+        Op::Argsort { dim: d, descending } => {
             let a = x.float("input")?;
             let d = dim(*d, a.rank())?;
             Value::from(each_rank!(a, t => DynInt::from(if *descending {
