@@ -34,6 +34,11 @@ macro_rules! probe_tests {
         fn views_and_an_sgd_step() {
             probe_cases::views_and_an_sgd_step($dtype);
         }
+
+        #[test]
+        fn sgd_momentum_is_a_float32_factor() {
+            probe_cases::sgd_momentum_is_a_float32_factor($dtype);
+        }
     };
 }
 
@@ -319,4 +324,37 @@ pub fn views_and_an_sgd_step(dtype: &str) {
         values(&out[4], ty, &[2, 3]),
         vec![-1.0, -2.0, -3.0, 1.0, 0.0, -1.0]
     );
+}
+
+/// burn's `Momentum` holds the momentum factor as `f32` (burn-optim 0.22.1 `momentum.rs`):
+/// in a float64 run μ = 0.9 multiplies the buffer as 0.89999997615814…, so after two steps
+/// with gradient g = [1, 2] the buffer is (1 + μ₃₂)·g = [1.8999999761581421, 3.799999952316284]
+/// where PyTorch's float64 SGD gives [1.9, 3.8]. In a float32 run both round μ alike.
+pub fn sgd_momentum_is_a_float32_factor(dtype: &str) {
+    let s = spec(
+        dtype,
+        vec![
+            input("x", &[2], vec![1.0, 2.0], true),
+            input("c", &[2], vec![1.0, 2.0], false),
+        ],
+        vec![json!({"name": "loop", "steps": [],
+            "loss": [{"kind": "weighted_sum", "input": "x", "weights": "c"}],
+            "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.9, "dampening": 0.0,
+                "nesterov": false, "weight_decay": 0.0},
+            "optimizer_steps": 2, "compare": ["x.momentum_buffer"]})],
+    );
+    let ty = ty(&s);
+    let got = values(&run(&s)[0][0], ty, &[2, 2]);
+    let mu = f64::from(0.9f32);
+    let want: Vec<f64> = match ty {
+        FloatType::F64 => [1.0, 2.0, (1.0 + mu), (1.0 + mu) * 2.0].to_vec(),
+        FloatType::F32 => [1.0f32, 2.0, 1.0 + 0.9f32, 2.0 + 0.9f32 * 2.0]
+            .map(f64::from)
+            .to_vec(),
+    };
+    assert_eq!(got, want);
+    if ty == FloatType::F64 {
+        assert_eq!(got[2], 1.8999999761581421);
+        assert_ne!(got[2], 1.9, "PyTorch's float64 buffer");
+    }
 }
