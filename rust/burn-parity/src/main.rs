@@ -5,7 +5,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use parity_common::cli::{self, Runner};
-use parity_common::probe_spec::ProbeSpec;
+use parity_common::probe_spec::ProbeBatch;
 use parity_common::spec::RunSpec;
 
 struct Burn;
@@ -29,8 +29,8 @@ impl Runner for Burn {
         burn_parity::replay::run(spec, state, sink)
     }
 
-    fn probe(spec: &ProbeSpec, sink: Box<dyn Write>) -> Result<()> {
-        burn_parity::probe::run(spec, sink)
+    fn probe(batch: &ProbeBatch, sink: Box<dyn Write>) -> Result<()> {
+        burn_parity::probe::run(batch, sink)
     }
 
     /// burn's optimizer defaults, serialised from burn's config types.

@@ -41,6 +41,8 @@ pub struct ParamMoments {
     pub time: usize,
 }
 
+type Scalars = std::collections::BTreeMap<String, Scalar>;
+
 fn key(info: &ParamInfo, leaf: &str) -> String {
     format!("{}.momentum.{leaf}", info.id.val())
 }
@@ -69,6 +71,24 @@ fn host(t: &burn_pack::Tensor, ty: FloatType) -> Result<Host> {
     })
 }
 
+/// burn's optimizer record decoded: its tensors by name, and its scalars.
+fn record(optim: &ModuleOptimizer) -> Result<(HashMap<String, burn_pack::Tensor>, Scalars)> {
+    let bytes = optim
+        .to_record()
+        .into_bytes()
+        .map_err(|e| anyhow!("encoding burn's optimizer record: {e:?}"))?;
+    let reader = Reader::from_bytes(bytes)
+        .map_err(|e| anyhow!("decoding burn's optimizer record: {e:?}"))?;
+    let scalars = reader.scalars().clone();
+    let tensors = reader
+        .into_tensors()
+        .map_err(|e| anyhow!("decoding burn's optimizer record: {e:?}"))?
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
+    Ok((tensors, scalars))
+}
+
 /// The moments of every parameter of `params` (state_dict order) held by `optim`, an Adam or
 /// AdamW `ModuleOptimizer`, in PyTorch layout and the run dtype `ty`.
 ///
@@ -80,19 +100,7 @@ pub fn read(
     params: &[ParamInfo],
     ty: FloatType,
 ) -> Result<Vec<ParamMoments>> {
-    let bytes = optim
-        .to_record()
-        .into_bytes()
-        .map_err(|e| anyhow!("encoding burn's optimizer record: {e:?}"))?;
-    let reader = Reader::from_bytes(bytes)
-        .map_err(|e| anyhow!("decoding burn's optimizer record: {e:?}"))?;
-    let scalars = reader.scalars().clone();
-    let tensors: HashMap<String, burn_pack::Tensor> = reader
-        .into_tensors()
-        .map_err(|e| anyhow!("decoding burn's optimizer record: {e:?}"))?
-        .into_iter()
-        .map(|t| (t.name.clone(), t))
-        .collect();
+    let (tensors, scalars) = record(optim)?;
     params
         .iter()
         .map(|p| {
@@ -115,6 +123,21 @@ pub fn read(
             })
         })
         .collect()
+}
+
+/// The momentum buffer burn's SGD holds for `p` (`SgdState { momentum: MomentumState {
+/// velocity } }`, record tensor `P.momentum.velocity`: PyTorch's `momentum_buffer`), in
+/// PyTorch layout and the run dtype `ty`.
+///
+/// # Errors
+/// When burn's record cannot be read, or holds no velocity for `p` (SGD without momentum,
+/// before the parameter's first step, or another optimizer).
+pub fn read_velocity(optim: &ModuleOptimizer, p: &ParamInfo, ty: FloatType) -> Result<Host> {
+    let (tensors, _) = record(optim)?;
+    let t = tensors
+        .get(&key(p, "velocity"))
+        .with_context(|| format!("burn's optimizer holds no momentum velocity for {}", p.name))?;
+    Ok(p.to_torch(host(t, ty)?))
 }
 
 /// Values of a state tensor in burn's layout for `p`, rounded to `ty` (exact for float32

@@ -113,15 +113,55 @@ impl Stepper {
         })
     }
 
-    /// burn's optimizer for a probe's single step: `sgd` as in [`Stepper::new`], `adamw` as
-    /// burn's own AdamW (float32 bias-correction factors), every hyperparameter from the probe.
+    /// burn's optimizer for a probe, every hyperparameter from the probe:
+    ///
+    /// * `sgd`: `SgdConfig` with `MomentumConfig { momentum, dampening, nesterov }` when the
+    ///   momentum is not 0 (none otherwise: PyTorch then keeps no buffer and ignores
+    ///   dampening and nesterov), L2 `WeightDecayConfig { penalty }` when λ is not 0, no
+    ///   clipping. burn holds the momentum as `f32` (rounded) and the dampening as `f64`.
+    /// * `adam`: as [`Stepper::new`] (L2 weight decay, AMSGrad off).
+    /// * `adamw`: burn's own AdamW (float32 bias-correction factors), as [`Stepper::new`].
     ///
     /// # Errors
-    /// None in practice (the probe's optimizers are ones [`Stepper::new`] builds); kept for
-    /// its signature.
+    /// None in practice (kept for the signature of [`Stepper::new`], which it shares).
     pub fn for_probe(spec: &ProbeOptimizer) -> Result<Self> {
         let spec = match *spec {
-            ProbeOptimizer::Sgd { lr } => Optimizer::Sgd { lr },
+            ProbeOptimizer::Sgd {
+                lr,
+                momentum,
+                dampening,
+                nesterov,
+                weight_decay,
+            } => {
+                let momentum = (momentum != 0.0).then_some(MomentumConfig {
+                    momentum,
+                    dampening,
+                    nesterov,
+                });
+                return Ok(Stepper {
+                    optim: SgdConfig::new()
+                        .with_momentum(momentum)
+                        .with_weight_decay(
+                            (weight_decay != 0.0)
+                                .then(|| WeightDecayConfig::new(weight_decay as f32)),
+                        )
+                        .with_gradient_clipping(None)
+                        .init(),
+                    lr,
+                    name: "burn::optim::Sgd",
+                });
+            }
+            ProbeOptimizer::Adam {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+            } => Optimizer::Adam {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+            },
             ProbeOptimizer::Adamw {
                 lr,
                 betas,
@@ -160,6 +200,19 @@ impl Stepper {
             bail!("{} keeps no moments", self.name);
         }
         moments::read(&self.optim, params, ty)
+    }
+
+    /// SGD's momentum buffer for `p` (PyTorch's `momentum_buffer`: burn's `velocity`), in
+    /// the run dtype `ty` (see [`moments::read_velocity`]).
+    ///
+    /// # Errors
+    /// For Adam/AdamW, for SGD without momentum or before the parameter's first step, or
+    /// when burn's record cannot be read.
+    pub fn momentum_buffer(&self, p: &ParamInfo, ty: FloatType) -> Result<crate::device::Host> {
+        if self.has_moments() {
+            bail!("{} keeps no momentum buffer", self.name);
+        }
+        moments::read_velocity(&self.optim, p, ty)
     }
 
     /// Starts burn's Adam/AdamW from the given moments and step count, so that the next

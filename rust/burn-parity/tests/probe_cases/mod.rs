@@ -34,6 +34,11 @@ macro_rules! probe_tests {
         fn views_and_an_sgd_step() {
             probe_cases::views_and_an_sgd_step($dtype);
         }
+
+        #[test]
+        fn sgd_momentum_is_a_float32_factor() {
+            probe_cases::sgd_momentum_is_a_float32_factor($dtype);
+        }
     };
 }
 
@@ -56,7 +61,7 @@ fn arange(start: f64, n: usize) -> Vec<f64> {
 }
 
 fn input(name: &str, shape: &[usize], values: Vec<f64>, requires_grad: bool) -> Value {
-    json!({"name": name, "shape": shape, "values": values, "requires_grad": requires_grad})
+    json!({"name": name, "dtype": "float", "shape": shape, "values": values, "requires_grad": requires_grad})
 }
 
 fn spec(dtype: &str, inputs: Vec<Value>, cases: Vec<Value>) -> ProbeSpec {
@@ -65,9 +70,14 @@ fn spec(dtype: &str, inputs: Vec<Value>, cases: Vec<Value>) -> ProbeSpec {
     ProbeSpec::from_json(&v.to_string()).unwrap()
 }
 
+/// The run's float type (these specs are f32 or f64).
+fn ty(spec: &ProbeSpec) -> FloatType {
+    spec.dtype.float_type().expect("an f32 or f64 spec")
+}
+
 /// Every case's outcomes, in order, on burn's CPU device in the spec's dtype.
 fn run(spec: &ProbeSpec) -> Vec<Vec<Outcome>> {
-    let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
+    let dev = device::open(DeviceKind::Cpu, ty(spec)).unwrap();
     spec.cases
         .iter()
         .map(|c| run_case(spec, c, &dev).unwrap())
@@ -124,20 +134,20 @@ pub fn conv1d_grad_is_the_study_value(dtype: &str) {
         vec![
             json!({"name": "batch2", "steps": [{"out": "y", "inputs": ["x", "w"], "op": op}],
                 "loss": [{"kind": "weighted_sum", "input": "y", "weights": "c"}],
-                "optimizer": null, "compare": ["loss", "w.grad"]}),
+                "optimizer": null, "optimizer_steps": 1, "compare": ["loss", "w.grad"]}),
             json!({"name": "batch1", "steps": [
                     {"out": "x1", "inputs": ["x"], "op": {"name": "narrow", "dim": 0, "start": 0, "length": 1}},
                     {"out": "c1", "inputs": ["c"], "op": {"name": "narrow", "dim": 0, "start": 0, "length": 1}},
                     {"out": "y", "inputs": ["x1", "w"], "op": op}],
                 "loss": [{"kind": "weighted_sum", "input": "y", "weights": "c1"}],
-                "optimizer": null, "compare": ["w.grad"]}),
+                "optimizer": null, "optimizer_steps": 1, "compare": ["w.grad"]}),
         ],
     );
     let out = run(&s);
     // burn has no rank-0 tensors: the loss is a one-element vector.
-    assert_eq!(values(&out[0][0], s.dtype, &[1]), vec![-84.0]);
-    assert_eq!(values(&out[0][1], s.dtype, &[2, 1, 3]), RIGHT_1D);
-    assert_eq!(values(&out[1][0], s.dtype, &[2, 1, 3]), BATCH1_1D);
+    assert_eq!(values(&out[0][0], ty(&s), &[1]), vec![-84.0]);
+    assert_eq!(values(&out[0][1], ty(&s), &[2, 1, 3]), RIGHT_1D);
+    assert_eq!(values(&out[1][0], ty(&s), &[2, 1, 3]), BATCH1_1D);
 }
 
 /// `probes/conv2d_grad.yaml`: loss = sum(conv2d(x, w)·c) with batch 2 and 2 output channels.
@@ -163,8 +173,9 @@ pub fn conv2d_grad_is_the_study_value(dtype: &str) {
         }
     }
     assert_eq!(grad, RIGHT_2D);
-    let mut op = conv(0);
-    op["name"] = json!("conv2d");
+    // conv2d takes every argument but `groups` per axis.
+    let op = json!({"name": "conv2d", "padding": [0, 0], "stride": [1, 1], "dilation": [1, 1],
+        "groups": 1});
     let s = spec(
         dtype,
         vec![
@@ -175,12 +186,12 @@ pub fn conv2d_grad_is_the_study_value(dtype: &str) {
         vec![
             json!({"name": "batch2", "steps": [{"out": "y", "inputs": ["x", "w"], "op": op}],
             "loss": [{"kind": "weighted_sum", "input": "y", "weights": "c"}],
-            "optimizer": null, "compare": ["loss", "w.grad"]}),
+            "optimizer": null, "optimizer_steps": 1, "compare": ["loss", "w.grad"]}),
         ],
     );
     let out = run(&s);
-    assert_eq!(values(&out[0][0], s.dtype, &[1]), vec![loss]);
-    assert_eq!(values(&out[0][1], s.dtype, &[2, 1, 2, 2]), RIGHT_2D);
+    assert_eq!(values(&out[0][0], ty(&s), &[1]), vec![loss]);
+    assert_eq!(values(&out[0][1], ty(&s), &[2, 1, 2, 2]), RIGHT_2D);
 }
 
 /// An op burn's API lacks (`contiguous`) and a rank it has no tensors of (0) make every
@@ -198,12 +209,12 @@ pub fn what_burn_lacks_is_unsupported(dtype: &str) {
                     {"out": "t", "inputs": ["x"], "op": {"name": "transpose", "dim0": 0, "dim1": 1}},
                     {"out": "tc", "inputs": ["t"], "op": {"name": "contiguous"}},
                     {"out": "r", "inputs": ["tc"], "op": {"name": "relu"}}],
-                "loss": [{"kind": "sum", "input": "r"}], "optimizer": null,
+                "loss": [{"kind": "sum", "input": "r"}], "optimizer": null, "optimizer_steps": 1,
                 "compare": ["t", "r", "loss", "x.grad"]}),
             json!({"name": "scalar", "steps": [{"out": "y", "inputs": ["x", "s"], "op": {"name": "mul"}}],
-                "loss": null, "optimizer": null, "compare": ["y", "s"]}),
+                "loss": null, "optimizer": null, "optimizer_steps": 1, "compare": ["y", "s"]}),
             json!({"name": "plain", "steps": [{"out": "r", "inputs": ["x"], "op": {"name": "relu"}}],
-                "loss": [{"kind": "sum", "input": "r"}], "optimizer": null,
+                "loss": [{"kind": "sum", "input": "r"}], "optimizer": null, "optimizer_steps": 1,
                 "compare": ["r", "x.grad"]}),
         ],
     );
@@ -222,7 +233,7 @@ pub fn what_burn_lacks_is_unsupported(dtype: &str) {
         );
     }
     assert_eq!(
-        values(&out[2][0], s.dtype, &[2, 3]),
+        values(&out[2][0], ty(&s), &[2, 3]),
         vec![0.0, 0.0, 0.0, 1.0, 2.0, 3.0]
     );
     assert_eq!(out[2].len(), 2);
@@ -242,15 +253,15 @@ pub fn burn_panics_are_framework_errors(dtype: &str) {
         ],
         vec![
             json!({"name": "mismatch", "steps": [{"out": "y", "inputs": ["a", "b"], "op": {"name": "matmul"}}],
-                "loss": [{"kind": "sum", "input": "y"}], "optimizer": null,
+                "loss": [{"kind": "sum", "input": "y"}], "optimizer": null, "optimizer_steps": 1,
                 "compare": ["y", "a.grad"]}),
             json!({"name": "after", "steps": [{"out": "y", "inputs": ["b", "a"], "op": {"name": "matmul"}}],
-                "loss": [{"kind": "sum", "input": "y"}], "optimizer": null,
+                "loss": [{"kind": "sum", "input": "y"}], "optimizer": null, "optimizer_steps": 1,
                 "compare": ["y"]}),
             json!({"name": "unequal", "steps": [
                     {"out": "f", "inputs": ["a"], "op": {"name": "reshape", "shape": [6]}},
                     {"out": "y", "inputs": ["a", "f"], "op": {"name": "mul"}}],
-                "loss": null, "optimizer": null, "compare": ["f", "y"]}),
+                "loss": null, "optimizer": null, "optimizer_steps": 1, "compare": ["f", "y"]}),
         ],
     );
     let out = run(&s);
@@ -268,7 +279,7 @@ pub fn burn_panics_are_framework_errors(dtype: &str) {
     }
     // b·a = [[1, 2], [3, 4]]·[[1, 2, 3], [4, 5, 6]].
     assert_eq!(
-        values(&out[1][0], s.dtype, &[2, 3]),
+        values(&out[1][0], ty(&s), &[2, 3]),
         vec![9.0, 12.0, 15.0, 19.0, 26.0, 33.0]
     );
 }
@@ -290,11 +301,12 @@ pub fn views_and_an_sgd_step(dtype: &str) {
                 {"out": "q", "inputs": ["u"], "op": {"name": "squeeze", "dim": 0}},
                 {"out": "a", "inputs": ["q", "q"], "op": {"name": "add"}}],
             "loss": [{"kind": "weighted_sum", "input": "a", "weights": "w"}],
-            "optimizer": {"name": "sgd", "lr": 0.5},
+            "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0, "dampening": 0.0,
+                "nesterov": false, "weight_decay": 0.0}, "optimizer_steps": 1,
             "compare": ["r", "a", "loss", "x.grad", "x.after_step"]})],
     );
     let out = &run(&s)[0];
-    let ty = s.dtype;
+    let ty = ty(&s);
     assert_eq!(
         values(&out[0], ty, &[6]),
         vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
@@ -312,4 +324,37 @@ pub fn views_and_an_sgd_step(dtype: &str) {
         values(&out[4], ty, &[2, 3]),
         vec![-1.0, -2.0, -3.0, 1.0, 0.0, -1.0]
     );
+}
+
+/// burn's `Momentum` holds the momentum factor as `f32` (burn-optim 0.22.1 `momentum.rs`):
+/// in a float64 run μ = 0.9 multiplies the buffer as 0.89999997615814…, so after two steps
+/// with gradient g = [1, 2] the buffer is (1 + μ₃₂)·g = [1.899999976158142, 3.799999952316284]
+/// where PyTorch's float64 SGD gives [1.9, 3.8]. In a float32 run both round μ alike.
+pub fn sgd_momentum_is_a_float32_factor(dtype: &str) {
+    let s = spec(
+        dtype,
+        vec![
+            input("x", &[2], vec![1.0, 2.0], true),
+            input("c", &[2], vec![1.0, 2.0], false),
+        ],
+        vec![json!({"name": "loop", "steps": [],
+            "loss": [{"kind": "weighted_sum", "input": "x", "weights": "c"}],
+            "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.9, "dampening": 0.0,
+                "nesterov": false, "weight_decay": 0.0},
+            "optimizer_steps": 2, "compare": ["x.momentum_buffer"]})],
+    );
+    let ty = ty(&s);
+    let got = values(&run(&s)[0][0], ty, &[2, 2]);
+    let mu = f64::from(0.9f32);
+    let want: Vec<f64> = match ty {
+        FloatType::F64 => [1.0, 2.0, (1.0 + mu), (1.0 + mu) * 2.0].to_vec(),
+        FloatType::F32 => [1.0f32, 2.0, 1.0 + 0.9f32, 2.0 + 0.9f32 * 2.0]
+            .map(f64::from)
+            .to_vec(),
+    };
+    assert_eq!(got, want);
+    if ty == FloatType::F64 {
+        assert_eq!(got[2], 1.899_999_976_158_142);
+        assert_ne!(got[2], 1.9, "PyTorch's float64 buffer");
+    }
 }

@@ -1,0 +1,73 @@
+//! The inputs with `requires_grad` as burn parameters, gathered in one module so that burn's
+//! optimizers (which step a [`Module`]) can update them and key their state by parameter id.
+
+use burn::module::{Module, Param};
+use burn::tensor::Tensor;
+
+use super::dyn_tensor::Dyn;
+use crate::model::ParamInfo;
+
+/// Every input with `requires_grad` as a burn parameter, by rank.
+#[derive(Module, Debug)]
+pub struct Leaves {
+    r1: Vec<Param<Tensor<1>>>,
+    r2: Vec<Param<Tensor<2>>>,
+    r3: Vec<Param<Tensor<3>>>,
+    r4: Vec<Param<Tensor<4>>>,
+}
+
+/// Where a leaf is in [`Leaves`]: its rank and index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot(usize, usize);
+
+impl Leaves {
+    pub(crate) fn new() -> Self {
+        Leaves {
+            r1: Vec::new(),
+            r2: Vec::new(),
+            r3: Vec::new(),
+            r4: Vec::new(),
+        }
+    }
+
+    /// Makes `t` a parameter (`require_grad`) and returns where it is.
+    pub(crate) fn push(&mut self, t: Dyn) -> Slot {
+        fn add<const D: usize>(v: &mut Vec<Param<Tensor<D>>>, t: Tensor<D>) -> usize {
+            v.push(Param::from_tensor(t));
+            v.len() - 1
+        }
+        match t {
+            Dyn::R1(x) => Slot(1, add(&mut self.r1, x)),
+            Dyn::R2(x) => Slot(2, add(&mut self.r2, x)),
+            Dyn::R3(x) => Slot(3, add(&mut self.r3, x)),
+            Dyn::R4(x) => Slot(4, add(&mut self.r4, x)),
+        }
+    }
+
+    /// The parameter's current value (the tensor the forward pass reads).
+    pub(crate) fn get(&self, Slot(rank, i): Slot) -> Dyn {
+        match rank {
+            1 => Dyn::R1(self.r1[i].val()),
+            2 => Dyn::R2(self.r2[i].val()),
+            3 => Dyn::R3(self.r3[i].val()),
+            _ => Dyn::R4(self.r4[i].val()),
+        }
+    }
+
+    /// The parameter's id and shape (a probe's leaves have one layout in PyTorch and burn),
+    /// which [`crate::moments`] reads the optimizer state by.
+    pub(crate) fn info(&self, Slot(rank, i): Slot, name: &str) -> ParamInfo {
+        let (id, burn_shape) = match rank {
+            1 => (self.r1[i].id, self.r1[i].val().dims().to_vec()),
+            2 => (self.r2[i].id, self.r2[i].val().dims().to_vec()),
+            3 => (self.r3[i].id, self.r3[i].val().dims().to_vec()),
+            _ => (self.r4[i].id, self.r4[i].val().dims().to_vec()),
+        };
+        ParamInfo {
+            name: name.to_string(),
+            id,
+            burn_shape,
+            linear: None,
+        }
+    }
+}
