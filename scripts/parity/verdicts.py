@@ -103,6 +103,8 @@ def probe_verdict(
     *,
     known_bug_worst: float | None = None,
     non_finite: bool = False,
+    fp64_pass: bool = False,
+    invalid: bool = False,
 ) -> str:
     """Verdict of one probe quantity whose values the framework did produce.
 
@@ -111,10 +113,14 @@ def probe_verdict(
     ``closeness.within`` (NaN and ``inf`` never are within); ``known_bug_worst`` the same
     against the values a recorded known bug produces for this framework and device, or None
     when none is recorded; ``non_finite`` whether the values hold NaN or ±Inf where the
-    reference does not. Missing gradients, framework errors and reference rows are decided
-    before this.
+    reference does not; ``fp64_pass`` whether the values pass the float64-referenced rule
+    (``probe_results.fp64_check``), which passes them as the tolerance does; ``invalid``
+    whether they fail whatever their difference (a shape other than the reference's,
+    non-integers in an integer quantity), though a known bug may still reproduce. Missing
+    gradients, framework errors, expected errors and reference rows are decided before
+    this.
     """
-    if closeness.within(worst, tolerance):
+    if not invalid and (closeness.within(worst, tolerance) or fp64_pass):
         return PASS if known_bug_worst is None else KNOWN_BUG_FIXED
     if known_bug_worst is not None and closeness.within(known_bug_worst, tolerance):
         return KNOWN_BUG
