@@ -541,7 +541,12 @@ def test_table_rows_carry_shape_and_the_float64_errors(tmp_path, softmax_grads):
     assert burn["reference_fp64_diff"] == pytest.approx(np.abs(g32 - g64).max())
     assert burn["reference64_values"] == g64.tolist()
     assert rows[("torch", "f64")]["verdict"] == verdicts.REFERENCE
-    assert rows[("torch", "f32")]["verdict"] == verdicts.REFERENCE
+    assert rows[("torch", "f64")]["fp64_diff"] is None
+    # The reference row shows its own error against float64: the scale of the rule.
+    torch32 = rows[("torch", "f32")]
+    assert torch32["verdict"] == verdicts.REFERENCE
+    assert torch32["note"] == "float64 error: max|torch f32 cpu − torch f64 cpu| = 6.25e-07"
+    assert torch32["reference_fp64_diff"] == pytest.approx(np.abs(g32 - g64).max())
     assert rows[("burn", "f16")]["verdict"] == verdicts.UNSUPPORTED
     assert rows[("burn", "f16")]["fp64_diff"] is None
     out_csv, out_md = tmp_path / "probes.csv", tmp_path / "probes.md"

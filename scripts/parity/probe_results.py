@@ -468,6 +468,26 @@ def _expected_error(
     return ProbeJudgement("error", None, None, None, verdicts.FAIL, note)
 
 
+def _reference_row(
+    probe: Probe, case: Mapping, key: ProbeKey, outcome: Outcome, reference64: Outcome | None
+) -> ProbeJudgement:
+    """The reference run's own row; in f32, f16 and bf16 with its error against PyTorch
+    float64 (the scale of the float64-referenced rule) where that run has values."""
+    q = outcome.quantity
+    ref64 = None if reference64 is None or reference64.status != OK else reference64.values
+    if (
+        key.dtype not in FP64_RULE_DTYPES
+        or ref64 is None
+        or integer_quantity(probe, case, q)
+        or ref64.size != outcome.values.size
+    ):
+        return ProbeJudgement("", None, None, None, verdicts.REFERENCE, "")
+    err = _max_diff(q, outcome.values, ref64)
+    note = f"float64 error: max|{key.label} − {key.reference64.label}| = {_g(err)}"
+    own = Fp64Check(True, err, err, 1.0, 0.0)
+    return ProbeJudgement("", None, None, None, verdicts.REFERENCE, note, ref64, own)
+
+
 def judge_probe_row(
     probe: Probe,
     key: ProbeKey,
@@ -516,7 +536,7 @@ def judge_probe_row(
         label, ref = "exact", expand(exact, values.size)
         ref_shape = nesting_shape(exact)
     elif key.is_reference:
-        return ProbeJudgement("", None, None, None, verdicts.REFERENCE, "")
+        return _reference_row(probe, case, key, outcome, reference64)
     elif reference is None or reference.status != OK:
         why = "missing" if reference is None else reference.status
         return ProbeJudgement(

@@ -175,6 +175,23 @@ def table_rows(
     return rows
 
 
+def rules_text(plan: ProbePlan) -> str:
+    """The paragraph under the Markdown twin's title: how rows are judged."""
+    rule = plan.fp64_rule
+    m = rule["multiplier"]
+    m = "3 below 1000 elements, else 2" if m == "auto" else f"{float(m):g}"
+    return (
+        "Each value is compared with the probe's exact values, else with PyTorch on the CPU "
+        "in the row's dtype; shapes must agree (a scalar `[]` equals `[1]`) and integer "
+        "quantities must be equal. An f32, f16 or bf16 row passes within the tolerance or "
+        "by the float64-referenced rule: max|value − torch f64 cpu| ≤ m · max|torch − "
+        f"torch f64 cpu| + {float(rule['floor_ulps']):g} ulp(s) of the row's dtype (m: {m}); "
+        "the note says "
+        "which rule passed it, with both errors. A case that expects an error passes on the "
+        "framework's error.\n\n"
+    )
+
+
 def write_table(
     plan: ProbePlan, rows: list[dict], out_csv: str, out_md: str, log: logging.Logger, intro=""
 ) -> dict[str, str]:
@@ -196,8 +213,7 @@ def write_table(
         for name, p in plan.probes.items()
     }
     md = tables.probes_markdown(rows, descriptions, notes)
-    if intro:
-        md = md.replace("\n", "\n\n" + intro, 1)
+    md = md.replace("\n", "\n\n" + intro + rules_text(plan), 1)
     md += (
         f"\nMade by run {integrity.run_id()}; "
         f"`{os.path.basename(str(out_md).rsplit('.', 1)[0])}.sources.json` lists every "

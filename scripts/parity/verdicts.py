@@ -25,7 +25,13 @@ Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
 | `framework-error`  | the framework raised an error; the table gives its message          |
 | `non-finite`       | NaN or ±Inf where the reference is finite                           |
 
-A probe row whose values match neither the reference nor a known bug is a `fail`.
+A probe row whose values match neither the reference nor a known bug is a `fail`; so is
+one whose shape differs from the reference's (a scalar ``[]`` equals ``[1]``), and one that
+returns values for a case that expects an error (``expect: error``, where the framework's
+error is a `pass`). Integer quantities (argmax, argmin, argsort) pass only when equal. An
+f32, f16 or bf16 row compared with PyTorch in its dtype passes within the tolerance or by
+the float64-referenced rule: max|value − torch f64| ≤ m · max|torch − torch f64| + a floor
+of ulps (``probe_results.fp64_check``); its note says which.
 
 Differences and whether they are within a tolerance are ``closeness``'s (its NaN/Inf rule:
 NaN and ``inf`` are never within).
