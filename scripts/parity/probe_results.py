@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from . import closeness, integrity, verdicts
 from .fileio import atomic_path
-from .probe_plan import ProbeKey
+from .probe_plan import FP64_RULE_DEFAULTS, ProbeKey
 from .probes import Probe
 from .tables import shape_text
 
@@ -265,8 +265,6 @@ LAYOUT_OPS = frozenset(
 SIGNIFICAND_BITS = {"f64": 52, "f32": 23, "f16": 10, "bf16": 7}
 #: Run dtypes the float64-referenced rule judges (against PyTorch in the same dtype).
 FP64_RULE_DTYPES = ("f32", "f16", "bf16")
-#: The rule's settings when none are given (config ``probes.fp64_rule``).
-FP64_RULE_DEFAULTS = {"multiplier": "auto", "floor_ulps": 1.0}
 #: What a case expects (normalized ``expect``; absent: values).
 EXPECT_VALUES, EXPECT_ERROR = "values", "error"
 
