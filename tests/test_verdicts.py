@@ -73,3 +73,22 @@ def test_check_verdict_of_a_yes_no_criterion():
 )
 def test_probe_verdict(worst, bug, non_finite, verdict):
     assert v.probe_verdict(worst, 1e-6, known_bug_worst=bug, non_finite=non_finite) == verdict
+
+
+@pytest.mark.parametrize(
+    ("worst", "bug", "fp64_pass", "invalid", "verdict"),
+    [
+        (5.0, None, True, False, v.PASS),  # the float64-referenced rule passes it
+        (5.0, None, False, False, v.FAIL),
+        (5.0, 5.0, True, False, v.KNOWN_BUG_FIXED),
+        (0.0, None, False, True, v.FAIL),  # equal values in another shape
+        (0.0, None, True, True, v.FAIL),  # no rule passes a shape that differs
+        (0.0, 0.0, False, True, v.KNOWN_BUG),  # a recorded bug of that shape
+        (math.inf, None, True, False, v.PASS),  # only the rule decides then
+    ],
+)
+def test_probe_verdict_with_the_fp64_rule_and_invalid_values(
+    worst, bug, fp64_pass, invalid, verdict
+):
+    got = v.probe_verdict(worst, 1e-6, known_bug_worst=bug, fp64_pass=fp64_pass, invalid=invalid)
+    assert got == verdict

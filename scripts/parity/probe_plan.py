@@ -13,8 +13,8 @@ from typing import Any
 
 from . import limits as size_limits
 from . import paths
-from .devices import DEVICES, DTYPES
-from .frameworks import unsupported_reason
+from .devices import DEVICES
+from .frameworks import PROBE_DTYPES, probe_unsupported_reason
 from .probes import Probe, discover
 
 #: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
@@ -23,6 +23,13 @@ from .probes import Probe, discover
 PROBE_FRAMEWORKS = ("torch", "candle", "burn")
 #: Where a quantity's reference comes from when the probe gives no exact values.
 REFERENCE_FRAMEWORK, REFERENCE_DEVICE = "torch", "cpu"
+#: The float64 reference of the float64-referenced rule (``probe_results``): PyTorch on the
+#: CPU in float64, run whenever any probe dtype runs.
+REFERENCE64_DTYPE = "f64"
+#: The float64-referenced rule's settings when the config gives none (config
+#: ``probes.fp64_rule``): the multiplier of ``compare.fp64_rule_multiplier`` and the floor
+#: in ulps of the run dtype.
+FP64_RULE_DEFAULTS = {"multiplier": "auto", "floor_ulps": 1.0}
 
 
 @dataclass(frozen=True, order=True)
@@ -54,24 +61,46 @@ class ProbeKey:
         """Whether this run is the reference itself."""
         return self == self.reference
 
+    @property
+    def reference64(self) -> ProbeKey:
+        """The float64 reference of the float64-referenced rule: PyTorch on the CPU in
+        float64 (for an f64 run, the same run as :attr:`reference`)."""
+        return ProbeKey(self.probe, REFERENCE_FRAMEWORK, REFERENCE64_DTYPE, REFERENCE_DEVICE)
+
 
 class ProbePlan:
     """The probes that run, on which devices and in which dtypes: jobs and table inputs.
 
     Build it with :meth:`from_config` while the DAG is built; jobs rebuild it from plain
     data (:meth:`to_params` / :meth:`from_params`) without reading the probe files again.
+    ``dtypes`` are probe dtypes (``frameworks.PROBE_DTYPES``: f32, f64, f16, bf16);
+    ``fp64_rule`` the settings of the float64-referenced rule (``multiplier``: ``"auto"`` or
+    a number; ``floor_ulps``), missing keys from :data:`FP64_RULE_DEFAULTS`. Raises
+    ``ValueError`` for an unknown dtype.
     """
 
-    def __init__(self, probes: Mapping[str, Probe], devices: Sequence[str], dtypes: Sequence[str]):
+    def __init__(
+        self,
+        probes: Mapping[str, Probe],
+        devices: Sequence[str],
+        dtypes: Sequence[str],
+        fp64_rule: Mapping[str, Any] | None = None,
+    ):
+        unknown = [d for d in dtypes if d not in PROBE_DTYPES]
+        if unknown:
+            raise ValueError(f"probe dtype {unknown[0]!r} is not one of {PROBE_DTYPES}")
         self.probes: dict[str, Probe] = dict(probes)
         self.devices: list[str] = list(devices)
         self.dtypes: list[str] = list(dtypes)
+        self.fp64_rule: dict[str, Any] = {**FP64_RULE_DEFAULTS, **(fp64_rule or {})}
 
     @classmethod
     def from_config(
         cls, config: Mapping[str, Any], basedir: str | Path, workdir: str | Path | None = None
     ) -> ProbePlan:
-        """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``).
+        """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``,
+        ``dtypes``: default every one of ``frameworks.PROBE_DTYPES``, independent of the
+        training ``dtypes``; ``fp64_rule``).
 
         ``config`` has passed ``schemas/config.schema.yaml``; a relative ``probes.folder`` is
         resolved against ``basedir``, the workflow's folder (probes are part of the workflow,
@@ -91,7 +120,13 @@ class ProbePlan:
             probes = {
                 n: replace(p, path=os.path.relpath(p.path, workdir)) for n, p in probes.items()
             }
-        return cls(probes, config["devices"], config["dtypes"])
+        dtypes = settings.get("dtypes", PROBE_DTYPES)
+        return cls(probes, config["devices"], dtypes, settings.get("fp64_rule"))
+
+    def for_devices(self, devices: Sequence[str]) -> ProbePlan:
+        """The same probes, dtypes and rule on ``devices`` only (a per-device target; the
+        reference runs on the CPU stay cells)."""
+        return ProbePlan(self.probes, devices, self.dtypes, self.fp64_rule)
 
     def to_params(self) -> dict:
         """Plain data for a job's ``params`` (see :meth:`from_params`)."""
@@ -99,13 +134,14 @@ class ProbePlan:
             "probes": {n: p.as_params() for n, p in self.probes.items()},
             "devices": self.devices,
             "dtypes": self.dtypes,
+            "fp64_rule": self.fp64_rule,
         }
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ProbePlan:
         """The plan :meth:`to_params` described."""
         probes = {n: Probe(**p) for n, p in params["probes"].items()}
-        return cls(probes, params["devices"], params["dtypes"])
+        return cls(probes, params["devices"], params["dtypes"], params.get("fp64_rule"))
 
     def probe(self, name: str) -> Probe:
         """A probe by name. Raises ``KeyError``."""
@@ -117,7 +153,9 @@ class ProbePlan:
 
     def cells(self) -> list[ProbeKey]:
         """Every (probe, framework, dtype, device) the table shows: the configured devices
-        and dtypes, plus the reference runs on the CPU. Unsupported cells included."""
+        and dtypes, plus the reference runs on the CPU: PyTorch in each dtype, and PyTorch
+        in float64 (:attr:`ProbeKey.reference64`) whenever any dtype runs, also when
+        ``f64`` is not configured. Unsupported cells included."""
         out = set()
         for p in self.probes:
             for dtype in self.dtypes:
@@ -125,16 +163,19 @@ class ProbePlan:
                     for fw in PROBE_FRAMEWORKS:
                         out.add(ProbeKey(p, fw, dtype, device))
                 out.add(ProbeKey(p, REFERENCE_FRAMEWORK, dtype, REFERENCE_DEVICE))
+            if self.dtypes:
+                out.add(ProbeKey(p, REFERENCE_FRAMEWORK, REFERENCE64_DTYPE, REFERENCE_DEVICE))
         return sorted(out, key=_cell_order)
 
     def jobs(self) -> list[ProbeKey]:
-        """The cells that run (see :func:`frameworks.unsupported_reason`)."""
+        """The cells that run (see :func:`frameworks.probe_unsupported_reason`)."""
         return [k for k in self.cells() if self.unsupported(k) is None]
 
     @staticmethod
     def unsupported(key: ProbeKey) -> str | None:
-        """Why a cell cannot run, or None."""
-        return unsupported_reason(key.framework, key.device, key.dtype)
+        """Why a cell cannot run (the probes' validity matrix, with half precision), or
+        None."""
+        return probe_unsupported_reason(key.framework, key.device, key.dtype)
 
     def results(self) -> list[str]:
         """Every result file the table reads."""
@@ -148,7 +189,7 @@ class ProbePlan:
 def _cell_order(k: ProbeKey) -> tuple:
     return (
         k.probe,
-        DTYPES.index(k.dtype),
+        PROBE_DTYPES.index(k.dtype),
         DEVICES.index(k.device),
         PROBE_FRAMEWORKS.index(k.framework),
     )

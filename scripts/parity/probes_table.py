@@ -103,7 +103,12 @@ def table_rows(
     plan: ProbePlan, results: Mapping[ProbeKey, dict], errors: Mapping[ProbeKey, Exception]
 ) -> list[dict]:
     """The table's rows from the results read (:func:`gather`); a cell in ``errors`` is a
-    row with verdict ``error`` naming why and the log of its job."""
+    row with verdict ``error`` naming why and the log of its job.
+
+    Besides the verdict, a row holds the values' ``shape``, and where the float64-referenced
+    rule judged it (f32, f16 and bf16 rows against PyTorch in their dtype) PyTorch
+    float64's values (``reference64_values``), ``fp64_diff`` = max|values − torch f64| and
+    ``reference_fp64_diff`` = max|torch in the row's dtype − torch f64|."""
     rows = []
     for key in plan.cells():
         probe = plan.probe(key.probe)
@@ -116,10 +121,14 @@ def table_rows(
                 "framework": key.framework,
                 "device": key.device,
                 "dtype": key.dtype,
+                "shape": None,
                 "values": None,
                 "reference": "",
                 "reference_values": None,
+                "reference64_values": None,
                 "max_diff": None,
+                "fp64_diff": None,
+                "reference_fp64_diff": None,
                 "tolerance": None,
             }
             if reason is not None:
@@ -131,25 +140,56 @@ def table_rows(
                 continue
             outcome = results[key][(case, q)]
             ref_run = results.get(key.reference, {}).get((case, q))
-            j = judge_probe_row(probe, key, outcome, None if key.is_reference else ref_run)
+            ref64_run = results.get(key.reference64, {}).get((case, q))
+            j = judge_probe_row(
+                probe,
+                key,
+                outcome,
+                None if key.is_reference else ref_run,
+                ref64_run,
+                plan.fp64_rule,
+            )
             note = j.note
             if j.verdict == verdicts.KNOWN_BUG_FIXED:
                 note = "; ".join(filter(None, ["update the probe file's known_bug", note]))
             rows.append(
                 {
                     **row,
+                    "shape": None if outcome.shape is None else list(outcome.shape),
                     "values": None if outcome.values is None else outcome.values.tolist(),
                     "reference": j.reference,
                     "reference_values": (
                         None if j.reference_values is None else j.reference_values.tolist()
                     ),
+                    "reference64_values": (
+                        None if j.reference64_values is None else j.reference64_values.tolist()
+                    ),
                     "max_diff": j.max_diff,
+                    "fp64_diff": None if j.fp64 is None else j.fp64.fp64_diff,
+                    "reference_fp64_diff": (None if j.fp64 is None else j.fp64.reference_fp64_diff),
                     "tolerance": j.tolerance,
                     "verdict": j.verdict,
                     "note": note,
                 }
             )
     return rows
+
+
+def rules_text(plan: ProbePlan) -> str:
+    """The paragraph under the Markdown twin's title: how rows are judged."""
+    rule = plan.fp64_rule
+    m = rule["multiplier"]
+    m = "3 below 1000 elements, else 2" if m == "auto" else f"{float(m):g}"
+    return (
+        "Each value is compared with the probe's exact values, else with PyTorch on the CPU "
+        "in the row's dtype; shapes must agree (a scalar `[]` equals `[1]`) and integer "
+        "quantities must be equal. An f32, f16 or bf16 row passes within the tolerance or "
+        "by the float64-referenced rule: max|value − torch f64 cpu| ≤ m · max|torch − "
+        f"torch f64 cpu| + {float(rule['floor_ulps']):g} ulp(s) of the row's dtype (m: {m}); "
+        "the note says "
+        "which rule passed it, with both errors. A case that expects an error passes on the "
+        "framework's error.\n\n"
+    )
 
 
 def write_table(
@@ -159,8 +199,10 @@ def write_table(
     csv_rows = [
         {
             **r,
+            "shape": tables.shape_text(r["shape"]),
             "values": tables.values_text(r["values"]),
             "reference_values": tables.values_text(r["reference_values"]),
+            "reference64_values": tables.values_text(r["reference64_values"]),
         }
         for r in rows
     ]
@@ -171,8 +213,7 @@ def write_table(
         for name, p in plan.probes.items()
     }
     md = tables.probes_markdown(rows, descriptions, notes)
-    if intro:
-        md = md.replace("\n", "\n\n" + intro, 1)
+    md = md.replace("\n", "\n\n" + intro + rules_text(plan), 1)
     md += (
         f"\nMade by run {integrity.run_id()}; "
         f"`{os.path.basename(str(out_md).rsplit('.', 1)[0])}.sources.json` lists every "

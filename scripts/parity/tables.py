@@ -27,6 +27,7 @@ PROBE_COLUMNS = (
     "framework",
     "device",
     "dtype",
+    "shape",
     "values",
     "reference",
     "reference_values",
@@ -34,6 +35,10 @@ PROBE_COLUMNS = (
     "tolerance",
     "verdict",
     "note",
+    # The float64-referenced rule (f32, f16, bf16 rows against PyTorch in their dtype).
+    "reference64_values",
+    "fp64_diff",
+    "reference_fp64_diff",
 )
 #: Values a Markdown cell of the probe table shows before eliding the rest.
 PROBE_MD_VALUES = 8
@@ -137,6 +142,11 @@ def number(v: float) -> str:
     return repr(float(v))
 
 
+def shape_text(shape: Sequence[int] | None) -> str:
+    """``[2, 3]``; ``[]`` for a scalar; empty for no shape."""
+    return "" if shape is None else f"[{', '.join(str(int(d)) for d in shape)}]"
+
+
 def values_text(values: Sequence[float] | None, limit: int | None = None) -> str:
     """``[340, 392, 444]``; with ``limit``, at most that many values then ``… (n values)``."""
     if values is None:
@@ -161,6 +171,7 @@ def probes_markdown(
         "framework",
         "device",
         "dtype",
+        "shape",
         "values",
         "reference",
         "max diff",
@@ -177,6 +188,7 @@ def probes_markdown(
                 r["framework"],
                 r["device"],
                 r["dtype"],
+                shape_text(r.get("shape")),
                 values_text(r["values"], PROBE_MD_VALUES),
                 (f"{r['reference']} {values_text(r['reference_values'], PROBE_MD_VALUES)}").strip(),
                 _sci(r["max_diff"]),

@@ -25,7 +25,13 @@ Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
 | `framework-error`  | the framework raised an error; the table gives its message          |
 | `non-finite`       | NaN or ±Inf where the reference is finite                           |
 
-A probe row whose values match neither the reference nor a known bug is a `fail`.
+A probe row whose values match neither the reference nor a known bug is a `fail`; so is
+one whose shape differs from the reference's (a scalar ``[]`` equals ``[1]``), and one that
+returns values for a case that expects an error (``expect: error``, where the framework's
+error is a `pass`). Integer quantities (argmax, argmin, argsort) pass only when equal. An
+f32, f16 or bf16 row compared with PyTorch in its dtype passes within the tolerance or by
+the float64-referenced rule: max|value − torch f64| ≤ m · max|torch − torch f64| + a floor
+of ulps (``probe_results.fp64_check``); its note says which.
 
 Differences and whether they are within a tolerance are ``closeness``'s (its NaN/Inf rule:
 NaN and ``inf`` are never within).
@@ -103,6 +109,8 @@ def probe_verdict(
     *,
     known_bug_worst: float | None = None,
     non_finite: bool = False,
+    fp64_pass: bool = False,
+    invalid: bool = False,
 ) -> str:
     """Verdict of one probe quantity whose values the framework did produce.
 
@@ -111,10 +119,14 @@ def probe_verdict(
     ``closeness.within`` (NaN and ``inf`` never are within); ``known_bug_worst`` the same
     against the values a recorded known bug produces for this framework and device, or None
     when none is recorded; ``non_finite`` whether the values hold NaN or ±Inf where the
-    reference does not. Missing gradients, framework errors and reference rows are decided
-    before this.
+    reference does not; ``fp64_pass`` whether the values pass the float64-referenced rule
+    (``probe_results.fp64_check``), which passes them as the tolerance does; ``invalid``
+    whether they fail whatever their difference (a shape other than the reference's,
+    non-integers in an integer quantity), though a known bug may still reproduce. Missing
+    gradients, framework errors, expected errors and reference rows are decided before
+    this.
     """
-    if closeness.within(worst, tolerance):
+    if not invalid and (closeness.within(worst, tolerance) or fp64_pass):
         return PASS if known_bug_worst is None else KNOWN_BUG_FIXED
     if known_bug_worst is not None and closeness.within(known_bug_worst, tolerance):
         return KNOWN_BUG

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from types import ModuleType
 
+from ..devices import DEVICES
 from . import burn, candle, pytorch
 
 #: Definitions in order, the reference framework first.
@@ -42,6 +43,37 @@ UNSUPPORTED: dict[tuple[str, str, str], str] = {
 }
 
 
+#: The dtypes of a probe run: the training dtypes (``devices.DTYPES``, which stay f32 and
+#: f64) plus half precision, which only probes run. Equal to ``probes.PROBE_DTYPES``.
+PROBE_DTYPES = ("f32", "f64", "f16", "bf16")
+HALF_DTYPES = ("f16", "bf16")
+
+#: Half-precision probe cells that cannot run although the framework runs float32 on the
+#: device, (framework, device, dtype) → reason.
+_HALF_UNSUPPORTED = {
+    ("burn", "cpu", dt): (
+        f"burn-parity runs burn's ndarray backend, whose float element is f32 or f64 (no {dt})"
+    )
+    for dt in HALF_DTYPES
+}
+
+#: The probes' validity matrix over FRAMEWORKS × DEVICES × PROBE_DTYPES: the training
+#: matrix for f32 and f64; a half-precision cell cannot run where float32 cannot (a device
+#: the framework lacks, with the same reason) or where :data:`_HALF_UNSUPPORTED` says so.
+#: Metal's missing float64 does not extend to half precision.
+PROBE_UNSUPPORTED: dict[tuple[str, str, str], str] = {
+    **UNSUPPORTED,
+    **{
+        (n, dev, dt): UNSUPPORTED[(n, dev, "f32")]
+        for n in DEFINITIONS
+        for dev in DEVICES
+        for dt in HALF_DTYPES
+        if (n, dev, "f32") in UNSUPPORTED
+    },
+    **_HALF_UNSUPPORTED,
+}
+
+
 def framework_of(run: str) -> str:
     """The framework a run name starts with: ``candle_f32factors`` → ``candle``.
     Raises ``ValueError`` for a name that starts with none."""
@@ -58,3 +90,9 @@ def definition(framework: str) -> ModuleType:
 def unsupported_reason(framework: str, device: str, dtype: str) -> str | None:
     """Why (framework, device, dtype) cannot run, or None when it can."""
     return UNSUPPORTED.get((framework, device, dtype))
+
+
+def probe_unsupported_reason(framework: str, device: str, dtype: str) -> str | None:
+    """Why a probe cannot run on (framework, device, dtype), or None when it can; ``dtype``
+    is one of :data:`PROBE_DTYPES` (see :data:`PROBE_UNSUPPORTED`)."""
+    return PROBE_UNSUPPORTED.get((framework, device, dtype))
