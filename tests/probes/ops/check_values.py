@@ -15,7 +15,8 @@ For every case with ``exact`` values the script
 2. runs it again rounding every input, op result, gradient and optimizer state to float32,
    and asserts the same values: the exact values are exact in float32 (and, for the files
    meant for half precision, ``half.yaml``, also in float16 and bfloat16, where every
-   accumulated sum is also bounded by the largest integer the format holds exactly);
+   accumulated sum is also bounded by the largest integer the format holds exactly); for
+   the other files it only reports whether they would also hold in float16/bfloat16;
 3. for cases with ``expect: error``, asserts that the steps are refused (shape or index
    checks) before any value is computed.
 
