@@ -267,7 +267,12 @@ def test_repository_probes_are_small():
             "cases.c.steps[0].conv1d",
             "im2col buffer holds 89910300 elements",
         ),
-        ({"y": {"values": [[1.0, math.nan]]}}, [], "inputs.y.values[0][1]", ".nan is not"),
+        (
+            {"y": {"arange": {"start": math.nan}, "shape": [2]}},
+            [],
+            "inputs.y.arange.start",
+            ".nan is not",
+        ),
         ({"y": {"zeros": [0, 10**30]}}, [], "inputs.y.zeros[1]", "larger than 2^53"),
         (
             {"a": {"ones": [4]}},
@@ -299,10 +304,13 @@ def test_probe_limit_is_a_config_key(tmp_path):
         load(path, {**limits.DEFAULTS, "max_probe_tensor_elements": 50})
 
 
-def test_a_probe_tolerance_written_1e_minus_6_says_how_to_write_it(tmp_path):
+def test_a_probe_tolerance_written_1e_minus_6_is_the_number(tmp_path):
     doc = copy.deepcopy(CONV1D)
     doc["tolerance"] = {"f32": "1e-6"}
+    assert load(write_probe(tmp_path, "conv", doc)).tolerance("f32") == 1e-6
+    # Where the number cannot be taken (an integer argument), the message says why.
+    doc["cases"]["batch2"]["steps"][0]["conv1d"]["padding"] = "1.5e0"
     with pytest.raises(ProbeError) as e:
         load(write_probe(tmp_path, "conv", doc))
-    assert e.value.field == "tolerance.f32"
-    assert e.value.problem.endswith("write 1.0e-6")
+    assert e.value.field == "cases.batch2.steps[0].conv1d.padding"
+    assert "written '1.5e0', which YAML 1.1 reads as text" in e.value.problem
