@@ -14,6 +14,11 @@ batch recomputed (its log's "computing probes:" line).
 
     .venv/bin/python bench/probes.py                     # all three frameworks
     .venv/bin/python bench/probes.py --frameworks torch  # PyTorch only, no table
+    .venv/bin/python bench/probes.py --stand-in-runners  # Python stand-ins for the runners
+
+A touched file (same content) reruns nothing: Snakemake compares the checksum of an input
+newer than its outputs with the one it recorded. An edited file reruns every batch (each
+recomputes that probe only) and the table.
 """
 
 from __future__ import annotations
@@ -236,6 +241,9 @@ def main() -> None:
             start = time.time()
             seconds, out = snakemake(work, cfg, goals)
             print(f"\n{edited.name} {what}: rerun {seconds:.1f} s wall; jobs: {ran(out)}")
+            if "Nothing to be done" in out:
+                print("(nothing to do: the file's checksum is the one Snakemake recorded)")
+                continue
             print(table(recomputed(work, start), ["batch", "computed"]))
             print(table(job_times(work, start), ["job kind", "jobs", "seconds (sum)", "max"]))
 
