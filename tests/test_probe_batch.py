@@ -136,6 +136,7 @@ def test_the_first_run_computes_every_probe_in_one_call_and_fills_the_cache(work
         key = BATCH.key(p.name)
         meta, rows = read_results(key.result, p, key)
         assert meta["framework_version"] == "0.0-test"
+        assert meta[probe_batch.CACHE_KEY_FIELD] == probe_batch.cache_key(p, key, IDENT)
         assert all(o.values.tolist() == [VALUE] for o in rows.values())
     assert [e.split("-")[0] for e in entries()] == NAMES
 
@@ -197,7 +198,18 @@ def corrupt_other_cell(path):
                   outcomes(p), metadata())  # fmt: skip
 
 
-@pytest.mark.parametrize("corrupt", [corrupt_flip, corrupt_truncate, corrupt_other_cell])
+def corrupt_other_code(path):
+    # A valid result of this very cell, made by other code (another cache key).
+    p = load(REPO / "probes" / f"{path.name.split('-')[0]}.yaml")
+    from parity.probe_results import write_results
+
+    meta = {**metadata(), probe_batch.CACHE_KEY_FIELD: "0" * 16}
+    write_results(path, p, BATCH.key(p.name), outcomes(p), meta)
+
+
+@pytest.mark.parametrize(
+    "corrupt", [corrupt_flip, corrupt_truncate, corrupt_other_cell, corrupt_other_code]
+)
 def test_a_corrupt_cache_entry_is_ignored_and_recomputed(work, corrupt, caplog):
     ps = probes()
     run(ps, FakeCompute())

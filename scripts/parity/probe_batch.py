@@ -12,8 +12,9 @@ cache keeps that cheap:
   the interpreter's identity (:func:`identity`: the job's code hash, the framework's
   version or the runner binary's sha256, the thread count, the platform and CPU);
 * a batch job first looks up every probe; an entry is used only if ``read_results``
-  accepts it (page checksums, sealed metadata, the probe's hash, the cell, the rows), else
-  it is removed and recomputed;
+  accepts it (page checksums, sealed metadata, the probe's hash, the cell, the rows) and
+  its metadata records the same key (:data:`CACHE_KEY_FIELD`), else it is removed and
+  recomputed;
 * the rest run in ONE call of the framework's ``compute`` (PyTorch in the job's own
   interpreter, the Rust runner once with a ``ProbeBatch``), each result written to the
   cache atomically as it arrives (``probe_results.write_results``), so that a job failing
@@ -47,6 +48,9 @@ from .provenance import cpu_model
 
 #: Bump to orphan every cache entry (a change of what a key covers).
 CACHE_VERSION = 1
+#: The result metadata field holding the cache key a result was made under (outputs keep
+#: it: it names the probe, cell and interpreter identity the result came from).
+CACHE_KEY_FIELD = "cache_key"
 
 #: What a framework's ``compute`` yields per probe: (probe name, its outcomes in the probe's
 #: order, the result file's metadata: ``framework_version``, ``host``, ``runner``).
@@ -131,13 +135,24 @@ def cache_path(key: ProbeKey, digest: str, pattern: str = paths.PROBE_CACHE) -> 
     )
 
 
-def _cached(entry: Path, probe: Probe, key: ProbeKey, log: logging.Logger) -> bool:
-    """Whether ``entry`` exists and ``read_results`` accepts it; a rejected entry is
+def _check_entry(path: Path, probe: Probe, key: ProbeKey, digest: str) -> None:
+    """Raise ``ProbeResultError`` unless ``path`` is a valid result of ``key``
+    (``read_results``) recorded under the cache key ``digest`` (metadata
+    :data:`CACHE_KEY_FIELD`)."""
+    meta, _ = read_results(path, probe, key)
+    if meta.get(CACHE_KEY_FIELD) != digest:
+        raise ProbeResultError(
+            path, f"made under cache key {meta.get(CACHE_KEY_FIELD)!r}, not {digest!r}"
+        )
+
+
+def _cached(entry: Path, probe: Probe, key: ProbeKey, digest: str, log: logging.Logger) -> bool:
+    """Whether ``entry`` exists and is valid (:func:`_check_entry`); a rejected entry is
     removed (logged) so that it is recomputed."""
     if not entry.exists():
         return False
     try:
-        read_results(entry, probe, key)
+        _check_entry(entry, probe, key, digest)
     except ProbeResultError as e:
         log.warning("probe %s: ignoring its cache entry (%s); recomputing", probe.name, e)
         entry.unlink(missing_ok=True)
@@ -146,24 +161,30 @@ def _cached(entry: Path, probe: Probe, key: ProbeKey, log: logging.Logger) -> bo
 
 
 def _store(
-    entry: Path, probe: Probe, key: ProbeKey, outcomes: Sequence[Outcome], metadata: Mapping
+    entry: Path,
+    probe: Probe,
+    key: ProbeKey,
+    digest: str,
+    outcomes: Sequence[Outcome],
+    metadata: Mapping,
 ) -> None:
-    """Write one probe's result into the cache (atomically) and remove that probe's other
-    entries of the batch."""
-    write_results(entry, probe, key, outcomes, metadata)
+    """Write one probe's result into the cache (atomically), its cache key in its
+    metadata, and remove that probe's other entries of the batch."""
+    write_results(entry, probe, key, outcomes, {**metadata, CACHE_KEY_FIELD: digest})
     for old in entry.parent.glob(f"{probe.name}-*.parquet"):
         if old != entry:
             old.unlink(missing_ok=True)
 
 
-def publish(entry: Path, out: str | Path, probe: Probe, key: ProbeKey) -> None:
-    """Copy a cache entry to the job's output ``out``: the copy is checked by
-    ``read_results`` before it is renamed into place (``fileio.atomic_path``), and gets
-    its own modification time. Raises ``ProbeResultError`` (and writes nothing) when the
-    copy is not a valid result of ``key``."""
+def publish(entry: Path, out: str | Path, probe: Probe, key: ProbeKey, digest: str) -> None:
+    """Copy a cache entry to the job's output ``out``: the copy is checked
+    (``read_results``, and its cache key ``digest``) before it is renamed into place
+    (``fileio.atomic_path``), and gets its own modification time. Raises
+    ``ProbeResultError`` (and writes nothing) when the copy is not a valid result of
+    ``key``."""
     with atomic_path(out) as tmp:
         shutil.copyfile(entry, tmp)
-        read_results(tmp, probe, key)
+        _check_entry(tmp, probe, key, digest)
 
 
 def run_batch(
@@ -188,12 +209,14 @@ def run_batch(
         raise BatchError(
             f"outputs name {sorted(outputs)}, the batch runs {[p.name for p in probes]}"
         )
-    entries = {p.name: cache_path(batch.key(p.name), cache_key(p, batch.key(p.name), ident),
-                                  cache_pattern) for p in probes}  # fmt: skip
+    digests = {p.name: cache_key(p, batch.key(p.name), ident) for p in probes}
+    entries = {
+        p.name: cache_path(batch.key(p.name), digests[p.name], cache_pattern) for p in probes
+    }
     run = BatchRun()
     todo = []
     for p in probes:
-        if _cached(entries[p.name], p, batch.key(p.name), log):
+        if _cached(entries[p.name], p, batch.key(p.name), digests[p.name], log):
             run.cached.append(p.name)
         else:
             todo.append(p)
@@ -207,14 +230,14 @@ def run_batch(
                 raise BatchError(f"{batch.label}: a result for probe {name!r}, not asked for")
             if name in run.computed:
                 raise BatchError(f"{batch.label}: two results for probe {name!r}")
-            _store(entries[name], by_name[name], batch.key(name), outcomes, metadata)
+            _store(entries[name], by_name[name], batch.key(name), digests[name], outcomes, metadata)
             run.computed.append(name)
             log.info("probe %s: computed, cached as %s", name, entries[name])
         missing = [p.name for p in todo if p.name not in run.computed]
         if missing:
             raise BatchError(f"{batch.label}: no result for probe(s) {', '.join(missing)}")
     for p in probes:
-        publish(entries[p.name], outputs[p.name], p, batch.key(p.name))
+        publish(entries[p.name], outputs[p.name], p, batch.key(p.name), digests[p.name])
     log.info("wrote %d results (%d computed)", len(probes), len(run.computed))
     return run
 
