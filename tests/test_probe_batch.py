@@ -349,7 +349,7 @@ FAKE_RUNNER = r"""#!{python}
 # A stand-in for candle-parity/burn-parity's `probe` subcommand: reads the ProbeBatch,
 # writes one ok result per quantity (value: the quantity's index) and says on stderr which
 # probes it was given.
-import json, struct, sys
+import json, os, struct, sys
 import numpy as np
 from safetensors.numpy import save
 
@@ -367,7 +367,13 @@ if "probes" not in spec:
 print("fake runner probes: " + ",".join(p["probe"] for p in spec["probes"]), file=sys.stderr)
 frame({{"kind": "header", "framework": framework, "framework_version": "fake",
         "compiler": "none", "device_detail": "cpu", "features": "", "threads": "1"}})
-for p in spec["probes"]:
+crash_after = int(os.environ.get("FAKE_CRASH_AFTER", "-1"))
+for i, p in enumerate(spec["probes"]):
+    if i == crash_after:  # die part-way, in the middle of a frame
+        sys.stdout.buffer.write(struct.pack("<Q", 1000) + b"partial")
+        sys.stdout.flush()
+        print("fake runner: crashed", file=sys.stderr)
+        sys.exit(3)
     for case in p["cases"]:
         for k, q in enumerate(case["compare"]):
             frame({{"kind": "result", "probe": p["probe"], "case": case["name"],
@@ -403,6 +409,40 @@ def test_a_runner_batch_runs_once_on_the_probes_not_cached(work):
     key = BATCH.key("relu_abs_at_zero")
     _, rows = read_results(key.result, ps[2], key)
     assert [float(o.values[0]) for o in rows.values()] == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_a_dead_runners_stream_yields_only_its_complete_probes():
+    ps = probes()
+    fs = frames(stream(ps))[:-1]  # no end frame
+    n0, n1 = len(ps[0].quantities()), len(ps[1].quantities())
+    # The second probe's last quantity is missing: only the first counts.
+    meta, done = rust_probe.complete_probes(fs[: 1 + n0 + n1 - 1], ps, "candle", "c")
+    assert list(done) == ["conv1d_grad"] and meta["framework_version"] == "0.11.0"
+    meta, done = rust_probe.complete_probes(fs[: 1 + n0 + n1], ps, "candle", "c")
+    assert list(done) == ["conv1d_grad", "conv2d_grad"]
+    assert rust_probe.complete_probes(fs[:1], ps, "candle", "c") == ({}, {})
+    assert rust_probe.complete_probes(fs, ps, "burn", "c") == ({}, {})
+
+
+def test_a_runner_that_dies_part_way_keeps_the_probes_it_finished(work, monkeypatch):
+    binary = fake_runner(work / "bin" / "candle-parity")
+    log_path = work / "batch.log"
+    ps = probes()
+
+    def compute(todo):
+        return rust_probe.run_batch(todo, "candle", "f32", "cpu", binary, 1, LOG, str(log_path))
+
+    monkeypatch.setenv("FAKE_CRASH_AFTER", "2")
+    with pytest.raises(RunnerError, match=r"status 3 \(2 probe\(s\) before it kept\)"):
+        run(ps, compute)
+    assert not any(Path(BATCH.key(p.name).result).exists() for p in ps)
+    assert len(entries()) == 2
+    monkeypatch.setenv("FAKE_CRASH_AFTER", "0")
+    with pytest.raises(RunnerError, match=r"status 3; last lines of its log:\n(.|\n)*crashed"):
+        run(ps, compute)
+    monkeypatch.delenv("FAKE_CRASH_AFTER")
+    done = run(ps, compute)
+    assert (done.cached, done.computed) == (NAMES[:2], NAMES[2:])
 
 
 @pytest.mark.parametrize("crate", ["candle-parity", "burn-parity"])

@@ -7,20 +7,24 @@ The binary reads a ``ProbeBatch``, ``{"probes": [Probe.runner_spec(dtype, device
 (``rust/parity-common/src/probe_spec.rs``), and writes a header frame, then per probe in
 batch order, per case, per quantity one ``result`` frame (metadata ``probe``, ``case``,
 ``quantity``, ``status``, ``message``; tensor ``values`` when ok), then one ``end`` frame.
+It runs the binary itself (not ``rust_runner.run_frames``) to read what a runner that
+died part-way had written.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .frames import Frame
+from .frames import Frame, FrameError, read_frames
 from .probe_plan import ProbeKey
 from .probe_results import OK, Outcome, write_results
 from .probes import Probe
 from .provenance import probe_metadata
-from .rust_runner import RunnerError, run_frames
+from .rust_runner import RunnerError, invocation, log_tail
 
 HEADER_RUNNER_KEYS = ("compiler", "device_detail", "features")
 
@@ -84,6 +88,46 @@ def batch_outcomes(
     return probe_metadata(header["framework_version"], runner), out
 
 
+def _read_partial(data: bytes) -> list[Frame]:
+    """The frames of ``data`` up to the first malformed or truncated one."""
+    out: list[Frame] = []
+    try:
+        for f in read_frames(io.BytesIO(data)):
+            out.append(f)
+    except FrameError:
+        pass
+    return out
+
+
+def complete_probes(
+    frames: Sequence[Frame], probes: Sequence[Probe], framework: str, name: str
+) -> tuple[dict, dict[str, list[Outcome]]]:
+    """From the stream of a runner that failed part-way (``frames``: what it wrote before
+    it died, no ``end`` frame), the probes whose every quantity arrived, in batch order:
+    (metadata, outcomes by probe name), as :func:`batch_outcomes`. Nothing (``({}, {})``)
+    when the stream has no header of ``framework`` or is malformed before its end."""
+    if not frames or frames[0].kind != "header" or frames[0].meta.get("framework") != framework:
+        return {}, {}
+    body = [f for f in frames[1:] if f.kind == "result"]
+    done: list[Probe] = []
+    at = 0
+    for p in probes:
+        n = len(p.quantities())
+        chunk = body[at : at + n]
+        if len(chunk) < n or any(f.meta.get("probe") != p.name for f in chunk):
+            break
+        done.append(p)
+        at += n
+    if not done:
+        return {}, {}
+    try:
+        return batch_outcomes(
+            [frames[0], *body[:at], Frame({"kind": "end"})], done, framework, name
+        )
+    except RunnerError:
+        return {}, {}
+
+
 def run_batch(
     probes: Sequence[Probe],
     framework: str,
@@ -100,12 +144,34 @@ def run_batch(
 
     The framework's errors, missing gradients and unsupported ops arrive as outcomes.
     Raises :class:`RunnerError` when the binary exits non-zero (a spec it refuses, a
-    missing device) or its stream is malformed (:func:`batch_outcomes`); nothing is
-    yielded then.
+    missing device, a crash) or its stream is malformed (:func:`batch_outcomes`). A
+    runner that dies part-way still yields first the probes whose results all arrived
+    (:func:`complete_probes`), so that the batch's cache keeps them.
     """
     name = Path(binary).name
-    frames = run_frames(binary, ["probe"], batch_spec(probes, dtype, device), threads, log_path)
+    spec = batch_spec(probes, dtype, device)
+    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
+        cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
+    if proc.returncode != 0:
+        metadata, outcomes = complete_probes(_read_partial(proc.stdout), probes, framework, name)
+        done = [p for p in probes if p.name in outcomes]
+        yield from _report(done, outcomes, metadata, log)
+        tail = log_tail(log_path) if log_path else ""
+        kept = f" ({len(done)} probe(s) before it kept)" if done else ""
+        raise RunnerError(
+            f"{name} probe exited with status {proc.returncode}{kept}; last lines of its "
+            f"log:\n{tail}"
+        )
+    try:
+        frames = list(read_frames(io.BytesIO(proc.stdout)))
+    except FrameError as e:
+        raise RunnerError(f"malformed frame stream from {name} probe: {e}") from e
     metadata, outcomes = batch_outcomes(frames, probes, framework, name)
+    yield from _report(probes, outcomes, metadata, log)
+
+
+def _report(probes, outcomes, metadata, log):
     for p in probes:
         for o in outcomes[p.name]:
             log.info("%s %s %s: %s %s", p.name, o.case, o.quantity, o.status, o.message or "")
