@@ -3,7 +3,7 @@
 #   → compare (per-step and float64-split tables) → figures
 #   → localise (same-state replay of the first differing step: the first op that differs)
 #   → summary, framework table, optimizer defaults → check
-#   probes (one job per probe × framework × dtype × device) → probes table
+#   probes (one job per framework × dtype × device running every probe) → probes table
 #   target faults (not default): fault instances → detection table; lr sensitivity
 
 

@@ -258,8 +258,18 @@ def table_outputs(kind):
 
 
 def probe_path(pattern, framework):
-    """A probe job's result, log or benchmark pattern for ``framework``."""
+    """A probe batch's log or benchmark pattern for ``framework`` (wildcards dtype,
+    device)."""
     return paths.fill(pattern, framework=framework)
+
+
+def probe_batch_results(framework):
+    """A probe batch's outputs: the result of every probe for ``framework``, patterns with
+    the wildcards dtype and device (``ProbeKey.result``)."""
+    return [
+        paths.fill(paths.PROBE_RESULT, probe=p, framework=framework)
+        for p in PROBES.probes
+    ]
 
 
 def runner_binary(framework, device):
@@ -344,23 +354,31 @@ def all_outputs():
 # ----- probes ----------------------------------------------------------------------
 
 
-def probe_file(wildcards):
-    """The probe file a probe job reads."""
-    return PROBES.path(wildcards.probe)
+def probe_files():
+    """The probe files a probe batch reads: every probe's."""
+    return [PROBES.path(p) for p in PROBES.probes]
 
 
-def probe_params(framework):
-    """Input function: the normalized probe a job runs, as plain data. Refuses a cell of
-    the validity matrix that cannot run (float64 on Metal)."""
+def probe_batch_params(framework):
+    """Input function: the normalized probes a batch job runs, as plain data, in
+    ``ProbePlan.batches`` order. Refuses a cell of the validity matrix that cannot run
+    (float64 on Metal), and a batch whose probes are not every probe (the rules' outputs
+    are every probe's result)."""
 
     def params(wildcards):
         reason = unsupported_reason(framework, wildcards.device, wildcards.dtype)
         if reason is not None:
             raise WorkflowError(
-                f"probe {wildcards.probe}: {framework} {wildcards.dtype} "
-                f"{wildcards.device} cannot run: {reason}"
+                f"probes: {framework} {wildcards.dtype} {wildcards.device} cannot run: {reason}"
             )
-        return PROBES.probe(wildcards.probe).as_params()
+        keys = PROBES.batches().get((framework, wildcards.dtype, wildcards.device))
+        names = [k.probe for k in keys or []]
+        if sorted(names) != sorted(PROBES.probes):
+            raise WorkflowError(
+                f"probes: the {framework} {wildcards.dtype} {wildcards.device} batch runs "
+                f"{names or 'nothing'}, not every probe"
+            )
+        return [PROBES.probe(n).as_params() for n in names]
 
     return params
 

@@ -1,77 +1,82 @@
-# Op probes: one job per (probe, framework, dtype, device), then one table. What a probe
+# Op probes: one job per batch, (framework, dtype, device), running every probe file in
+# one process (PyTorch imported once, a runner binary started once), whose outputs are
+# still one result per (probe, framework, dtype, device); then one table. A batch job
+# takes each unchanged probe's result from its content cache (parity.probe_batch), so
+# editing one probe file reruns the batches but recomputes only that probe. What a probe
 # means lives in scripts/parity/probes.py; the probe files are probes/*.yaml. Each job
-# receives its normalized probe as params.
+# receives its normalized probes as params. Without probes there are no probe jobs.
 
+if PROBES.probes:
 
-rule probe_torch:
-    """A probe run with PyTorch, written as probe results."""
-    input:
-        probe=probe_file,
-    output:
-        result=probe_path(paths.PROBE_RESULT, "torch"),
-    log:
-        probe_path(paths.PROBE_LOG, "torch"),
-    benchmark:
-        probe_path(paths.PROBE_BENCHMARK, "torch")
-    wildcard_constraints:
-        device=LOCAL_DEVICES,
-    conda:
-        "../envs/torch.yaml"
-    threads: config.get("threads", 1)
-    resources:
-        gpu=lambda wc: int(wc.device == "cuda"),
-    params:
-        probe=probe_params("torch"),
-        code=code("probe_torch.py"),
-    script:
-        "../scripts/probe_torch.py"
+    rule probe_torch:
+        """Every probe with PyTorch in one dtype on one device, in one interpreter,
+        written as probe results (one file per probe)."""
+        input:
+            probes=probe_files(),
+        output:
+            probe_batch_results("torch"),
+        log:
+            probe_path(paths.PROBE_LOG, "torch"),
+        benchmark:
+            probe_path(paths.PROBE_BENCHMARK, "torch")
+        wildcard_constraints:
+            device=LOCAL_DEVICES,
+        conda:
+            "../envs/torch.yaml"
+        threads: config.get("threads", 1)
+        resources:
+            gpu=lambda wc: int(wc.device == "cuda"),
+        params:
+            probes=probe_batch_params("torch"),
+            code=code("probe_torch.py"),
+        script:
+            "../scripts/probe_torch.py"
 
+    rule probe_candle:
+        """Every probe with the candle binary built for the device, in one run of it,
+        written as probe results (one file per probe)."""
+        input:
+            probes=probe_files(),
+            binary=runner_binary("candle", "{device}"),
+        output:
+            probe_batch_results("candle"),
+        log:
+            probe_path(paths.PROBE_LOG, "candle"),
+        benchmark:
+            probe_path(paths.PROBE_BENCHMARK, "candle")
+        wildcard_constraints:
+            device=LOCAL_DEVICES,
+        conda:
+            "../envs/analysis.yaml"
+        threads: config.get("threads", 1)
+        resources:
+            gpu=lambda wc: int(wc.device == "cuda"),
+        params:
+            probes=probe_batch_params("candle"),
+            framework="candle",
+            code=code("probe_rust.py"),
+        script:
+            "../scripts/probe_rust.py"
 
-rule probe_candle:
-    """A probe run with the candle binary built for the device, written as probe results."""
-    input:
-        probe=probe_file,
-        binary=runner_binary("candle", "{device}"),
-    output:
-        result=probe_path(paths.PROBE_RESULT, "candle"),
-    log:
-        probe_path(paths.PROBE_LOG, "candle"),
-    benchmark:
-        probe_path(paths.PROBE_BENCHMARK, "candle")
-    wildcard_constraints:
-        device=LOCAL_DEVICES,
-    conda:
-        "../envs/analysis.yaml"
-    threads: config.get("threads", 1)
-    resources:
-        gpu=lambda wc: int(wc.device == "cuda"),
-    params:
-        probe=probe_params("candle"),
-        framework="candle",
-        code=code("probe_rust.py"),
-    script:
-        "../scripts/probe_rust.py"
-
-
-use rule probe_candle as probe_burn with:
-    """A probe run with the burn binary (burn's ndarray backend: CPU only, so the validity
-    matrix schedules no other device), written as probe results; an op burn's API lacks is
-    an `unsupported` row."""
-    input:
-        probe=probe_file,
-        binary=runner_binary("burn", "{device}"),
-    output:
-        result=probe_path(paths.PROBE_RESULT, "burn"),
-    log:
-        probe_path(paths.PROBE_LOG, "burn"),
-    benchmark:
-        probe_path(paths.PROBE_BENCHMARK, "burn")
-    wildcard_constraints:
-        device="cpu",
-    params:
-        probe=probe_params("burn"),
-        framework="burn",
-        code=code("probe_rust.py"),
+    use rule probe_candle as probe_burn with:
+        """Every probe with the burn binary (burn's ndarray backend: CPU only, so the
+        validity matrix schedules no other device), in one run of it, written as probe
+        results; an op burn's API lacks is an `unsupported` row."""
+        input:
+            probes=probe_files(),
+            binary=runner_binary("burn", "{device}"),
+        output:
+            probe_batch_results("burn"),
+        log:
+            probe_path(paths.PROBE_LOG, "burn"),
+        benchmark:
+            probe_path(paths.PROBE_BENCHMARK, "burn")
+        wildcard_constraints:
+            device="cpu",
+        params:
+            probes=probe_batch_params("burn"),
+            framework="burn",
+            code=code("probe_rust.py"),
 
 
 rule probes_table:

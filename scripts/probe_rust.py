@@ -1,14 +1,32 @@
-"""Snakemake job: one probe run with a Rust runner binary, candle-parity or burn-parity (see
-parity.rust_probe); the rule names the framework."""
+"""Snakemake job: a batch of probes (every probe of one dtype and device) with a Rust runner
+binary, candle-parity or burn-parity (the rule names the framework), run ONCE on the whole
+batch, each probe's result from the content cache when it holds it (see
+parity.probe_batch and parity.rust_probe)."""
 
-from parity import rust_probe
-from parity.fileio import job_logger
-from parity.probe_plan import ProbeKey
+from parity import probe_batch, rust_probe
+from parity.fileio import job_logger, sha256_file
 from parity.probes import Probe
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 w = sm.wildcards
-probe = Probe(**sm.params.probe)
-key = ProbeKey(w.probe, sm.params.framework, w.dtype, w.device)
-rust_probe.probe(probe, key, sm.input.binary, sm.output.result, sm.threads, log, sm.log[0])
+batch = probe_batch.Batch(sm.params.framework, w.dtype, w.device)
+probes = [Probe(**p) for p in sm.params.probes]
+binary = sm.input.binary
+
+
+def compute(todo):
+    """The runner binary once on ``todo``."""
+    return rust_probe.run_batch(
+        todo, batch.framework, batch.dtype, batch.device, binary, sm.threads, log, sm.log[0]
+    )
+
+
+probe_batch.run_batch(
+    probes,
+    batch,
+    probe_batch.job_outputs(probes, batch, sm.output),
+    probe_batch.identity(sm.params.code, sm.threads, binary=sha256_file(binary)),
+    compute,
+    log,
+)

@@ -1,16 +1,36 @@
-"""Snakemake job: one probe run with PyTorch (see parity.probe_torch)."""
+"""Snakemake job: a batch of probes (every probe of one dtype and device) with PyTorch, in
+this one interpreter (torch imported once), each probe's result from the content cache when
+it holds it (see parity.probe_batch; the interpreter is parity.probe_torch)."""
 
-from parity import probe_torch
+import torch
+
+from parity import probe_batch, probe_torch
 from parity.fileio import job_logger
-from parity.probe_plan import ProbeKey
-from parity.probe_results import write_results
 from parity.probes import Probe
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 w = sm.wildcards
-probe = Probe(**sm.params.probe)
-key = ProbeKey(w.probe, "torch", w.dtype, w.device)
-outcomes = probe_torch.run(probe, key.dtype, key.device, sm.threads, log)
-write_results(sm.output.result, probe, key, outcomes, probe_torch.runner_metadata(key.device))
-log.info("wrote %s", sm.output.result)
+batch = probe_batch.Batch("torch", w.dtype, w.device)
+probes = [Probe(**p) for p in sm.params.probes]
+runtime = {"torch": torch.__version__}
+if w.device == "cuda" and torch.cuda.is_available():
+    runtime["gpu"] = torch.cuda.get_device_name()
+
+
+def compute(todo):
+    """Every probe of ``todo`` run by parity.probe_torch, one after the other."""
+    for probe in todo:
+        log.info("probe %s", probe.name)
+        outcomes = probe_torch.run(probe, batch.dtype, batch.device, sm.threads, log)
+        yield probe.name, outcomes, probe_torch.runner_metadata(batch.device)
+
+
+probe_batch.run_batch(
+    probes,
+    batch,
+    probe_batch.job_outputs(probes, batch, sm.output),
+    probe_batch.identity(sm.params.code, sm.threads, **runtime),
+    compute,
+    log,
+)

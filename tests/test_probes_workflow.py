@@ -1,5 +1,6 @@
 """End-to-end: the probe part of the real workflow (real torch, candle and burn) in a temp
-dir."""
+dir: one job per (framework, dtype, device) batch. Batching and its cache are
+tests/test_probe_batch.py."""
 
 import csv
 
@@ -110,14 +111,18 @@ def test_markdown_twin_says_known_bug_reproduced(probe_run):
     assert "## conv1d_grad" in md and "known bug reproduced" in md
 
 
-def test_probe_jobs_left_logs_and_benchmarks(probe_run):
+def test_probe_batches_left_logs_and_benchmarks(probe_run):
     workdir, _, _ = probe_run
     logs = sorted(p.relative_to(workdir) for p in (workdir / "results/logs/probes").rglob("*.log"))
     benches = list((workdir / "results/benchmarks/probes").rglob("*.tsv"))
-    assert len(logs) == len(benches) == 3 * 6 + 1
+    # One job per framework × dtype (each running the three probes), and the table.
+    assert len(logs) == len(benches) == 3 * 2 + 1
+    for fw in ("torch", "candle", "burn"):
+        log = (workdir / f"results/logs/probes/{fw}-f32-cpu.log").read_text()
+        assert f"computing probes: {', '.join(STUDY)}" in log
     for fw in ("candle", "burn"):
-        log = (workdir / f"results/logs/probes/conv1d_grad/{fw}-f32-cpu.log").read_text()
-        assert "batch2 w.grad: ok" in log
+        log = (workdir / f"results/logs/probes/{fw}-f32-cpu.log").read_text()
+        assert "conv1d_grad batch2 w.grad: ok" in log
 
 
 def test_rerun_is_a_no_op(probe_run):
@@ -135,7 +140,8 @@ def test_metal_f64_probe_jobs_are_not_scheduled(tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    # cpu f32, cpu f64, metal f32: float64 on Metal is unsupported; burn is CPU only.
+    # One job per batch: cpu f32, cpu f64, metal f32 (float64 on Metal is unsupported;
+    # burn is CPU only).
     assert counts["probe_torch"] == counts["probe_candle"] == 3
     assert counts["probe_burn"] == 2
     assert counts["build_candle"] == 2

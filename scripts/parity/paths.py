@@ -36,8 +36,14 @@ LOCALISE_BENCHMARK = "results/benchmarks/localise/{experiment}/{comparison}-{dev
 
 #: One probe file run by one framework in one dtype on one device.
 PROBE_RESULT = "results/probes/{probe}/{framework}-{dtype}-{device}.parquet"
-PROBE_LOG = "results/logs/probes/{probe}/{framework}-{dtype}-{device}.log"
-PROBE_BENCHMARK = "results/benchmarks/probes/{probe}/{framework}-{dtype}-{device}.tsv"
+#: The log and benchmark of a probe batch: one job runs every probe of a (framework, dtype,
+#: device) in one process (``parity.probe_batch``).
+PROBE_LOG = "results/logs/probes/{framework}-{dtype}-{device}.log"
+PROBE_BENCHMARK = "results/benchmarks/probes/{framework}-{dtype}-{device}.tsv"
+#: A probe batch's content cache: one probe's result under the key of what made it (the
+#: normalized probe, the run and the interpreter's code; ``probe_batch.cache_key``), reused
+#: when a batch reruns with the probe unchanged.
+PROBE_CACHE = "results/cache/probes/{framework}-{dtype}-{device}/{probe}-{key}.parquet"
 
 #: Tables over the whole run.
 SUMMARY = "results/tables/summary.{ext}"

@@ -177,6 +177,15 @@ class ProbePlan:
         None."""
         return probe_unsupported_reason(key.framework, key.device, key.dtype)
 
+    def batches(self) -> dict[tuple[str, str, str], list[ProbeKey]]:
+        """The cells that run (:meth:`jobs`) grouped by (framework, dtype, device): one probe
+        job per batch runs them all in one process (``parity.probe_batch``), the keys in
+        :meth:`jobs` order (by probe name)."""
+        out: dict[tuple[str, str, str], list[ProbeKey]] = {}
+        for k in self.jobs():
+            out.setdefault((k.framework, k.dtype, k.device), []).append(k)
+        return out
+
     def results(self) -> list[str]:
         """Every result file the table reads."""
         return [k.result for k in self.jobs()]
