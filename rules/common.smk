@@ -16,9 +16,9 @@ from parity import integrity, limits, paths, yamlfile  # noqa: E402
 from parity.codeversion import code_version  # noqa: E402
 from parity.config import ConfigError  # noqa: E402
 from parity.devices import host_device_problem  # noqa: E402
-from parity.frameworks import unsupported_reason  # noqa: E402
 from parity.plan import Plan  # noqa: E402
-from parity.probe_plan import ProbePlan  # noqa: E402
+from parity.probe_plan import ProbeKey, ProbePlan  # noqa: E402
+from parity import probes as probes_module  # noqa: E402
 from parity.probes import ProbeError  # noqa: E402
 
 #: This run's id, recorded with the tables over many results; jobs inherit it.
@@ -72,6 +72,8 @@ def require_device(device):
 
 #: Devices whose runs this host makes; imported devices' traces are only compared.
 LOCAL_DEVICES = "|".join(PLAN.local_devices())
+#: The probe dtypes (the training ones and half precision); probe batches only.
+PROBE_DTYPES = "|".join(probes_module.PROBE_DTYPES)
 
 
 wildcard_constraints:
@@ -312,9 +314,9 @@ def device_outputs(device):
     """A per-device target: that device's comparisons and probe results (with the
     reference runs they need, which are reused where present)."""
     require_device(device)
-    probes = ProbePlan(PROBES.probes, [device], PLAN.dtypes)
     return (
-        tables_and_figures(PLAN.for_devices([device]).comparisons()) + probes.results()
+        tables_and_figures(PLAN.for_devices([device]).comparisons())
+        + PROBES.for_devices([device]).results()
     )
 
 
@@ -366,7 +368,9 @@ def probe_batch_params(framework):
     are every probe's result)."""
 
     def params(wildcards):
-        reason = unsupported_reason(framework, wildcards.device, wildcards.dtype)
+        reason = PROBES.unsupported(
+            ProbeKey("", framework, wildcards.dtype, wildcards.device)
+        )
         if reason is not None:
             raise WorkflowError(
                 f"probes: {framework} {wildcards.dtype} {wildcards.device} cannot run: {reason}"

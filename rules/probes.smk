@@ -21,6 +21,7 @@ if PROBES.probes:
             probe_path(paths.PROBE_BENCHMARK, "torch")
         wildcard_constraints:
             device=LOCAL_DEVICES,
+            dtype=PROBE_DTYPES,
         conda:
             "../envs/torch.yaml"
         threads: config.get("threads", 1)
@@ -46,6 +47,7 @@ if PROBES.probes:
             probe_path(paths.PROBE_BENCHMARK, "candle")
         wildcard_constraints:
             device=LOCAL_DEVICES,
+            dtype=PROBE_DTYPES,
         conda:
             "../envs/analysis.yaml"
         threads: config.get("threads", 1)
@@ -73,6 +75,7 @@ if PROBES.probes:
             probe_path(paths.PROBE_BENCHMARK, "burn")
         wildcard_constraints:
             device="cpu",
+            dtype=PROBE_DTYPES,
         params:
             probes=probe_batch_params("burn"),
             framework="burn",

@@ -265,6 +265,8 @@ LAYOUT_OPS = frozenset(
 SIGNIFICAND_BITS = {"f64": 52, "f32": 23, "f16": 10, "bf16": 7}
 #: Run dtypes the float64-referenced rule judges (against PyTorch in the same dtype).
 FP64_RULE_DTYPES = ("f32", "f16", "bf16")
+#: Half precision: exact values are judged through the float64-referenced rule there.
+HALF_DTYPES = ("f16", "bf16")
 #: What a case expects (normalized ``expect``; absent: values).
 EXPECT_VALUES, EXPECT_ERROR = "values", "error"
 
@@ -530,6 +532,18 @@ def judge_probe_row(
         return ProbeJudgement("", None, None, None, verdict, outcome.message or "")
     values = outcome.values
     ref_shape = None
+    integer = integer_quantity(probe, case, q)
+    # Half precision cannot hold most exact values, nor the sums that lead to them: there
+    # the exact values are the float64 truth of the float64-referenced rule and PyTorch in
+    # the run dtype is the rounding yardstick (its own row is the reference).
+    half_exact = exact is not None and not integer and key.dtype in HALF_DTYPES
+    if half_exact and key.is_reference:
+        ref = expand(exact, values.size)
+        note = (
+            f"exact values taken as the float64 truth in {key.dtype}: "
+            f"max|{key.label} − exact| = {_g(_max_diff(q, values, ref))}"
+        )
+        return ProbeJudgement("exact", ref, None, None, verdicts.REFERENCE, note)
     if exact is not None:
         label, ref = "exact", expand(exact, values.size)
         ref_shape = nesting_shape(exact)
@@ -543,7 +557,6 @@ def judge_probe_row(
     else:
         label, ref = key.reference.label, reference.values
         ref_shape = reference.shape
-    integer = integer_quantity(probe, case, q)
     worst = _max_diff(q, values, ref)
     tol = (
         0.0 if integer else closeness.scaled_tolerance(case_tolerance(probe, case, key.dtype), ref)
@@ -564,7 +577,13 @@ def judge_probe_row(
         notes.append("an integer quantity holds values that are not integers")
     # The float64-referenced rule: only against PyTorch in the run dtype, never for integers.
     fp64, ref64 = None, None
-    if exact is None and not integer and key.dtype in FP64_RULE_DTYPES:
+    if half_exact:
+        if reference is not None and reference.status == OK:
+            fp64 = fp64_check(q, values, reference.values, ref, key.dtype, fp64_rule)
+        elif not closeness.within(worst, tol):
+            why = "missing" if reference is None else reference.status
+            notes.append(f"float64-referenced rule not applied: {key.reference.label} {why}")
+    elif exact is None and not integer and key.dtype in FP64_RULE_DTYPES:
         if reference64 is not None and reference64.status == OK:
             ref64 = reference64.values
             fp64 = fp64_check(q, values, ref, ref64, key.dtype, fp64_rule)
@@ -578,7 +597,11 @@ def judge_probe_row(
                 f"float64-referenced rule not applied: {key.reference64.label} {reference64.status}"
             )
     if fp64 is not None:
-        how = fp64.describe(key.label, label, key.reference64.label)
+        how = (
+            fp64.describe(key.label, key.reference.label, "exact")
+            if half_exact
+            else fp64.describe(key.label, label, key.reference64.label)
+        )
         if not shape_ok:
             notes.append(f"float64 errors: {how}")
         elif closeness.within(worst, tol):
@@ -595,10 +618,14 @@ def judge_probe_row(
     bug_worst = None if bug is None else _max_diff(q, values, expand(bug, values.size))
     finite_ref = np.isfinite(ref) if ref.size == values.size else np.ones(values.size, bool)
     non_finite = bool((~np.isfinite(values) & finite_ref).any())
+    # In half precision a known bug's values are rounded too: they match within the
+    # float64-referenced rule's bound as well.
+    bug_tol = max(tol, fp64.bound) if fp64 is not None and key.dtype in HALF_DTYPES else tol
     verdict = verdicts.probe_verdict(
         worst,
         tol,
         known_bug_worst=bug_worst,
+        known_bug_tolerance=bug_tol,
         non_finite=non_finite,
         fp64_pass=fp64 is not None and fp64.passed,
         invalid=not shape_ok or not integral,

@@ -108,6 +108,7 @@ def probe_verdict(
     tolerance: float,
     *,
     known_bug_worst: float | None = None,
+    known_bug_tolerance: float | None = None,
     non_finite: bool = False,
     fp64_pass: bool = False,
     invalid: bool = False,
@@ -118,7 +119,8 @@ def probe_verdict(
     an Inf meets a different value; NaN where the counts differ), held to ``tolerance`` by
     ``closeness.within`` (NaN and ``inf`` never are within); ``known_bug_worst`` the same
     against the values a recorded known bug produces for this framework and device, or None
-    when none is recorded; ``non_finite`` whether the values hold NaN or ±Inf where the
+    when none is recorded, held to ``known_bug_tolerance`` (default ``tolerance``; half
+    precision allows the float64-referenced rule's bound); ``non_finite`` whether the values hold NaN or ±Inf where the
     reference does not; ``fp64_pass`` whether the values pass the float64-referenced rule
     (``probe_results.fp64_check``), which passes them as the tolerance does; ``invalid``
     whether they fail whatever their difference (a shape other than the reference's,
@@ -128,7 +130,8 @@ def probe_verdict(
     """
     if not invalid and (closeness.within(worst, tolerance) or fp64_pass):
         return PASS if known_bug_worst is None else KNOWN_BUG_FIXED
-    if known_bug_worst is not None and closeness.within(known_bug_worst, tolerance):
+    bug_tolerance = tolerance if known_bug_tolerance is None else known_bug_tolerance
+    if known_bug_worst is not None and closeness.within(known_bug_worst, bug_tolerance):
         return KNOWN_BUG
     return NON_FINITE if non_finite else FAIL
 

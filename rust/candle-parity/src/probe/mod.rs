@@ -101,10 +101,26 @@ enum Fault {
 }
 
 impl From<candle_core::Error> for Fault {
+    /// candle's error as an outcome: `UnsupportedDTypeForOp` (the run's dtype has no kernel
+    /// for an op on this device, e.g. BF16 matmul on the CPU) is `unsupported`, anything
+    /// else a framework error; the message is the first line (candle appends backtraces and
+    /// context on later lines).
     fn from(e: candle_core::Error) -> Self {
-        // The first line: candle appends backtraces and context on later lines.
         let text = e.to_string();
-        Fault::Framework(text.lines().next().unwrap_or_default().to_string())
+        let line = text.lines().next().unwrap_or_default().to_string();
+        let mut inner = &e;
+        loop {
+            match inner {
+                candle_core::Error::WithBacktrace { inner: i, .. }
+                | candle_core::Error::Context { inner: i, .. }
+                | candle_core::Error::WithPath { inner: i, .. } => inner = i,
+                _ => break,
+            }
+        }
+        match inner {
+            candle_core::Error::UnsupportedDTypeForOp(..) => Fault::Unsupported(line),
+            _ => Fault::Framework(line),
+        }
     }
 }
 
