@@ -16,6 +16,9 @@ from parity.probes import load, op_names
 
 from conftest import REPO
 
+#: The op probes: every op of probe language v2 against hand-computed exact values.
+OPS = REPO / "tests/probes/ops"
+
 LOG = logging.getLogger("test")
 DTYPES = ("f32", "f64")
 
@@ -194,9 +197,11 @@ def test_a_new_probe_file_runs_without_code_changes(candle_binary, burn_binary, 
 
 
 def test_every_op_is_exercised_by_some_probe():
-    """Each op of the schema runs on every framework in the repository's probes or above."""
+    """Each op of the schema runs on every framework in the repository's probes, the op
+    probes of tests/probes/ops (tests/test_probe_ops_workflow.py) or above."""
     used = set()
-    for path in [*sorted((REPO / "probes").glob("*.yaml")), None]:
+    files = [*sorted((REPO / "probes").glob("*.yaml")), *sorted(OPS.glob("*.yaml"))]
+    for path in [*files, None]:
         doc = yaml.safe_load(NEW_PROBE if path is None else path.read_text())
         for case in doc["cases"].values():
             used |= {next(iter(step)) for step in case["steps"]}

@@ -751,7 +751,9 @@ def test_a_case_with_every_op_normalizes_for_the_runners(tmp_path):
 def test_plan_follows_the_validity_matrix(tmp_path):
     write_probe(tmp_path, "one", CONV1D)
     config = load_config()
-    config.update(devices=["cpu", "metal"], probes={"folder": str(tmp_path), "dtypes": ["f32", "f64"]})
+    config.update(
+        devices=["cpu", "metal"], probes={"folder": str(tmp_path), "dtypes": ["f32", "f64"]}
+    )
     plan = ProbePlan.from_config(config, REPO)
     jobs = set(plan.jobs())
     assert ProbeKey("one", "candle", "f32", "metal") in jobs

@@ -120,9 +120,10 @@ def probe_verdict(
     ``closeness.within`` (NaN and ``inf`` never are within); ``known_bug_worst`` the same
     against the values a recorded known bug produces for this framework and device, or None
     when none is recorded, held to ``known_bug_tolerance`` (default ``tolerance``; half
-    precision allows the float64-referenced rule's bound); ``non_finite`` whether the values hold NaN or ±Inf where the
-    reference does not; ``fp64_pass`` whether the values pass the float64-referenced rule
-    (``probe_results.fp64_check``), which passes them as the tolerance does; ``invalid``
+    precision allows the float64-referenced rule's bound); ``non_finite`` whether the
+    values hold NaN or ±Inf where the reference does not; ``fp64_pass`` whether the values
+    pass the float64-referenced rule (``probe_results.fp64_check``), which passes them as
+    the tolerance does; ``invalid``
     whether they fail whatever their difference (a shape other than the reference's,
     non-integers in an integer quantity), though a known bug may still reproduce. Missing
     gradients, framework errors, expected errors and reference rows are decided before
