@@ -88,7 +88,12 @@ def config(folder: Path) -> dict:
     """config.yaml with the probes of ``folder``, the CPU and float32 and float64."""
     with open(REPO / "config.yaml", encoding="utf-8") as f:
         cfg = yaml.safe_load(f)
-    cfg["probes"] = {**cfg.get("probes", {}), "folder": str(folder), "select": None}
+    cfg["probes"] = {
+        **cfg.get("probes", {}),
+        "folder": str(folder),
+        "select": None,
+        "dtypes": list(DTYPES),
+    }
     cfg["devices"] = ["cpu"]
     cfg["dtypes"] = list(DTYPES)
     return cfg
@@ -202,12 +207,16 @@ def stand_in_runners(workdir: Path) -> None:
 
 
 def main() -> None:
+    global DTYPES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                     help="comma-separated (default: torch,candle,burn and the table)")  # fmt: skip
     ap.add_argument("--stand-in-runners", action="store_true",
                     help="Python stand-ins for the Rust runners (timing only)")  # fmt: skip
+    ap.add_argument("--dtypes", default=",".join(DTYPES),
+                    help="comma-separated probe dtypes (f32, f64, f16, bf16)")  # fmt: skip
     args = ap.parse_args()
+    DTYPES = tuple(args.dtypes.split(","))
     frameworks = [f for f in FRAMEWORKS if f in args.frameworks.split(",")]
     print(machine())
     print(f"CARGO_TARGET_DIR={os.environ.get('CARGO_TARGET_DIR', '(unset: rust/target)')}")
