@@ -553,3 +553,23 @@ def test_a_changed_probe_reruns_its_batches_and_only_it_is_recomputed(tmp_path):
     key = probe_batch.Batch("torch", "f32", "cpu").key("conv1d_grad")
     _, rows = read_results(work / key.result, load(folder / "conv1d_grad.yaml"), key)
     assert rows[("batch1", "w.grad")].values.tolist() == [20, 30, 40, 44, 70, 96]
+
+
+@pytest.mark.workflow
+def test_the_probe_benchmark_measures_a_fresh_run_and_a_partial_rerun():
+    """bench/probes.py (PyTorch only, float32: the cheapest real run): 41 probe files in a new
+    temp folder each time, every batch computed on the first run, nothing on a touch, and
+    only the edited probe recomputed after an edit."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench/probes.py"), "--frameworks", "torch", "--dtypes", "f32"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    out = proc.stdout
+    assert "41 probe files × torch × f32 (cpu)" in out
+    assert "first run: " in out and "jobs: probe_torch 1" in out
+    assert "bce_with_logits.yaml touched: rerun" in out and "jobs: nothing" in out
+    edited = out.split("bce_with_logits.yaml edited:")[1]
+    assert "| torch-f32-cpu | bce_with_logits |" in edited
