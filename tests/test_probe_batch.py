@@ -368,6 +368,7 @@ print("fake runner probes: " + ",".join(p["probe"] for p in spec["probes"]), fil
 frame({{"kind": "header", "framework": framework, "framework_version": "fake",
         "compiler": "none", "device_detail": "cpu", "features": "", "threads": "1"}})
 crash_after = int(os.environ.get("FAKE_CRASH_AFTER", "-1"))
+segfault_in = os.environ.get("FAKE_SEGFAULT_IN")
 for i, p in enumerate(spec["probes"]):
     if i == crash_after:  # die part-way, in the middle of a frame
         sys.stdout.buffer.write(struct.pack("<Q", 1000) + b"partial")
@@ -376,6 +377,9 @@ for i, p in enumerate(spec["probes"]):
         sys.exit(3)
     for case in p["cases"]:
         for k, q in enumerate(case["compare"]):
+            if p["probe"] == segfault_in and k == 1:  # a signal after the first quantity
+                sys.stdout.flush()
+                os.kill(os.getpid(), 11)
             frame({{"kind": "result", "probe": p["probe"], "case": case["name"],
                     "quantity": q, "status": "ok", "message": ""}},
                   {{"values": np.array([float(k)])}})
@@ -445,27 +449,33 @@ def test_a_runner_that_dies_part_way_keeps_the_probes_it_finished(work, monkeypa
     assert (done.cached, done.computed) == (NAMES[:2], NAMES[2:])
 
 
+def test_a_probe_that_crashes_the_runner_costs_only_itself(work, monkeypatch):
+    """A runner killed by a signal in the middle of one probe: the probes before it keep
+    their results, its quantities that arrived stay, the rest are framework errors naming
+    the crash, and the probes after it run in a second invocation."""
+    binary = fake_runner(work / "bin" / "candle-parity")
+    log_path = work / "batch.log"
+    ps = probes()
+    monkeypatch.setenv("FAKE_SEGFAULT_IN", NAMES[1])
+    got = list(rust_probe.run_batch(ps, "candle", "f32", "cpu", binary, 1, LOG, str(log_path)))
+    assert [name for name, _, _ in got] == NAMES
+    crashed = got[1][1]
+    assert crashed[0].status == "ok"
+    assert {o.status for o in crashed[1:]} == {"framework-error"}
+    assert crashed[1].message == "candle-parity crashed (SIGSEGV) while running this probe"
+    assert all(o.status == "ok" for o in got[0][1] + got[2][1])
+    lines = [x for x in log_path.read_text().splitlines() if x.startswith("fake runner probes")]
+    assert lines == [f"fake runner probes: {','.join(NAMES)}", f"fake runner probes: {NAMES[2]}"]
+
+
 @pytest.mark.parametrize("crate", ["candle-parity", "burn-parity"])
 def test_the_real_runner_answers_a_batch(crate, request, tmp_path):
-    """The real binaries on a batch of three probes (skipped while the runner still reads
-    a single probe spec, before the v2 runners land)."""
-    try:
-        binary = request.getfixturevalue(f"{crate.split('-')[0]}_binary")
-    except subprocess.CalledProcessError:
-        pytest.skip(f"{crate} does not build at this commit (the v2 runners are under way)")
+    """The real binaries on a batch of three probes."""
+    binary = request.getfixturevalue(f"{crate.split('-')[0]}_binary")
     framework = crate.split("-")[0]
     ps = probes()
     log_path = tmp_path / "runner.log"
-    try:
-        got = list(rust_probe.run_batch(ps, framework, "f32", "cpu", binary, 1, LOG, str(log_path)))
-    except RunnerError as e:
-        # A v1 runner reads one ProbeSpec: serde refuses the batch ("missing field
-        # `probe`", "unknown field `probes`"), or its frames name no probe.
-        signs = ("missing field", "unknown field", "names no probe")
-        why = [line.strip() for line in str(e).splitlines() if any(s in line for s in signs)]
-        if why:
-            pytest.skip(f"{crate} does not read probe batches yet: {why[0]}")
-        raise
+    got = list(rust_probe.run_batch(ps, framework, "f32", "cpu", binary, 1, LOG, str(log_path)))
     assert [name for name, _, _ in got] == NAMES
     for p, (_, outs, _) in zip(ps, got, strict=True):
         assert [(o.case, o.quantity) for o in outs] == p.quantities()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import logging
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,6 +28,12 @@ from .provenance import probe_metadata
 from .rust_runner import RunnerError, invocation, log_tail
 
 HEADER_RUNNER_KEYS = ("compiler", "device_detail", "features")
+#: Signals a process raises on itself when it faults (a segfault, an abort, a bus error, a
+#: floating-point or an illegal-instruction trap): a runner killed by one of them crashed
+#: on the probe it was running.
+CRASH_SIGNALS = frozenset(
+    int(s) for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+)
 
 
 def batch_spec(probes: Sequence[Probe], dtype: str, device: str) -> dict:
@@ -72,20 +79,34 @@ def batch_outcomes(
                 raise RunnerError(f"{name}: the results of probe {probe!r} are out of batch order")
             current = probe
             out[probe] = []
-        if m["status"] == OK:
-            values = frame.tensors["values"]
-            outcome = Outcome.ok(m["case"], m["quantity"], values, values.shape)
-        else:
-            outcome = Outcome(
-                m["case"], m["quantity"], m["status"], message=m.get("message") or None
-            )
-        out[probe].append(outcome)
+        out[probe].append(_outcome(frame))
     missing = [p for p in order if p not in out]
     if missing:
         raise RunnerError(f"{name} wrote no result for probe(s) {', '.join(missing)}")
     runner = {k: header[k] for k in HEADER_RUNNER_KEYS}
     runner["threads"] = int(header["threads"])
     return probe_metadata(header["framework_version"], runner), out
+
+
+def _outcome(frame: Frame) -> Outcome:
+    """The outcome one ``result`` frame reports."""
+    m = frame.meta
+    if m["status"] == OK:
+        values = frame.tensors["values"]
+        return Outcome.ok(m["case"], m["quantity"], values, values.shape)
+    return Outcome(m["case"], m["quantity"], m["status"], message=m.get("message") or None)
+
+
+def crashed_probe(frames: Sequence[Frame], probe: Probe, why: str) -> list[Outcome]:
+    """The outcomes of ``probe``, during which the runner crashed: the quantities whose
+    ``result`` frames arrived (``frames``, the stream before the crash) as reported, every
+    other one a framework error saying ``why``."""
+    arrived = {
+        (f.meta["case"], f.meta["quantity"]): _outcome(f)
+        for f in frames
+        if f.kind == "result" and f.meta.get("probe") == probe.name
+    }
+    return [arrived.get((c, q)) or Outcome.error(c, q, why) for c, q in probe.quantities()]
 
 
 def _read_partial(data: bytes) -> list[Frame]:
@@ -143,9 +164,14 @@ def run_batch(
     batch order (``probe_batch.Compute``).
 
     The framework's errors, missing gradients and unsupported ops arrive as outcomes.
-    Raises :class:`RunnerError` when the binary exits non-zero (a spec it refuses, a
-    missing device, a crash) or its stream is malformed (:func:`batch_outcomes`). A
-    runner that dies part-way still yields first the probes whose results all arrived
+    A runner killed by a :data:`CRASH_SIGNALS` signal after its header (a segfault or an
+    abort inside the framework) costs only the probe it was running: the probes before it
+    are kept, that probe's missing quantities are framework errors naming the crash
+    (:func:`crashed_probe`), and the probes after it run in a new invocation.
+
+    Raises :class:`RunnerError` when the binary exits non-zero otherwise (a spec it
+    refuses, a missing device, a crash before its header) or its stream is malformed
+    (:func:`batch_outcomes`); the probes whose results all arrived are yielded first
     (:func:`complete_probes`), so that the batch's cache keeps them.
     """
     name = Path(binary).name
@@ -154,9 +180,25 @@ def run_batch(
         cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
     if proc.returncode != 0:
-        metadata, outcomes = complete_probes(_read_partial(proc.stdout), probes, framework, name)
+        partial = _read_partial(proc.stdout)
+        metadata, outcomes = complete_probes(partial, probes, framework, name)
         done = [p for p in probes if p.name in outcomes]
         yield from _report(done, outcomes, metadata, log)
+        if -proc.returncode in CRASH_SIGNALS and metadata:
+            # A fault of the process itself (a segfault or an abort in the framework) while
+            # running the probe after the finished ones: a crash is that probe's outcome,
+            # and the rest run in a new process. A runner stopped from outside (SIGINT,
+            # SIGTERM, SIGKILL) is no outcome of its probe: the job fails.
+            culprit = probes[len(done)]
+            sig = signal.Signals(-proc.returncode).name
+            why = f"{name} crashed ({sig}) while running this probe"
+            log.error("%s: %s", culprit.name, why)
+            outcomes = {culprit.name: crashed_probe(partial, culprit, why)}
+            yield from _report([culprit], outcomes, metadata, log)
+            rest = probes[len(done) + 1 :]
+            if rest:
+                yield from run_batch(rest, framework, dtype, device, binary, threads, log, log_path)
+            return
         tail = log_tail(log_path) if log_path else ""
         kept = f" ({len(done)} probe(s) before it kept)" if done else ""
         raise RunnerError(
