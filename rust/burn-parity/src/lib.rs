@@ -1,5 +1,5 @@
-//! burn side of the parity workflow: one training run, one op probe or one replayed step per
-//! invocation.
+//! burn side of the parity workflow: one training run, one batch of op probes or one
+//! replayed step per invocation.
 //!
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
 //! `burn-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
@@ -17,8 +17,8 @@
 //! moments out of burn's optimizer record and starts the optimizer from given ones; [`train`]
 //! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`), recording
 //! parameters, gradients and moments; [`replay`] runs one step from a given state with every
-//! intermediate ([`parity_common::replay`]); [`probe`] interprets an op probe
-//! ([`parity_common::probe_spec`]) with burn's tensor API.
+//! intermediate ([`parity_common::replay`]); [`probe`] interprets a batch of op probes
+//! ([`parity_common::probe_spec::ProbeBatch`]) with burn's tensor API.
 
 mod data;
 pub mod device;

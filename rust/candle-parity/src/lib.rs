@@ -1,13 +1,14 @@
-//! candle side of the parity workflow: one training run, one op probe or one replayed step
-//! per invocation.
+//! candle side of the parity workflow: one training run, one batch of op probes or one
+//! replayed step per invocation.
 //!
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
 //! `candle-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
 //! Parquet trace. Modules mirror candle's own examples: [`model`] builds the forward pass
 //! from `Var`s, [`optim`] wraps the optimizers, [`train`] is the loop
 //! (`loss.backward()` → `opt.step(&grads)`); [`transformer`] is the GPT-style family, with
-//! its fused-op negative controls (candle ops without a backward). [`probe`] interprets an op probe
-//! ([`parity_common::probe_spec::ProbeSpec`]) and reports each quantity as an outcome.
+//! its fused-op negative controls (candle ops without a backward). [`probe`] interprets a
+//! batch of op probes ([`parity_common::probe_spec::ProbeBatch`]) and reports each quantity
+//! of each case as an outcome.
 //! [`replay`] replays one step from a given state ([`parity_common::replay`]) and records
 //! every intermediate, its gradient, and each parameter's gradient and update; [`device`]
 //! maps devices and converts tensors to and from the frames and the replay state.
