@@ -27,7 +27,7 @@ flat float64 lists with their shape and dtype, op arguments with their defaults,
 ``optimizer_steps``), names checked, and every shape inferred (``probe_shapes``): a step
 that cannot run is refused at load, naming it, unless the case expects an error. Every
 interpreter reads the normalized form: PyTorch in ``probe_torch``, candle and burn in
-``rust/{candle,burn}-parity/src/probe.rs`` through :meth:`Probe.runner_spec` (the Rust side,
+``rust/{candle,burn}-parity/src/probe/`` through :meth:`Probe.runner_spec` (the Rust side,
 ``parity_common::probe_spec``, refuses unknown fields).
 
 Which probe jobs run is :mod:`parity.probe_plan`. Pure Python (PyYAML, jsonschema): it runs
