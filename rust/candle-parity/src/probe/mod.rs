@@ -109,13 +109,11 @@ impl From<candle_core::Error> for Fault {
         let text = e.to_string();
         let line = text.lines().next().unwrap_or_default().to_string();
         let mut inner = &e;
-        loop {
-            match inner {
-                candle_core::Error::WithBacktrace { inner: i, .. }
-                | candle_core::Error::Context { inner: i, .. }
-                | candle_core::Error::WithPath { inner: i, .. } => inner = i,
-                _ => break,
-            }
+        while let candle_core::Error::WithBacktrace { inner: i, .. }
+        | candle_core::Error::Context { inner: i, .. }
+        | candle_core::Error::WithPath { inner: i, .. } = inner
+        {
+            inner = i;
         }
         match inner {
             candle_core::Error::UnsupportedDTypeForOp(..) => Fault::Unsupported(line),
