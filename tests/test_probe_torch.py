@@ -209,6 +209,23 @@ def test_a_pytorch_shape_error_is_a_framework_error_for_every_quantity():
     assert all(o.message.startswith("RuntimeError: ") for o in r.values())
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "message"),
+    [
+        ((1, 2, 3), (4, 3, 2), "batch dimensions [1] and [4] differ"),
+        ((3,), (3, 2), "ranks 1 and 2; both must be 2 or more"),
+    ],
+)
+def test_matmul_neither_broadcasts_nor_takes_vectors(a, b, message):
+    """The probe language's matmul has equal batch dimensions (broadcast_to says when one is
+    broadcast, as candle needs): torch.matmul's broadcasting would hide a layout case."""
+    r = one_op(
+        "matmul", {}, [inp("a", np.ones(a), True), inp("b", np.ones(b), True)], ["y"], total("y")
+    )
+    y = r[("c", "y")]
+    assert y.status == "framework-error" and message in y.message
+
+
 def test_non_finite_inputs_pass_through():
     x = inp("x", [1.0, 2.0, 3.0, 4.0])
     x["values"] = [math.inf, "-inf", math.nan, -2.0]  # the runner JSON's strings too

@@ -181,3 +181,12 @@ def mismatch_message(
 ) -> str:
     """:attr:`Mismatch.message` of :func:`mismatch`."""
     return mismatch(a, b, names, tolerance).message
+
+
+def fp64_rule_multiplier(numel: int, setting: float | str) -> float:
+    """The multiplier of the fp64-referenced rule for a float32 tensor of ``numel``
+    elements: ``auto`` is TorchDynamo's choice for float32 (3.0 below 1000 elements, where
+    noise dominates, else 2.0); a number is used as given."""
+    if setting == "auto":
+        return 3.0 if numel < 1000 else 2.0
+    return float(setting)

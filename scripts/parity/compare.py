@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import closeness
-from .closeness import MaxDiff, abs_diff, max_abs_diff
+from .closeness import MaxDiff, abs_diff, fp64_rule_multiplier, max_abs_diff
 from .schema import StepRecord, TraceReader
 
 
@@ -364,15 +364,6 @@ def error_agreement(r32, r64, c32, c64, names) -> ErrorAgreement:
     if x.std() > 0 and y.std() > 0:
         corr = float(np.corrcoef(x, y)[0, 1])
     return ErrorAgreement(mr, mc, bool(same), corr, max_abs_diff(er, ec, names).value)
-
-
-def fp64_rule_multiplier(numel: int, setting: float | str) -> float:
-    """The multiplier of the fp64-referenced rule for a float32 tensor of ``numel``
-    elements: ``auto`` is TorchDynamo's choice for float32 (3.0 below 1000 elements, where
-    noise dominates, else 2.0); a number is used as given."""
-    if setting == "auto":
-        return 3.0 if numel < 1000 else 2.0
-    return float(setting)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ REFERENCE_FRAMEWORK, REFERENCE_DEVICE = "torch", "cpu"
 #: CPU in float64, run whenever any probe dtype runs.
 REFERENCE64_DTYPE = "f64"
 #: The float64-referenced rule's settings when the config gives none (config
-#: ``probes.fp64_rule``): the multiplier of ``compare.fp64_rule_multiplier`` and the floor
+#: ``probes.fp64_rule``): the multiplier of ``closeness.fp64_rule_multiplier`` and the floor
 #: in ulps of the run dtype.
 FP64_RULE_DEFAULTS = {"multiplier": "auto", "floor_ulps": 1.0}
 

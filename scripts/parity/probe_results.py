@@ -388,14 +388,12 @@ def fp64_check(
     run dtype ``dtype`` (f32, f16, bf16) pass when max|values − reference64| ≤ m ·
     max|reference − reference64| + floor, where ``reference`` is PyTorch in ``dtype``,
     ``reference64`` PyTorch in float64 (flat float64 arrays of the values' size), m =
-    ``compare.fp64_rule_multiplier(values.size, rule["multiplier"])`` and floor =
+    ``closeness.fp64_rule_multiplier(values.size, rule["multiplier"])`` and floor =
     ``rule["floor_ulps"]`` × :func:`ulp` of ``dtype`` at the largest finite
     |reference64| (at least 1). ``rule`` defaults to :data:`FP64_RULE_DEFAULTS`.
 
     None when the rule does not apply: sizes that differ, or ``reference`` non-finite where
     ``reference64`` is not (the bound would be infinite)."""
-    from .compare import fp64_rule_multiplier
-
     rule = {**FP64_RULE_DEFAULTS, **(rule or {})}
     if not values.size == reference.size == reference64.size:
         return None
@@ -406,7 +404,7 @@ def fp64_check(
     finite = np.abs(reference64[np.isfinite(reference64)])
     magnitude = max(1.0, float(finite.max()) if finite.size else 1.0)
     floor = float(rule["floor_ulps"]) * ulp(dtype, magnitude)
-    m = fp64_rule_multiplier(values.size, rule["multiplier"])
+    m = closeness.fp64_rule_multiplier(values.size, rule["multiplier"])
     check = Fp64Check(False, cand_err, ref_err, m, floor)
     return replace(check, passed=closeness.within(cand_err, check.bound))
 

@@ -71,6 +71,21 @@ def _elementwise(op: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     return apply
 
 
+def _matmul(x: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.matmul`` of ``[..., m, k]`` by ``[..., k, n]`` with equal batch dimensions, as
+    the probe language defines it (probe_shapes.matmul): torch.matmul would broadcast the
+    batch or accept rank 1, which a probe spells out with broadcast_to and unsqueeze.
+    Raises ``ValueError`` otherwise."""
+    a, b = x
+    if a.dim() < 2 or b.dim() < 2:
+        raise ValueError(f"matmul: ranks {a.dim()} and {b.dim()}; both must be 2 or more")
+    if a.shape[:-2] != b.shape[:-2]:
+        raise ValueError(
+            f"matmul: batch dimensions {list(a.shape[:-2])} and {list(b.shape[:-2])} differ"
+        )
+    return torch.matmul(a, b)
+
+
 def _conv(fn):
     def apply(x: Inputs, a: Args) -> torch.Tensor:
         return fn(
@@ -150,7 +165,7 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     ),
     # linear algebra and normalisation
     "linear": lambda x, a: F.linear(x[0], x[1], x[2] if len(x) > 2 else None),
-    "matmul": lambda x, a: torch.matmul(x[0], x[1]),
+    "matmul": lambda x, a: _matmul(x),
     "layer_norm": lambda x, a: F.layer_norm(x[0], (x[0].shape[-1],), x[1], x[2], a["eps"]),
     "softmax": lambda x, a: torch.softmax(x[0], a["dim"]),
     "log_softmax": lambda x, a: torch.log_softmax(x[0], a["dim"]),
