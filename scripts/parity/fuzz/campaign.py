@@ -90,8 +90,12 @@ def campaign(
         control.update(check.control(chunk, runners))
     t1 = time.monotonic()
     failing = [n for n, fs in failures.items() if fs]
-    log.info("%d cases, %d failing; control: %d failing", len(cases), len(failing),
-             sum(1 for v in control.values() if v))  # fmt: skip
+    log.info(
+        "%d cases, %d failing; control: %d failing",
+        len(cases),
+        len(failing),
+        sum(1 for v in control.values() if v),
+    )
     counts: dict[tuple, int] = {}
     for name in failing:
         for sig in {f.signature for f in failures[name]}:

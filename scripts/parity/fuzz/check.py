@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,8 +32,9 @@ from .generate import WEIGHTED_OPS, Case, Route, input_name, to_probe
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input gradient", "weight gradient"
 ERROR, MISSING_GRAD = "error", "missing gradient"
 KINDS = (FORWARD, INPUT_GRAD, WEIGHT_GRAD, ERROR, MISSING_GRAD)
-FAILING = frozenset({verdicts.FAIL, verdicts.NON_FINITE, verdicts.FRAMEWORK_ERROR,
-                     verdicts.MISSING_GRADIENT})  # fmt: skip
+FAILING = frozenset(
+    {verdicts.FAIL, verdicts.NON_FINITE, verdicts.FRAMEWORK_ERROR, verdicts.MISSING_GRADIENT}
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Runners:
 
     binaries: Mapping[str, str]
     threads: int = 1
-    log: logging.Logger = logging.getLogger("fuzz")
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("fuzz"))
     log_path: str | None = None
 
     def torch(self, probes: Sequence[Probe], dtype: str) -> dict[str, list[Outcome]]:
@@ -128,11 +129,17 @@ def judge(
         vals = None if o.values is None else tuple(float(v) for v in o.values)
         out.append(
             Failure(
-                framework, dtype, o.quantity, kind_of(op, o.quantity, j.verdict), j.verdict,
-                j.note or (o.message or ""), vals, tuple(float(v) for v in r.values),
+                framework,
+                dtype,
+                o.quantity,
+                kind_of(op, o.quantity, j.verdict),
+                j.verdict,
+                j.note or (o.message or ""),
+                vals,
+                tuple(float(v) for v in r.values),
                 None if r64.status != OK else tuple(float(v) for v in r64.values),
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -157,9 +164,14 @@ def run_check(
             got = runners.rust(probes, fw, dtype)
             for p in probes:
                 found[p.name] += judge(
-                    p, ops[p.name], fw, dtype, got[p.name], torch[dtype][p.name],
+                    p,
+                    ops[p.name],
+                    fw,
+                    dtype,
+                    got[p.name],
+                    torch[dtype][p.name],
                     torch["f64"][p.name],
-                )  # fmt: skip
+                )
     return found
 
 

@@ -173,9 +173,19 @@ def _inverse_step(rng, kind: str, out: tuple[int, ...]):
 DISTINCT = frozenset({"max", "min", "max_pool2d"})
 #: Ops whose inputs get multiples of 1/8 in [-2, 2] (smooth functions: values small).
 EIGHTHS = frozenset(
-    {"sigmoid", "tanh", "silu", "gelu", "elu", "exp", "softmax", "log_softmax", "layer_norm",
-     "bce_with_logits"}
-)  # fmt: skip
+    {
+        "sigmoid",
+        "tanh",
+        "silu",
+        "gelu",
+        "elu",
+        "exp",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "bce_with_logits",
+    }
+)
 
 
 def random_values(rng, op: str, n: int, position: int) -> np.ndarray:
@@ -207,8 +217,12 @@ def _conv(rng, spatial: int, transpose: bool):
     b, cin, cout = _d(rng, 1, 3), g * _d(rng, 1, 3), g * _d(rng, 1, 3)
     ks = [_d(rng, 1, 4) for _ in range(spatial)]
     ls = [_d(rng, 1, 6) for _ in range(spatial)]
-    args = {"stride": int(rng.integers(1, 4)), "padding": int(rng.integers(0, 3)),
-            "dilation": int(rng.integers(1, 3)), "groups": g}  # fmt: skip
+    args = {
+        "stride": int(rng.integers(1, 4)),
+        "padding": int(rng.integers(0, 3)),
+        "dilation": int(rng.integers(1, 3)),
+        "groups": g,
+    }
     if transpose:
         args["output_padding"] = int(rng.integers(0, 2))
         return [[b, cin, *ls], [cin, cout // g, *ks]], args
@@ -264,7 +278,11 @@ def _reduce(rng):
 
 def _pool(rng):
     k = int(rng.integers(1, 4))
-    args = {"kernel": k, "stride": int(rng.integers(1, 4)), "padding": int(rng.integers(0, k // 2 + 1))}
+    args = {
+        "kernel": k,
+        "stride": int(rng.integers(1, 4)),
+        "padding": int(rng.integers(0, k // 2 + 1)),
+    }
     return [[_d(rng, 1, 3), _d(rng, 1, 3), _d(rng), _d(rng)]], args
 
 
@@ -324,7 +342,9 @@ def make_case(rng: np.random.Generator, op: str, tries: int = 200) -> Case:
     """One random valid case of ``op``. Raises ``ValueError`` for an op the generator
     does not support, or when ``tries`` draws give no valid shapes."""
     if op not in GENERATORS:
-        raise ValueError(f"the fuzzer does not generate {op!r}; it knows {', '.join(SUPPORTED_OPS)}")
+        raise ValueError(
+            f"the fuzzer does not generate {op!r}; it knows {', '.join(SUPPORTED_OPS)}"
+        )
     for _ in range(tries):
         shapes, args = GENERATORS[op](rng)
         out = out_shape(op, args, shapes)
@@ -391,7 +411,8 @@ def to_doc(case: Case, description: str = "") -> dict:
         for i, inp in enumerate(case.inputs)
     )
     return {
-        "description": description or f"Fuzz case: {case.op} on logical shapes "
+        "description": description
+        or f"Fuzz case: {case.op} on logical shapes "
         f"{[list(i.shape) for i in case.inputs]} through layout routes ({routes}).",
         "inputs": inputs,
         "cases": {

@@ -14,6 +14,10 @@ probe as *related* (probably the same fault reached through another layout).
 ``missing-gradient``) under device ``cpu``, so the normal probes target reports them as
 ``known-bug`` (reproduced) — ready to move into ``probes/``. Comments give PyTorch's
 values.
+
+An error or missing gradient of a backward pass that the op's ``x-support`` entry already
+documents for the framework (candle 0.11.0 has no conv_transpose1d backward) is known as
+``x-support``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,23 @@ from .campaign import Campaign, Finding
 from .check import ERROR, MISSING_GRAD, kind_of
 from .generate import Case, dump, input_name, to_doc
 
-COLUMNS = ("op", "framework", "dtype", "kind", "layout", "quantities", "shapes", "args",
-           "failing_cases", "sources", "known_bug", "related", "probe", "repro", "note")  # fmt: skip
+COLUMNS = (
+    "op",
+    "framework",
+    "dtype",
+    "kind",
+    "layout",
+    "quantities",
+    "shapes",
+    "args",
+    "failing_cases",
+    "sources",
+    "known_bug",
+    "related",
+    "probe",
+    "repro",
+    "note",
+)
 ROUTE_OPS = frozenset({"transpose", "narrow", "broadcast_to"})
 
 
@@ -69,8 +88,16 @@ def known_bug_cases(folder: str | Path) -> list[dict]:
                             continue
                         verdict = v if isinstance(v, str) else "fail"
                         kinds.add(_known_kind(step, q, verdict, c["steps"], leaves))
-                out.append({"probe": name, "case": c["name"], "op": step["op"]["name"],
-                            "framework": fw, "kinds": kinds, "layout": layout})  # fmt: skip
+                out.append(
+                    {
+                        "probe": name,
+                        "case": c["name"],
+                        "op": step["op"]["name"],
+                        "framework": fw,
+                        "kinds": kinds,
+                        "layout": layout,
+                    }
+                )
     return out
 
 
@@ -89,8 +116,14 @@ def _known_kind(step, quantity: str, verdict: str, steps, leaves) -> str:
 
 
 def classify(f: Finding, known: Sequence[Mapping]) -> tuple[list[str], list[str]]:
-    """(known bugs covering ``f``, related known bugs) as ``probe:case`` names."""
+    """(known bugs covering ``f``, related known bugs) as ``probe:case`` names; an error
+    or missing gradient in a backward pass that the op's ``x-support`` documents for the
+    framework ("no backward") is known as ``x-support``."""
     same, related = [], []
+    support = probes.op_support(f.op).get(f.framework, "").lower()
+    note = " ".join(x.note.lower() for x in f.failures)
+    if f.kind in (ERROR, MISSING_GRAD) and "no backward" in support and "backward" in note:
+        same.append("x-support")
     for k in known:
         if (k["op"], k["framework"]) != (f.op, f.framework) or f.kind not in k["kinds"]:
             continue
@@ -116,8 +149,11 @@ def _fmt(values: Iterable[float] | None) -> str:
 
 def probe_doc(f: Finding, name: str, seed: int) -> tuple[dict, str]:
     """(probe document, comment header) of a finding."""
-    doc = to_doc(f.case, f"Layout fuzzer finding ({f.framework} {f.dtype}, {f.kind}): "
-                 + to_doc(f.case)["description"])  # fmt: skip
+    doc = to_doc(
+        f.case,
+        f"Layout fuzzer finding ({f.framework} {f.dtype}, {f.kind}): "
+        + to_doc(f.case)["description"],
+    )
     bug: dict = {}
     for x in f.failures:
         if x.kind in (ERROR, MISSING_GRAD):
@@ -125,8 +161,10 @@ def probe_doc(f: Finding, name: str, seed: int) -> tuple[dict, str]:
         else:
             bug[x.quantity] = [_num(v) for v in x.values]
     doc["cases"]["case"]["known_bug"] = {f.framework: {"cpu": bug}}
-    lines = [f"# {name}: found by the layout fuzzer (seed {seed}), shrunk from "
-             f"{', '.join(f.sources)}.", f"# {f.framework} {f.dtype} {f.kind}:"]  # fmt: skip
+    lines = [
+        f"# {name}: found by the layout fuzzer (seed {seed}), shrunk from {', '.join(f.sources)}.",
+        f"# {f.framework} {f.dtype} {f.kind}:",
+    ]
     for x in f.failures:
         lines.append(f"#   {x.quantity}: {x.note[:300]}")
         lines.append(f"#   PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}")
@@ -153,27 +191,39 @@ def _f32(v: float) -> str:
 def candle_source(f: Finding, name: str) -> str:
     """A standalone candle 0.11 program reproducing the finding (candle's own API)."""
     c = f.case
-    lines = ["// " + name, "use candle_core::{Device, Tensor, Var};", "",
-             "fn main() -> candle_core::Result<()> {", "    let dev = Device::Cpu;"]  # fmt: skip
+    lines = [
+        "// " + name,
+        "use candle_core::{Device, Tensor, Var};",
+        "",
+        "fn main() -> candle_core::Result<()> {",
+        "    let dev = Device::Cpu;",
+    ]
     names = []
     for i, inp in enumerate(c.inputs):
         n = input_name(i)
         vals = ", ".join(_f32(v) for v in inp.stored)
-        lines.append(f"    let {n} = Var::from_vec(vec![{vals}], {tuple(inp.stored_shape)!r}, &dev)?;")
+        lines.append(
+            f"    let {n} = Var::from_vec(vec![{vals}], {tuple(inp.stored_shape)!r}, &dev)?;"
+        )
         at = f"{n}.as_tensor().clone()"
         for j, (op, a) in enumerate(inp.route.steps):
             out = f"{n}_{j + 1}"
-            call = {"transpose": f"transpose({a.get('dim0')}, {a.get('dim1')})",
-                    "narrow": f"narrow({a.get('dim')}, {a.get('start')}, {a.get('length')})",
-                    "broadcast_to": f"broadcast_as({tuple(a.get('shape', ()))!r})"}[op]  # fmt: skip
+            call = {
+                "transpose": f"transpose({a.get('dim0')}, {a.get('dim1')})",
+                "narrow": f"narrow({a.get('dim')}, {a.get('start')}, {a.get('length')})",
+                "broadcast_to": f"broadcast_as({tuple(a.get('shape', ()))!r})",
+            }[op]
             lines.append(f"    let {out} = {at}.{call}?;")
             at = out
         names.append(at if at.startswith(n + "_") else f"{n}.as_tensor()")
     lines.append(f"    let y = {_candle_op(c, names)}?;")
     w = ", ".join(_f32(v) for v in c.weights)
-    lines += [f"    let w = Tensor::from_vec(vec![{w}], {tuple(c.out_shape)!r}, &dev)?;",
-              "    let loss = (&y * &w)?.sum_all()?;", "    let grads = loss.backward()?;",
-              '    println!("y = {}", y.flatten_all()?);']  # fmt: skip
+    lines += [
+        f"    let w = Tensor::from_vec(vec![{w}], {tuple(c.out_shape)!r}, &dev)?;",
+        "    let loss = (&y * &w)?.sum_all()?;",
+        "    let grads = loss.backward()?;",
+        '    println!("y = {}", y.flatten_all()?);',
+    ]
     for i in range(len(c.inputs)):
         n = input_name(i)
         lines.append(
@@ -190,15 +240,17 @@ def _tuple(v) -> str:
 
 def _candle_op(c: Case, x: list[str]) -> str:
     a = {**probes.op_defaults(c.op), **c.args}
-    a0 = x[0] if x[0].startswith("x") and "." not in x[0] else x[0]
+    a0 = x[0]
     r = lambda i: f"&{x[i]}" if not x[i].endswith(")") else x[i]  # noqa: E731
     if c.op == "conv1d":
         return f"{a0}.conv1d({r(1)}, {a['padding']}, {a['stride']}, {a['dilation']}, {a['groups']})"
     if c.op == "conv2d":
         return f"{a0}.conv2d({r(1)}, {a['padding']}, {a['stride']}, {a['dilation']}, {a['groups']})"
     if c.op == "conv_transpose1d":
-        return (f"{a0}.conv_transpose1d({r(1)}, {a['padding']}, {a['output_padding']}, "
-                f"{a['stride']}, {a['dilation']}, {a['groups']})")  # fmt: skip
+        return (
+            f"{a0}.conv_transpose1d({r(1)}, {a['padding']}, {a['output_padding']}, "
+            f"{a['stride']}, {a['dilation']}, {a['groups']})"
+        )
     if c.op in ("matmul", "add", "sub", "mul", "div"):
         return f"{a0}.{c.op}({r(1)})"
     if c.op in ("relu", "abs", "tanh", "exp", "silu"):
@@ -212,9 +264,15 @@ def burn_source(f: Finding, name: str) -> str:
     """A standalone burn 0.22 program (ndarray backend with autodiff) reproducing the
     finding with burn's own API."""
     c = f.case
-    lines = [f"// {name}", "use burn::backend::{Autodiff, NdArray};",
-             "use burn::tensor::{Tensor, TensorData};", "type B = Autodiff<NdArray<f32>>;", "",
-             "fn main() {", "    let dev = Default::default();"]  # fmt: skip
+    lines = [
+        f"// {name}",
+        "use burn::backend::{Autodiff, NdArray};",
+        "use burn::tensor::{Tensor, TensorData};",
+        "type B = Autodiff<NdArray<f32>>;",
+        "",
+        "fn main() {",
+        "    let dev = Default::default();",
+    ]
     names = []
     for i, inp in enumerate(c.inputs):
         n = input_name(i)
@@ -227,9 +285,11 @@ def burn_source(f: Finding, name: str) -> str:
         at = f"{n}.clone()"
         for j, (op, a) in enumerate(inp.route.steps):
             out = f"{n}_{j + 1}"
-            call = {"transpose": f"swap_dims({a.get('dim0')}, {a.get('dim1')})",
-                    "narrow": f"narrow({a.get('dim')}, {a.get('start')}, {a.get('length')})",
-                    "broadcast_to": f"expand({list(a.get('shape', ()))})"}[op]  # fmt: skip
+            call = {
+                "transpose": f"swap_dims({a.get('dim0')}, {a.get('dim1')})",
+                "narrow": f"narrow({a.get('dim')}, {a.get('start')}, {a.get('length')})",
+                "broadcast_to": f"expand({list(a.get('shape', ()))})",
+            }[op]
             rank = len(a["shape"]) if op == "broadcast_to" else None
             conv = f"::<{rank}, _>" if rank and rank != r else ""
             call = call.replace("expand(", f"expand{conv}(")
@@ -239,10 +299,14 @@ def burn_source(f: Finding, name: str) -> str:
     y = _burn_op(c, names)
     lines.append(f"    let y = {y};")
     w = ", ".join(_f32(v) for v in c.weights)
-    lines += [f"    let w = Tensor::<B, {len(c.out_shape)}>::from_data(TensorData::new(vec![{w}], "
-              f"{list(c.out_shape)}), &dev);",
-              "    let grads = (y.clone() * w).sum().backward();",
-              '    println!("y = {}", y);']  # fmt: skip
+    lines += [
+        (
+            f"    let w = Tensor::<B, {len(c.out_shape)}>::from_data(TensorData::new(vec![{w}], "
+            f"{list(c.out_shape)}), &dev);"
+        ),
+        "    let grads = (y.clone() * w).sum().backward();",
+        '    println!("y = {}", y);',
+    ]
     for i in range(len(c.inputs)):
         n = input_name(i)
         lines.append(f'    println!("{n}.grad = {{:?}}", {n}.grad(&grads));')
@@ -253,9 +317,11 @@ def burn_source(f: Finding, name: str) -> str:
 def _burn_op(c: Case, x: list[str]) -> str:
     a = {**probes.op_defaults(c.op), **c.args}
     if c.op == "conv1d":
-        return (f"burn::tensor::module::conv1d({x[0]}, {x[1]}, None, burn::tensor::ops::"
-                f"ConvOptions::new([{a['stride']}], [{a['padding']}], [{a['dilation']}], "
-                f"{a['groups']}))")  # fmt: skip
+        return (
+            f"burn::tensor::module::conv1d({x[0]}, {x[1]}, None, burn::tensor::ops::"
+            f"ConvOptions::new([{a['stride']}], [{a['padding']}], [{a['dilation']}], "
+            f"{a['groups']}))"
+        )
     if c.op == "matmul":
         return f"{x[0]}.matmul({x[1]})"
     if c.op in ("add", "sub", "mul", "div"):
@@ -306,16 +372,27 @@ def write(
         )
         (repro_dir / f"{name}.rs").write_text(torch_lines + src, encoding="utf-8")
         same, related = classify(f, known)
-        rows.append({
-            "op": f.op, "framework": f.framework, "dtype": f.dtype, "kind": f.kind,
-            "layout": layout_text(f), "quantities": " ".join(x.quantity for x in f.failures),
-            "shapes": " ".join(str(list(x.shape)) for x in f.case.inputs),
-            "args": " ".join(f"{k}={v}" for k, v in f.case.args.items()),
-            "failing_cases": result.failing_by_signature.get((f.op, f.framework, f.dtype, f.kind), 0),
-            "sources": " ".join(f.sources), "known_bug": " ".join(same) or "new",
-            "related": " ".join(related), "probe": str(path), "repro": str(repro_dir / f"{name}.rs"),
-            "note": f.failures[0].note[:200],
-        })  # fmt: skip
+        rows.append(
+            {
+                "op": f.op,
+                "framework": f.framework,
+                "dtype": f.dtype,
+                "kind": f.kind,
+                "layout": layout_text(f),
+                "quantities": " ".join(x.quantity for x in f.failures),
+                "shapes": " ".join(str(list(x.shape)) for x in f.case.inputs),
+                "args": " ".join(f"{k}={v}" for k, v in f.case.args.items()),
+                "failing_cases": result.failing_by_signature.get(
+                    (f.op, f.framework, f.dtype, f.kind), 0
+                ),
+                "sources": " ".join(f.sources),
+                "known_bug": " ".join(same) or "new",
+                "related": " ".join(related),
+                "probe": str(path),
+                "repro": str(repro_dir / f"{name}.rs"),
+                "note": f.failures[0].note[:200],
+            }
+        )
     with open(csv_path, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, COLUMNS)
         w.writeheader()
@@ -328,21 +405,48 @@ def markdown(rows: Sequence[Mapping], result: Campaign, seed: int, settings: Map
     """The findings table as Markdown, with the campaign's settings, counts and control."""
     ctl = sum(len(v) for v in result.control_failures.values())
     out = [
-        "# Layout fuzzer findings", "",
-        f"Seed {seed}; {result.cases} cases ({settings.get('cases_per_op')} per op, ops: "
-        f"{', '.join(settings.get('ops', []))}); frameworks {', '.join(settings.get('frameworks', []))}; "
-        f"dtypes {', '.join(settings.get('dtypes', []))}.",
-        f"{result.failing_cases} cases failed before shrinking; {len(rows)} findings after "
-        "shrinking and merging. Control (PyTorch float32 through the routes vs contiguous): "
-        f"{ctl} failing quantities.",
-        "Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in result.seconds.items()) + ".", "",
-        "| op | framework | dtype | kind | layout | quantities | shapes | args | failing cases | known bug | related | probe |",
+        "# Layout fuzzer findings",
+        "",
+        (
+            f"Seed {seed}; {result.cases} cases ({settings.get('cases_per_op')} per op, ops: "
+            f"{', '.join(settings.get('ops', []))}); "
+            f"frameworks {', '.join(settings.get('frameworks', []))}; "
+            f"dtypes {', '.join(settings.get('dtypes', []))}."
+        ),
+        (
+            f"{result.failing_cases} cases failed before shrinking; {len(rows)} findings after "
+            "shrinking and merging. Control (PyTorch float32 through the routes vs contiguous): "
+            f"{ctl} failing quantities."
+        ),
+        "Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in result.seconds.items()) + ".",
+        "",
+        (
+            "| op | framework | dtype | kind | layout | quantities | shapes | args | failing cases "
+            "| known bug | related | probe |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
-        out.append("| " + " | ".join(str(r[k]).replace("|", "/") for k in (
-            "op", "framework", "dtype", "kind", "layout", "quantities", "shapes", "args",
-            "failing_cases", "known_bug", "related")) + f" | {Path(r['probe']).name} |")  # fmt: skip
+        out.append(
+            "| "
+            + " | ".join(
+                str(r[k]).replace("|", "/")
+                for k in (
+                    "op",
+                    "framework",
+                    "dtype",
+                    "kind",
+                    "layout",
+                    "quantities",
+                    "shapes",
+                    "args",
+                    "failing_cases",
+                    "known_bug",
+                    "related",
+                )
+            )
+            + f" | {Path(r['probe']).name} |"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -3,8 +3,9 @@
 Each round builds every one-step simplification of the case (in this order: an input made
 contiguous, one layout step dropped from a route, an argument set to its simplest value
 (stride 1, padding 0, dilation 1, output_padding 0, keepdim false, no bias), a size-1
-dimension removed, a dimension made one smaller — together with the dimensions of the
-other inputs of the same size, for sizes that must agree such as matmul's k), keeps those
+dimension removed, a dimension made one smaller — alone, and together with one dimension of
+the same size of each other input, in every such choice, for sizes that must agree such
+as matmul's k), keeps those
 that are valid (``generate.out_shape``) and strictly smaller (:func:`size`), runs them all
 in one batch through the checker, and takes the first that still has the failure's
 signature (framework, dtype, kind). It stops when no candidate keeps it, or after
@@ -16,6 +17,7 @@ weights are kept while the output shape is, else made 1, 2, 3, 1, 2, 3, …
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -82,7 +84,7 @@ def restore(route: Route, logical: np.ndarray) -> Input | None:
     except (IndexError, ValueError, np.exceptions.AxisError):
         return None
     r = Route(tuple(steps))
-    stored = np.ascontiguousarray(x)
+    stored = np.array(x)  # a copy, row-major; keeps rank 0 (ascontiguousarray does not)
     try:
         back = apply_route(stored, r)
     except (IndexError, ValueError, np.exceptions.AxisError):
@@ -122,7 +124,7 @@ def _rebuild(case: Case, logicals: Sequence[np.ndarray], routes: Sequence[Route]
 def candidates(case: Case) -> list[Case]:
     """Every one-step simplification of ``case`` that is valid and smaller, in the order
     they are preferred."""
-    logicals = [np.ascontiguousarray(i.logical()) for i in case.inputs]
+    logicals = [np.array(i.logical()) for i in case.inputs]
     routes = [i.route for i in case.inputs]
     out: list[Case | None] = []
     for i, r in enumerate(routes):
@@ -138,7 +140,7 @@ def candidates(case: Case) -> list[Case]:
         out.append(_rebuild(case, logicals[:2], routes[:2]))
     for i, v in enumerate(logicals):
         for d, n in enumerate(v.shape):
-            if n == 1:
+            if n == 1 and v.ndim > 1:
                 smaller = [*logicals]
                 smaller[i] = np.take(v, 0, axis=d)
                 out.append(_rebuild(case, smaller, routes))
@@ -149,12 +151,13 @@ def candidates(case: Case) -> list[Case]:
             alone = [*logicals]
             alone[i] = np.take(v, range(n - 1), axis=d)
             out.append(_rebuild(case, alone, routes))
-            coupled = [*alone]
-            for j, w in enumerate(logicals):
-                same = [e for e, m in enumerate(w.shape) if m == n] if j != i else []
-                if same:
-                    coupled[j] = np.take(w, range(n - 1), axis=same[0])
-            out.append(_rebuild(case, coupled, routes))
+            others = [j for j, w in enumerate(logicals) if j != i and n in w.shape]
+            choices = [[e for e, m in enumerate(logicals[j].shape) if m == n] for j in others]
+            for pick in itertools.islice(itertools.product(*choices), 16) if others else ():
+                coupled = [*alone]
+                for j, e in zip(others, pick, strict=True):
+                    coupled[j] = np.take(logicals[j], range(n - 1), axis=e)
+                out.append(_rebuild(case, coupled, routes))
     seen, keep = set(), []
     base = size(case)
     for c in out:
