@@ -33,6 +33,11 @@ class Finding:
     failures: list[check.Failure]
     sources: list[str] = field(default_factory=list)
     shrink_runs: int = 0
+    #: Every failure of the minimal case, of every framework (for the probe's known_bug).
+    all_failures: list[check.Failure] = field(default_factory=list)
+    #: (framework, quantity) whose values differed between two runs of the minimal case
+    #: (a read outside the tensor's memory): no values are recorded for them.
+    unstable: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def layout(self) -> tuple[tuple[str, ...], ...]:
@@ -64,6 +69,17 @@ def _batches(items: Sequence, n: int):
         yield items[i : i + n]
 
 
+def unstable(first: Sequence[check.Failure], second: Sequence[check.Failure]) -> set:
+    """(framework, quantity) of the failures whose values or verdict differ between two
+    runs of the same case."""
+    seen = {(f.framework, f.quantity): (f.verdict, f.values) for f in second}
+    return {
+        (f.framework, f.quantity)
+        for f in first
+        if seen.get((f.framework, f.quantity)) != (f.verdict, f.values)
+    }
+
+
 def campaign(
     seed: int,
     ops: Sequence[str],
@@ -79,7 +95,8 @@ def campaign(
     in batches of ``batch`` cases against every framework in every dtype; the control on
     the same cases; then per failing case and signature (framework, dtype, kind), at most
     ``shrinks_per_class`` shrinks per (op, signature, original routes' step kinds), each
-    of at most ``rounds`` rounds, run against that framework and dtype only."""
+    of at most ``rounds`` rounds, run against that framework and dtype only; the minimal
+    case then runs twice with every framework (its failures, and which are unstable)."""
     t0 = time.monotonic()
     cases = generate.generate(seed, ops, cases_per_op)
     by_name = dict(cases)
@@ -115,12 +132,19 @@ def campaign(
                 return check.run_check(named, runners, [fw], [dtype])
 
             small, ran = shrink.shrink(name, case, sig, checker, rounds)
-            final = checker([(f"{name}_min", small)])[f"{name}_min"]
+            final, again = (
+                check.run_check([(f"{name}_min", small)], runners, frameworks, [dtype])[
+                    f"{name}_min"
+                ]
+                for _ in range(2)
+            )
             kept = [f for f in final if f.signature == sig]
             if not kept:
                 log.warning("%s: the shrunk case no longer fails (%s); skipped", name, sig)
                 continue
-            found = Finding(case.op, fw, dtype, kind, small, kept, [name], ran)
+            found = Finding(
+                case.op, fw, dtype, kind, small, kept, [name], ran, final, unstable(final, again)
+            )
             old = merged.get(found.key)
             if old is None:
                 merged[found.key] = found

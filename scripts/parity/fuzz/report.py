@@ -10,9 +10,11 @@ the finding's minimal route. Where only op, framework and kind agree the table n
 probe as *related* (probably the same fault reached through another layout).
 
 **Probe files** are the minimal case as a probe document (``generate.to_doc``) with a
-``known_bug`` entry holding the framework's values (or its outcome: ``framework-error``,
-``missing-gradient``) under device ``cpu``, so the normal probes target reports them as
-``known-bug`` (reproduced) — ready to move into ``probes/``. Comments give PyTorch's
+``known_bug`` entry per framework failing on it, holding its values (or its outcome:
+``framework-error``, ``missing-gradient``, ``non-finite``) under device ``cpu``, so the
+normal probes target reports them as ``known-bug`` (reproduced) — ready to move into
+``probes/``. A quantity whose values differ between two runs (memory read outside the
+tensor) gets no entry: the probes target reports it as ``fail``. Comments give PyTorch's
 values.
 
 An error or missing gradient of a backward pass that the op's ``x-support`` entry already
@@ -154,17 +156,28 @@ def probe_doc(f: Finding, name: str, seed: int) -> tuple[dict, str]:
         f"Layout fuzzer finding ({f.framework} {f.dtype}, {f.kind}): "
         + to_doc(f.case)["description"],
     )
-    bug: dict = {}
-    for x in f.failures:
+    bugs: dict = {}
+    for x in f.all_failures or f.failures:
+        if (x.framework, x.quantity) in f.unstable:
+            continue
         if x.kind in (ERROR, MISSING_GRAD):
-            bug[x.quantity] = x.verdict
+            value = x.verdict
+        elif x.verdict == "non-finite" or x.values is None:
+            value = "non-finite"
         else:
-            bug[x.quantity] = [_num(v) for v in x.values]
-    doc["cases"]["case"]["known_bug"] = {f.framework: {"cpu": bug}}
+            value = [_num(v) for v in x.values]
+        bugs.setdefault(x.framework, {}).setdefault("cpu", {})[x.quantity] = value
+    if bugs:
+        doc["cases"]["case"]["known_bug"] = dict(sorted(bugs.items()))
     lines = [
         f"# {name}: found by the layout fuzzer (seed {seed}), shrunk from {', '.join(f.sources)}.",
         f"# {f.framework} {f.dtype} {f.kind}:",
     ]
+    for fw, q in sorted(f.unstable):
+        lines.append(
+            f"# {fw} {q}: values differ between runs (memory outside the tensor "
+            "read?): no known_bug values recorded, the verdict is fail"
+        )
     for x in f.failures:
         lines.append(f"#   {x.quantity}: {x.note[:300]}")
         lines.append(f"#   PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}")
