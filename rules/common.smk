@@ -512,8 +512,9 @@ def fuzz_settings():
     }
     unknown = sorted(set(settings["ops"]) - set(SUPPORTED_OPS))
     if unknown:
-        raise ValueError(
-            f"fuzz.ops: the generator does not know {unknown}; it knows {list(SUPPORTED_OPS)}"
+        raise WorkflowError(
+            "invalid config (nothing was run):\n  config: fuzz.ops: the fuzzer does not "
+            f"generate {', '.join(unknown)}; it generates {', '.join(SUPPORTED_OPS)}"
         )
     return settings
 
