@@ -61,14 +61,15 @@ PROBES_SOURCES = "results/tables/probes.sources.json"
 #: by ``onerror`` beside (never over) the tables the rules write.
 SUMMARY_PARTIAL = "results/tables/summary.partial.{ext}"
 PROBES_PARTIAL = "results/tables/probes.partial.{ext}"
+#: Held while any of the above is written or removed (``fileio.exclusive_lock``).
+TABLES_LOCK = "results/tables/.tables.lock"
+
 # Layout fuzzing (target fuzz): findings table, campaign summary, one probe file and one
 # framework-native reproduction per finding.
 FUZZ_FINDINGS = "results/fuzz/findings.{ext}"
 FUZZ_SUMMARY = "results/fuzz/summary.json"
 FUZZ_PROBES = "results/fuzz/probes"
 FUZZ_REPRO = "results/fuzz/repro"
-#: Held while any of the above is written or removed (``fileio.exclusive_lock``).
-TABLES_LOCK = "results/tables/.tables.lock"
 
 
 def fill(pattern: str, **values: object) -> str:
@@ -84,4 +85,3 @@ def fill(pattern: str, **values: object) -> str:
             raise KeyError(f"{pattern!r} has no wildcard {name!r}")
         pattern = pattern.replace(field, str(value))
     return pattern
-
