@@ -279,12 +279,12 @@ def burn_source(f: Finding, name: str) -> str:
     c = f.case
     lines = [
         f"// {name}",
-        "use burn::backend::{Autodiff, NdArray};",
+        "use burn::tensor::Device;",
         "use burn::tensor::{Tensor, TensorData};",
-        "type B = Autodiff<NdArray<f32>>;",
         "",
         "fn main() {",
-        "    let dev = Default::default();",
+        "    #[allow(deprecated)] // burn 0.22 deprecates ndarray; the study measured it",
+        "    let dev = Device::ndarray().autodiff();",
     ]
     names = []
     for i, inp in enumerate(c.inputs):
@@ -292,7 +292,7 @@ def burn_source(f: Finding, name: str) -> str:
         r = len(inp.stored_shape)
         vals = ", ".join(_f32(v) for v in inp.stored)
         lines.append(
-            f"    let {n} = Tensor::<B, {r}>::from_data(TensorData::new(vec![{vals}], "
+            f"    let {n} = Tensor::<{r}>::from_data(TensorData::new(vec![{vals}], "
             f"{list(inp.stored_shape)}), &dev).require_grad();"
         )
         at = f"{n}.clone()"
@@ -314,7 +314,7 @@ def burn_source(f: Finding, name: str) -> str:
     w = ", ".join(_f32(v) for v in c.weights)
     lines += [
         (
-            f"    let w = Tensor::<B, {len(c.out_shape)}>::from_data(TensorData::new(vec![{w}], "
+            f"    let w = Tensor::<{len(c.out_shape)}>::from_data(TensorData::new(vec![{w}], "
             f"{list(c.out_shape)}), &dev);"
         ),
         "    let grads = (y.clone() * w).sum().backward();",
@@ -322,7 +322,10 @@ def burn_source(f: Finding, name: str) -> str:
     ]
     for i in range(len(c.inputs)):
         n = input_name(i)
-        lines.append(f'    println!("{n}.grad = {{:?}}", {n}.grad(&grads));')
+        lines.append(
+            f'    match {n}.grad(&grads) {{ Some(g) => println!("{n}.grad = {{g}}"), '
+            f'None => println!("{n}.grad: none") }}'
+        )
     lines.append("}")
     return "\n".join(lines) + "\n"
 
