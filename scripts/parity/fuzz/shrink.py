@@ -66,21 +66,17 @@ def restore(route: Route, logical: np.ndarray) -> Input | None:
                 steps.insert(0, (op, {"dim": d, "start": start, "length": length}))
                 x = np.concatenate([head, x, tail], axis=d)
             else:
+                # The step records only the target shape, not which dimension it expanded:
+                # store once the first dimension (of size > 1) along which the values are
+                # constant; the rank is kept.
                 target = list(x.shape)
-                old = a["shape"]
-                lead = 0
-                # Which dims the original broadcast expanded: size-1 positions are not
-                # recorded, so take every dim along which the values are constant and
-                # that the original target had, then store them once.
-                if len(old) != len(target):
+                if len(a["shape"]) != len(target):
                     return None
                 keep = [i for i in range(len(target)) if target[i] > 1 and _constant(x, i)]
                 if not keep:
                     return None
-                d = keep[0]
-                x = np.take(x, [0], axis=d)
+                x = np.take(x, [0], axis=keep[0])
                 steps.insert(0, (op, {"shape": target}))
-                del lead
     except (IndexError, ValueError, np.exceptions.AxisError):
         return None
     r = Route(tuple(steps))
