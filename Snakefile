@@ -5,6 +5,7 @@
 #   → summary, framework table, optimizer defaults → check
 #   probes (one job per framework × dtype × device running every probe) → probes table
 #   target faults (not default): fault instances → detection table; lr sensitivity
+#   target fuzz (not default): layout fuzzing → findings, minimal probe files, reproductions
 
 
 from snakemake.utils import min_version
@@ -29,6 +30,7 @@ include: "rules/summary.smk"
 include: "rules/probes.smk"
 include: "rules/devices.smk"
 include: "rules/faults.smk"
+include: "rules/fuzz.smk"
 
 
 onerror:

@@ -64,6 +64,13 @@ PROBES_PARTIAL = "results/tables/probes.partial.{ext}"
 #: Held while any of the above is written or removed (``fileio.exclusive_lock``).
 TABLES_LOCK = "results/tables/.tables.lock"
 
+# Layout fuzzing (target fuzz): findings table, campaign summary, one probe file and one
+# framework-native reproduction per finding.
+FUZZ_FINDINGS = "results/fuzz/findings.{ext}"
+FUZZ_SUMMARY = "results/fuzz/summary.json"
+FUZZ_PROBES = "results/fuzz/probes"
+FUZZ_REPRO = "results/fuzz/repro"
+
 
 def fill(pattern: str, **values: object) -> str:
     """``pattern`` with the named wildcards replaced by ``values``; the others stay.

@@ -1,0 +1,213 @@
+"""The differential check: a batch of fuzz cases run in PyTorch (float64 and the run
+dtypes, in this process) and in candle and burn (one runner invocation per framework and
+dtype for the whole batch), each row judged by ``probe_results.judge_probe_row`` against
+PyTorch in the same dtype with the float64-referenced rule.
+
+A case *fails* for a framework when a quantity's verdict is ``fail`` or ``non-finite``
+(values beyond the rule), ``framework-error`` (where PyTorch has values) or
+``missing-gradient``. ``unsupported`` is never a failure, and nothing is judged where
+PyTorch itself errs. Each failure has a *kind*: ``forward``, ``input gradient``,
+``weight gradient`` (an input after the first of a conv, linear or layer_norm), ``error``,
+``missing gradient``.
+
+:func:`control` is the check of the checker: PyTorch float32 through the case's layout
+routes against PyTorch float32 on contiguous inputs (gradients carried back through each
+route by ``generate.route_adjoint``); it must find nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .. import verdicts
+from ..probe_plan import ProbeKey
+from ..probe_results import OK, Outcome, judge_probe_row
+from ..probes import Probe
+from .generate import WEIGHTED_OPS, Case, Route, input_name, to_probe
+
+FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input gradient", "weight gradient"
+ERROR, MISSING_GRAD = "error", "missing gradient"
+KINDS = (FORWARD, INPUT_GRAD, WEIGHT_GRAD, ERROR, MISSING_GRAD)
+FAILING = frozenset(
+    {verdicts.FAIL, verdicts.NON_FINITE, verdicts.FRAMEWORK_ERROR, verdicts.MISSING_GRADIENT}
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failing (framework, dtype, quantity) of a case: its ``kind``, ``verdict`` and
+    the judgement's ``note``; ``values``/``reference`` the framework's and PyTorch's
+    values in the run dtype (None for an error), ``reference64`` PyTorch float64's."""
+
+    framework: str
+    dtype: str
+    quantity: str
+    kind: str
+    verdict: str
+    note: str
+    values: tuple | None = None
+    reference: tuple | None = None
+    reference64: tuple | None = None
+
+    @property
+    def signature(self) -> tuple[str, str, str]:
+        """(framework, dtype, kind): what shrinking keeps."""
+        return (self.framework, self.dtype, self.kind)
+
+
+#: A checker: named cases → failures by name (every name present, [] when it passes).
+Checker = Callable[[Sequence[tuple[str, Case]]], dict[str, list[Failure]]]
+
+
+def kind_of(op: str, quantity: str, verdict: str) -> str:
+    """The kind of a failing quantity of ``op``."""
+    if verdict == verdicts.FRAMEWORK_ERROR:
+        return ERROR
+    if verdict == verdicts.MISSING_GRADIENT:
+        return MISSING_GRAD
+    if quantity == "y":
+        return FORWARD
+    if quantity != f"{input_name(0)}.grad" and op in WEIGHTED_OPS:
+        return WEIGHT_GRAD
+    return INPUT_GRAD
+
+
+@dataclass
+class Runners:
+    """How to run each framework: Rust runner binaries by framework (``candle``,
+    ``burn``), threads, a logger and the runners' log file (or None)."""
+
+    binaries: Mapping[str, str]
+    threads: int = 1
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("fuzz"))
+    log_path: str | None = None
+
+    def torch(self, probes: Sequence[Probe], dtype: str) -> dict[str, list[Outcome]]:
+        """PyTorch outcomes of every probe in ``dtype`` on the CPU, by probe name."""
+        from .. import probe_torch
+
+        quiet = logging.getLogger("fuzz.quiet")
+        quiet.setLevel(logging.WARNING)
+        return {p.name: probe_torch.run(p, dtype, "cpu", self.threads, quiet) for p in probes}
+
+    def rust(self, probes: Sequence[Probe], framework: str, dtype: str) -> dict[str, list[Outcome]]:
+        """One runner invocation for every probe: outcomes by probe name."""
+        from .. import rust_probe
+
+        quiet = logging.getLogger("fuzz.quiet")
+        quiet.setLevel(logging.WARNING)
+        binary = self.binaries[framework]
+        rows = rust_probe.run_batch(
+            probes, framework, dtype, "cpu", binary, self.threads, quiet, self.log_path
+        )
+        return {name: outcomes for name, outcomes, _ in rows}
+
+
+def judge(
+    probe: Probe,
+    op: str,
+    framework: str,
+    dtype: str,
+    outcomes: Sequence[Outcome],
+    reference: Sequence[Outcome],
+    reference64: Sequence[Outcome],
+) -> list[Failure]:
+    """The failures of one framework's ``outcomes`` of ``probe`` (its one case), against
+    PyTorch in ``dtype`` and in float64 (same order: ``Probe.quantities``)."""
+    out = []
+    for o, r, r64 in zip(outcomes, reference, reference64, strict=True):
+        if r.status != OK:
+            continue
+        key = ProbeKey(probe.name, framework, dtype, "cpu")
+        j = judge_probe_row(probe, key, o, r, r64 if dtype != "f64" else r)
+        if j.verdict not in FAILING:
+            continue
+        vals = None if o.values is None else tuple(float(v) for v in o.values)
+        out.append(
+            Failure(
+                framework,
+                dtype,
+                o.quantity,
+                kind_of(op, o.quantity, j.verdict),
+                j.verdict,
+                j.note or (o.message or ""),
+                vals,
+                tuple(float(v) for v in r.values),
+                None if r64.status != OK else tuple(float(v) for v in r64.values),
+            )
+        )
+    return out
+
+
+def run_check(
+    cases: Sequence[tuple[str, Case]],
+    runners: Runners,
+    frameworks: Sequence[str],
+    dtypes: Sequence[str],
+) -> dict[str, list[Failure]]:
+    """Run named ``cases`` in PyTorch (float64 and ``dtypes``) and every framework of
+    ``frameworks`` in ``dtypes``; the failures of each case by name. Raises
+    ``probes.ProbeError`` for a case that is no valid probe and ``RunnerError`` when a
+    runner fails outside any case."""
+    if not cases:
+        return {}
+    probes = [to_probe(n, c) for n, c in cases]
+    ops = {n: c.op for n, c in cases}
+    torch = {d: runners.torch(probes, d) for d in sorted({"f64", *dtypes})}
+    found: dict[str, list[Failure]] = {n: [] for n, _ in cases}
+    for fw in frameworks:
+        for dtype in dtypes:
+            got = runners.rust(probes, fw, dtype)
+            for p in probes:
+                found[p.name] += judge(
+                    p,
+                    ops[p.name],
+                    fw,
+                    dtype,
+                    got[p.name],
+                    torch[dtype][p.name],
+                    torch["f64"][p.name],
+                )
+    return found
+
+
+def contiguous(case: Case) -> Case:
+    """The same logical inputs with no layout route (leaves stored as the op sees them)."""
+    inputs = []
+    for inp in case.inputs:
+        values = tuple(float(v) for v in np.ascontiguousarray(inp.logical()).reshape(-1))
+        inputs.append(replace(inp, route=Route(), stored_shape=inp.shape, stored=values))
+    return case.with_inputs(inputs)
+
+
+def control(
+    cases: Sequence[tuple[str, Case]], runners: Runners, dtype: str = "f32"
+) -> dict[str, list[Failure]]:
+    """PyTorch against itself: each case's quantities in ``dtype`` through its routes (the
+    reference, with float64 through the same routes) against the contiguous case
+    (framework label ``torch-contiguous``), its input gradients carried back through each
+    route. Returns the failures by case name (expected: none)."""
+    from .generate import route_adjoint
+
+    routed = [to_probe(n, c) for n, c in cases]
+    flat = [to_probe(n, contiguous(c)) for n, c in cases]
+    ref = runners.torch(routed, dtype)
+    ref64 = runners.torch(routed, "f64")
+    got = runners.torch(flat, dtype)
+    found: dict[str, list[Failure]] = {}
+    for (name, case), p in zip(cases, routed, strict=True):
+        mapped = []
+        for o in got[name]:
+            base, _, suffix = o.quantity.partition(".")
+            if o.status != OK or not suffix:
+                mapped.append(o)
+                continue
+            inp = case.inputs[int(base[1:])]
+            g = route_adjoint(inp.route, o.values.reshape(inp.shape), inp.stored_shape)
+            mapped.append(Outcome.ok(o.case, o.quantity, g.reshape(-1), inp.stored_shape))
+        found[name] = judge(p, case.op, "torch-contiguous", dtype, mapped, ref[name], ref64[name])
+    return found

@@ -1,0 +1,184 @@
+"""The layout fuzzer without frameworks: generator determinism and validity, layout
+routes and their adjoints, shrinking against a fake checker with a known minimal form,
+and the written probe files' validity (parity.fuzz)."""
+
+import numpy as np
+import pytest
+
+from parity import probe_shapes, probes
+from parity.fuzz import campaign, check, generate, report, shrink
+from parity.fuzz.generate import Case, Route
+
+
+def test_same_seed_same_cases_byte_for_byte():
+    a = generate.generate(7, generate.SUPPORTED_OPS, 3)
+    b = generate.generate(7, generate.SUPPORTED_OPS, 3)
+    assert [n for n, _ in a] == [n for n, _ in b]
+    assert [generate.dump(generate.to_doc(c)) for _, c in a] == [
+        generate.dump(generate.to_doc(c)) for _, c in b
+    ]
+    other = generate.generate(8, generate.SUPPORTED_OPS, 3)
+    assert [c for _, c in a] != [c for _, c in other]
+
+
+def test_an_op_added_leaves_the_other_ops_cases_as_they_were():
+    alone = generate.generate(7, ["matmul"], 4)
+    more = generate.generate(7, ["conv1d", "matmul"], 4)
+    assert alone == [x for x in more if x[1].op == "matmul"]
+
+
+def test_every_generated_case_loads_and_its_shapes_infer():
+    kinds = set()
+    for name, case in generate.generate(3, generate.SUPPORTED_OPS, 8):
+        p = generate.to_probe(name, case)
+        (c,) = p.cases
+        shapes = p.quantity_shapes(c)
+        assert shapes["y"][0] == list(case.out_shape)
+        for i, inp in enumerate(case.inputs):
+            assert shapes[f"x{i}.grad"][0] == list(inp.stored_shape)
+            assert inp.logical().shape == inp.shape
+            assert all(1 <= n <= 6 for n in inp.shape)
+            kinds.update(inp.route.kinds())
+        out, _ = probe_shapes.infer(
+            case.op, probes.op_args(case.op, case.args), [list(i.shape) for i in case.inputs]
+        )
+        assert tuple(out) == case.out_shape
+        # Exactly representable values: small integers or multiples of 1/8.
+        for inp in case.inputs:
+            assert all(float(v * 8).is_integer() for v in inp.stored)
+    assert kinds == {"transpose", "narrow", "broadcast_to"}
+
+
+def test_route_adjoint_is_the_gradient_of_the_route():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        shape = tuple(int(n) for n in rng.integers(1, 5, size=int(rng.integers(1, 4))))
+        route, stored_shape = generate.random_route(rng, shape)
+        leaf = torch.zeros(stored_shape, dtype=torch.float64, requires_grad=True)
+        view = leaf
+        for op, a in route.steps:
+            if op == "transpose":
+                view = view.transpose(a["dim0"], a["dim1"])
+            elif op == "narrow":
+                view = view.narrow(a["dim"], a["start"], a["length"])
+            else:
+                view = view.expand(a["shape"])
+        g = rng.integers(-3, 4, size=shape).astype(np.float64)
+        (view * torch.tensor(g)).sum().backward()
+        got = generate.route_adjoint(route, g, stored_shape)
+        assert np.array_equal(got, leaf.grad.numpy())
+
+
+def _broadcast_matmul() -> Case:
+    """matmul of x0 [3, 4, 5] (stored [1, 5, 4]: broadcast along the batch, then
+    transposed) by a narrowed x1 [3, 5, 2]."""
+    rng = np.random.default_rng(1)
+    stored0 = rng.integers(-3, 4, size=(1, 5, 4)).astype(float)
+    r0 = Route((("broadcast_to", {"shape": [3, 5, 4]}), ("transpose", {"dim0": 1, "dim1": 2})))
+    logical0 = generate.apply_route(stored0, r0)
+    x0 = shrink.restore(r0, np.ascontiguousarray(logical0))
+    r1 = Route((("narrow", {"dim": 2, "start": 1, "length": 2}),))
+    x1 = shrink.restore(r1, rng.integers(-3, 4, size=(3, 5, 2)).astype(float))
+    assert x0 is not None and x1 is not None
+    return Case("matmul", {}, (x0, x1), (3, 4, 2), tuple([1.0] * 24))
+
+
+def fake_checker(calls):
+    """Fails (candle, f32, forward) exactly when x0 reaches matmul through a broadcast."""
+
+    def checker(named):
+        calls.append(len(named))
+        return {
+            n: [check.Failure("candle", "f32", "y", check.FORWARD, "fail", "fake")]
+            if "broadcast_to" in c.inputs[0].route.kinds()
+            else []
+            for n, c in named
+        }
+
+    return checker
+
+
+def test_shrinking_reaches_the_known_minimal_form():
+    calls = []
+    small, ran = shrink.shrink(
+        "m", _broadcast_matmul(), ("candle", "f32", check.FORWARD), fake_checker(calls)
+    )
+    x0, x1 = small.inputs
+    assert x0.route.kinds() == ["broadcast_to"] and x1.route.kinds() == []
+    # The broadcast needs a batch of 2; every other dimension is 1.
+    assert (x0.shape, x0.stored_shape, x1.shape, small.out_shape) == (
+        (2, 1, 1),
+        (1, 1, 1),
+        (2, 1, 1),
+        (2, 1, 1),
+    )
+    assert np.array_equal(x0.logical(), np.broadcast_to(x0.logical()[:1], (2, 1, 1)))
+    assert ran == sum(calls) and len(calls) > 1
+    # A fixpoint: no one-step simplification keeps the failure.
+    assert not any("broadcast_to" in c.inputs[0].route.kinds() for c in shrink.candidates(small))
+
+
+def test_shrinking_a_case_that_never_fails_the_same_way_keeps_it():
+    case = _broadcast_matmul()
+    small, _ = shrink.shrink("m", case, ("burn", "f32", check.FORWARD), fake_checker([]))
+    assert small == case
+
+
+def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
+    case = _broadcast_matmul()
+    fail = check.Failure(
+        "candle",
+        "f32",
+        "y",
+        check.FORWARD,
+        "fail",
+        "differs",
+        tuple([0.0] * 24),
+        tuple([1.0] * 24),
+        tuple([1.0] * 24),
+    )
+    err = check.Failure("candle", "f32", "x1.grad", check.ERROR, "framework-error", "boom")
+    findings = [
+        campaign.Finding("matmul", "candle", "f32", check.FORWARD, case, [fail], ["a", "b"]),
+        campaign.Finding("matmul", "candle", "f32", check.ERROR, case, [err], ["c"]),
+    ]
+    result = campaign.Campaign(findings, {}, 3, 3, {"total": 1.0})
+    rows = report.write(
+        result,
+        5,
+        probes.Path("probes"),
+        tmp_path / "f.csv",
+        tmp_path / "f.md",
+        tmp_path / "probes",
+        tmp_path / "repro",
+        {"ops": ["matmul"]},
+    )
+    assert len(rows) == 2
+    for r in rows:
+        p = probes.load(r["probe"])
+        (c,) = p.cases
+        assert c["known_bug"]["candle"]["cpu"]
+        assert (tmp_path / "repro" / f"{p.name}.rs").read_text().count("fn main") == 1
+    p = probes.load(rows[0]["probe"])
+    assert p.case("case")["known_bug"]["candle"]["cpu"]["y"] == {"values": [0.0] * 24}
+    assert (
+        probes.load(rows[1]["probe"]).case("case")["known_bug"]["candle"]["cpu"]["x1.grad"]
+        == "framework-error"
+    )
+    # The repository's matmul probe records a broadcast left batch: the forward finding
+    # (x0 broadcast → transpose) is related, not the same layout.
+    assert rows[0]["known_bug"] == "new" and "matmul_broadcast:broadcast_left" in rows[0]["related"]
+    assert "| matmul | candle | f32 | forward |" in (tmp_path / "f.md").read_text()
+
+
+def test_known_bug_cases_read_the_layout_before_the_op():
+    known = report.known_bug_cases("probes")
+    conv = {(k["case"], k["framework"]): k for k in known if k["probe"] == "conv1d_contiguity"}
+    assert conv[("input_contiguous", "candle")]["layout"] == ((), ("transpose",))
+    assert conv[("both_strided", "candle")]["layout"] == (("transpose",), ("transpose",))
+    (mm,) = [k for k in known if k["probe"] == "matmul_broadcast"]
+    assert mm["layout"] == (("broadcast_to",), ()) and mm["kinds"] == {
+        check.FORWARD,
+        check.INPUT_GRAD,
+    }

@@ -1,0 +1,81 @@
+"""End-to-end: a short real fuzz campaign (conv1d and matmul, candle) through the
+workflow's `fuzz` target finds candle 0.11.0's conv1d faults (kernel gradient; forward
+through a transposed kernel) and its stride-0 batched-matmul fault, with a clean
+control; then the probes target, pointed at the written probe files, reproduces every
+finding (verdict known-bug; fail where
+the framework's values vary between runs and none are recorded)."""
+
+import csv
+import json
+
+import pytest
+
+from parity import probes
+
+from conftest import load_test_config, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+FINDINGS = "results/fuzz/findings.csv"
+
+
+def fuzz_config():
+    config = load_test_config("probes")
+    config["fuzz"] = {
+        "seed": 21,
+        "cases_per_op": 40,
+        "ops": ["conv1d", "matmul"],
+        "frameworks": ["candle"],
+        "dtypes": ["f32"],
+        "shrinks_per_class": 1,
+    }
+    return config
+
+
+@pytest.fixture(scope="module")
+def fuzz_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("fuzz")
+    run_workflow(workdir, fuzz_config(), "--cores", "2", "fuzz")
+    with open(workdir / FINDINGS, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return workdir, rows
+
+
+def test_rediscovers_the_known_candle_faults_with_a_clean_control(fuzz_run):
+    workdir, rows = fuzz_run
+    summary = json.loads((workdir / "results/fuzz/summary.json").read_text())
+    assert summary["control_failures"] == {}
+    found = {(r["op"], r["kind"], r["layout"]) for r in rows if r["framework"] == "candle"}
+    assert ("conv1d", "weight gradient", "x0: contiguous; x1: contiguous") in found
+    assert ("conv1d", "forward", "x0: contiguous; x1: transpose") in found
+    assert ("matmul", "forward", "x0: broadcast_to; x1: contiguous") in found
+    known = {r["known_bug"] for r in rows}
+    assert {"conv1d_grad:batch2", "conv1d_contiguity:input_contiguous"} <= known
+    assert "matmul_broadcast:broadcast_left" in known
+
+
+def test_every_written_probe_reproduces_through_the_probes_target(fuzz_run):
+    workdir, rows = fuzz_run
+    folder = workdir / "results/fuzz/probes"
+    names = sorted(p.name.removesuffix(".yaml") for p in folder.glob("*.yaml"))
+    assert len(names) == len(rows) > 0
+    for n in names:
+        probes.load(folder / f"{n}.yaml")
+    config = fuzz_config()
+    config["probes"].update({"folder": str(folder), "select": None, "dtypes": ["f32"]})
+    run_workflow(workdir, config, "--cores", "2", "results/tables/probes.csv")
+    with open(workdir / "results/tables/probes.csv", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    for r in rows:
+        probe = r["probe"].rsplit("/", 1)[-1].removesuffix(".yaml")
+        verdicts = {
+            t["quantity"]: t["verdict"]
+            for t in table
+            if (t["probe"], t["framework"], t["dtype"]) == (probe, r["framework"], "f32")
+        }
+        bug = probes.load(folder / f"{probe}.yaml").case("case")["known_bug"]
+        for q in r["quantities"].split():
+            # Values that differ between runs are not recorded: their verdict is fail.
+            recorded = q in bug.get(r["framework"], {}).get("cpu", {})
+            want = "known-bug" if recorded else "fail"
+            assert verdicts[q] == want, (probe, q, verdicts)
