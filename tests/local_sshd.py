@@ -112,7 +112,7 @@ class LocalSshd:
                     "PermitRootLogin prohibit-password",
                     "StrictModes no",
                     "UsePAM no",
-                    "LogLevel VERBOSE",
+                    "LogLevel ERROR",
                     "",
                 ]
             )

@@ -351,13 +351,14 @@ def run_remote(r: Runner, abs_path: str, job: FetchJob) -> subprocess.CompletedP
     if job.settings.get("bootstrap", True):
         r.ssh(in_checkout(abs_path, env + "scripts/dev/bootstrap"), "bootstrap")
     cores = str(job.settings.get("cores", "all"))
+    # the targets first: --configfile takes every word after it
     line = env + shell_line(
         ".venv/bin/snakemake",
+        *job.settings["devices"],
         "--cores",
         cores,
         "--configfile",
         REMOTE_CONFIG,
-        *job.settings["devices"],
     )
     return r.ssh(in_checkout(abs_path, line), "snakemake", check=False)
 
@@ -393,6 +394,9 @@ def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
     good, missing = {}, []
     for path, expect in job.traces.items():
         local = remote_file(job.host, path)
+        if not Path(local).is_file():
+            missing.append(job.labels.get(path, path))
+            continue
         try:
             TraceReader(local, expect=expect)
         except TraceError as e:
@@ -401,6 +405,9 @@ def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
         good[local] = sha256_file(local)
     for path in job.probes:
         local = remote_file(job.host, path)
+        if not Path(local).is_file():
+            missing.append(f"probe {path}")
+            continue
         try:
             pf = integrity.open_parquet(local)
             if integrity.unseal(local, pf.metadata.metadata, PROBE_KEY) is None:
