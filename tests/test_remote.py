@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -245,10 +246,10 @@ def test_a_rerun_copies_nothing_and_recomputes_nothing(first_run, sshd, checkout
 def test_a_cut_transfer_leaves_nothing_half_copied_and_a_rerun_resumes(
     first_run, sshd, checkout, tmp_path
 ):
-    # The remote's rsync is killed 2 s into a transfer throttled to 1 KiB/s: the
-    # connection drops with files half-sent.
+    # The remote's rsync is killed 3 s into a transfer throttled to 1 KiB/s (the files are
+    # 3.5 to 12 KB): the connection drops with a file half-sent.
     cut = sshd.dir / "rsync-cut"
-    cut.write_text('#!/bin/sh\nexec timeout -s KILL 2 rsync "$@"\n')
+    cut.write_text('#!/bin/sh\nexec timeout -s KILL 3 rsync "$@"\n')
     cut.chmod(0o755)
     workdir = tmp_path / "here"
     config = config_with(sshd, checkout, bwlimit=1, rsync_path=str(cut))
@@ -256,6 +257,12 @@ def test_a_cut_transfer_leaves_nothing_half_copied_and_a_rerun_resumes(
     proc = run_workflow(workdir, config, "--cores", "2", target, check=False)
     assert proc.returncode != 0
     assert f"remote {HOST}: the transfer stopped" in proc.stdout
+    # rsync's own account: data was flowing when the connection dropped
+    received = re.search(
+        r"connection unexpectedly closed \((\d+) bytes received so far\) \[receiver\]",
+        remote_log(workdir),
+    )
+    assert received and int(received.group(1)) > 1000, remote_log(workdir)[-3000:]
     # the summary names the host and its missing cells
     with open(workdir / "results/tables/remote.partial.csv", encoding="utf-8") as f:
         partial = list(csv.DictReader(f))
