@@ -104,9 +104,19 @@ def sshd():
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory):
-    """The "remote host"'s checkout: a git clone of this repository."""
+    """The "remote host"'s checkout: a git clone of this repository, one commit behind and
+    without this commit's objects, so that the remote target must push it there."""
     path = tmp_path_factory.mktemp("remote-host") / "parity"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(path)], check=True)
+    for argv in (
+        ["reset", "--quiet", "--hard", "HEAD~1"],
+        ["remote", "remove", "origin"],
+        ["reflog", "expire", "--expire=now", "--all"],
+        ["gc", "--quiet", "--prune=now"],
+    ):
+        subprocess.run(["git", "-C", str(path), *argv], check=True)
+    missing = subprocess.run(["git", "-C", str(path), "cat-file", "-e", f"{head()}^{{commit}}"])
+    assert missing.returncode != 0
     return path
 
 
@@ -181,6 +191,7 @@ def test_traces_come_back_with_the_remote_checkouts_provenance(first_run, checko
     workdir, _ = first_run
     m = manifest(workdir)
     assert m["path"] == str(checkout.resolve()) and m["commit"] == head()
+    assert "push: git" in remote_log(workdir)  # the commit went there over SSH
     assert m["host"] == HOST and m["devices"] == ["cpu"] and m["remote"]["cpu"]
     # the remote checkout was moved to this commit and ran with the config sent to it
     at = subprocess.run(

@@ -427,6 +427,18 @@ def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str)
     job = FetchJob(**params)
     status_path = REMOTE_STATUS.format(host=job.host)
     r = Runner(job.host, job.settings, log, basedir)
+    Path(REMOTE_DIR.format(host=job.host)).mkdir(parents=True, exist_ok=True)
+    local_changes = r.run(
+        ["git", "-C", basedir, "status", "--porcelain", "--untracked-files=no"],
+        "local-status",
+        capture=True,
+    ).stdout.strip()
+    if local_changes:
+        log.warning(
+            "this checkout has uncommitted changes (%s): the remote runs commit %s without them",
+            _last_lines(local_changes, 3),
+            job.commit[:12],
+        )
     try:
         abs_path = sync_checkout(r, job.commit)
         described = describe_host(r, abs_path)
@@ -476,6 +488,7 @@ def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str)
         "ssh": job.settings["ssh"],
         "path": abs_path,
         "commit": job.commit,
+        "local_changes": bool(local_changes),
         "remote": described,
         "devices": list(job.settings["devices"]),
         "transferred": transferred(out),
@@ -499,7 +512,11 @@ def failed_hosts_report(
     (from the host's ``status.json`` when its job failed), log."""
     rows = []
     for host in hosts:
+        # a host whose job finished, or that no run has tried yet (its folder is made by
+        # its job's first step), is not reported
         if Path(REMOTE_MANIFEST.format(host=host)).is_file():
+            continue
+        if not Path(REMOTE_DIR.format(host=host)).is_dir():
             continue
         status_path = Path(REMOTE_STATUS.format(host=host))
         status = {}
