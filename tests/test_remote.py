@@ -115,7 +115,9 @@ def checkout(tmp_path_factory):
         ["gc", "--quiet", "--prune=now"],
     ):
         subprocess.run(["git", "-C", str(path), *argv], check=True)
-    missing = subprocess.run(["git", "-C", str(path), "cat-file", "-e", f"{head()}^{{commit}}"])
+    missing = subprocess.run(
+        ["git", "-C", str(path), "cat-file", "-e", f"{head()}^{{commit}}"], capture_output=True
+    )
     assert missing.returncode != 0
     return path
 
@@ -299,7 +301,9 @@ def test_a_cut_transfer_leaves_nothing_half_copied_and_a_rerun_resumes(
 
 
 @pytest.mark.workflow
-def test_an_unreachable_host_and_a_dirty_checkout_are_named(sshd, checkout, tmp_path):
+def test_an_unreachable_host_a_failed_bootstrap_and_a_dirty_checkout_are_named(
+    sshd, checkout, tmp_path
+):
     closed = remote_settings(sshd, checkout)
     config = load_test_config("remote")
     config["remote"] = {
@@ -314,6 +318,15 @@ def test_an_unreachable_host_and_a_dirty_checkout_are_named(sshd, checkout, tmp_
     proc = run_workflow(tmp_path / "a", config, "--cores", "1", target, check=False)
     assert proc.returncode != 0
     assert f"remote {HOST}: unreachable" in proc.stdout
+    assert f"{HOST}: 4 cells missing" in proc.stdout
+    # a bootstrap that fails there (no cargo on the PATH the host's env gives)
+    bare = remote_settings(sshd, checkout)
+    bare["env"] = {"PATH": "/usr/bin:/bin"}
+    config["remote"] = {HOST: bare}
+    proc = run_workflow(tmp_path / "c", config, "--cores", "1", target, check=False)
+    assert proc.returncode != 0
+    assert f"remote {HOST}: bootstrap failed (exit 1)" in proc.stdout
+    assert "cargo not found" in proc.stdout
     assert f"{HOST}: 4 cells missing" in proc.stdout
     dirty = tmp_path / "dirty"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(dirty)], check=True)
