@@ -22,7 +22,9 @@ import pytest
 
 from parity import remote
 from parity.configcheck import schema_errors
+from parity.crosshost import crosshost_params, here_traces
 from parity.fileio import sha256_file
+from parity.plan import Plan
 from parity.schema import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
@@ -73,6 +75,23 @@ def test_schema_refuses_an_option_as_destination_and_unknown_keys():
 def test_transferred_reads_rsync_stats():
     assert remote.transferred("Number of regular files transferred: 1,204\n") == 1204
     assert remote.transferred("nothing") is None
+
+
+def test_a_mac_brings_back_metal_and_its_cpu_runs_compared_with_this_cpu():
+    plan = Plan(load_test_config("remote"))  # devices: [cpu] here
+    params = crosshost_params(plan, "mac", ["metal", "cpu"], EXPERIMENT)
+    same = {(p["reference"]["label"], p["candidate"]["label"]) for p in params["same"]}
+    assert ("torch f32 cpu", "torch f32 metal@mac") in same  # no Metal here: the CPU
+    assert ("candle f64 cpu", "candle f64 cpu@mac") in same
+    assert not any("f64 metal" in c for _, c in same)  # float64 on Metal never runs
+    comps = {(c["reference"]["label"], c["candidate"]["label"]) for c in params["comparisons"]}
+    assert comps == {
+        ("torch f32 cpu@mac", "candle f32 metal@mac"),
+        ("torch f32 cpu@mac", "candle f32 cpu@mac"),
+    }
+    assert all(p["candidate"]["path"].startswith("results/remote/mac/") for p in params["same"])
+    assert here_traces(params) == sorted({p["reference"]["path"] for p in params["same"]})
+    assert all("/remote/" not in t for t in here_traces(params))
 
 
 @pytest.mark.workflow
