@@ -31,10 +31,12 @@ include: "rules/probes.smk"
 include: "rules/devices.smk"
 include: "rules/faults.smk"
 include: "rules/fuzz.smk"
+include: "rules/remote.smk"
 
 
 onerror:
     write_partial_summary()
+    write_remote_status()
 
 
 rule all:

@@ -61,6 +61,17 @@ PROBES_SOURCES = "results/tables/probes.sources.json"
 #: by ``onerror`` beside (never over) the tables the rules write.
 SUMMARY_PARTIAL = "results/tables/summary.partial.{ext}"
 PROBES_PARTIAL = "results/tables/probes.partial.{ext}"
+#: A remote host's results brought back (``parity.remote``): its ``results/`` layout below
+#: the folder, the manifest of what came back (the fetch job's output) and the job's log.
+REMOTE_DIR = "results/remote/{host}"
+REMOTE_MANIFEST = "results/remote/{host}/manifest.json"
+REMOTE_LOG = "results/logs/remote/{host}.log"
+#: After a failed run with remote hosts (config ``remote``): one row per cell of a host
+#: without results, naming the host, the stage that failed and its log (``parity.remote``).
+REMOTE_PARTIAL = "results/tables/remote.partial.csv"
+#: A host's results compared with this host's, per experiment (``parity.crosshost``).
+CROSSHOST_TABLE = "results/tables/{experiment}/crosshost-{host}.{ext}"
+CROSSHOST_LOG = "results/logs/crosshost/{experiment}/{host}.log"
 #: Held while any of the above is written or removed (``fileio.exclusive_lock``).
 TABLES_LOCK = "results/tables/.tables.lock"
 
