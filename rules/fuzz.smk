@@ -24,7 +24,6 @@ rule fuzz:
     threads: config.get("threads", 1)
     params:
         fuzz=fuzz_settings(),
-        known_folder=fuzz_known_folder(),
         code=code("fuzz.py"),
     script:
         "../scripts/fuzz.py"

@@ -29,7 +29,7 @@ for d in (sm.output.probes, sm.output.repro):
 rows = report.write(
     result,
     settings["seed"],
-    sm.params.known_folder,
+    list(sm.input.known),
     sm.output.csv,
     sm.output.md,
     sm.output.probes,

@@ -59,13 +59,18 @@ ROUTE_OPS = frozenset({"transpose", "narrow", "broadcast_to"})
 # ----- known bugs -------------------------------------------------------------------------
 
 
-def known_bug_cases(folder: str | Path) -> list[dict]:
-    """Every case of the probes in ``folder`` with a ``known_bug``, as ``{"probe",
+def known_bug_cases(source: str | Path | Sequence[str | Path]) -> list[dict]:
+    """Every case of the probes of ``source`` (a folder, or a list of probe files) with a
+    ``known_bug``, as ``{"probe",
     "case", "op", "framework", "kinds", "layout"}`` (one entry per framework): ``layout``
     the per-input tuple of layout step kinds before the case's one op, ``kinds`` those of
     its known-bug quantities. Cases with several non-layout ops are left out."""
     out = []
-    for name, p in probes.discover(folder).items():
+    if isinstance(source, (str, Path)):
+        found = probes.discover(source)
+    else:
+        found = {(p := probes.load(path)).name: p for path in source}
+    for name, p in found.items():
         for c in p.cases:
             if not c["known_bug"]:
                 continue
@@ -360,7 +365,7 @@ def layout_text(f: Finding) -> str:
 def write(
     result: Campaign,
     seed: int,
-    known_folder: str | Path,
+    known: str | Path | Sequence[str | Path],
     csv_path: str | Path,
     md_path: str | Path,
     probe_dir: str | Path,
@@ -368,11 +373,13 @@ def write(
     settings: Mapping,
 ) -> list[dict]:
     """Write the findings table, probe files and reproductions; returns the table rows.
+    ``known``: the probes whose ``known_bug`` entries findings are matched with (a folder or
+    a list of probe files).
     Every probe file is read back with ``probes.load`` (a ``ProbeError`` is a bug here)."""
     probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
     probe_dir.mkdir(parents=True, exist_ok=True)
     repro_dir.mkdir(parents=True, exist_ok=True)
-    known = known_bug_cases(known_folder)
+    known = known_bug_cases(known)
     rows = []
     for i, f in enumerate(result.findings):
         name = probe_name(f, i)
