@@ -86,33 +86,15 @@ def _matmul(x: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.matmul(a, b)
 
 
-def _conv(fn):
+#: The arguments every convolution takes (transposed ones add ``output_padding``).
+CONV_ARGS = ("stride", "padding", "dilation", "groups")
+
+
+def _conv(fn, *names: str):
+    """``fn(input, kernel, None, **arguments)`` with the probe arguments ``names``."""
+
     def apply(x: Inputs, a: Args) -> torch.Tensor:
-        return fn(
-            x[0],
-            x[1],
-            None,
-            stride=a["stride"],
-            padding=a["padding"],
-            dilation=a["dilation"],
-            groups=a["groups"],
-        )
-
-    return apply
-
-
-def _conv_transpose(fn):
-    def apply(x: Inputs, a: Args) -> torch.Tensor:
-        return fn(
-            x[0],
-            x[1],
-            None,
-            stride=a["stride"],
-            padding=a["padding"],
-            output_padding=a["output_padding"],
-            groups=a["groups"],
-            dilation=a["dilation"],
-        )
+        return fn(x[0], x[1], None, **{k: a[k] for k in names})
 
     return apply
 
@@ -146,10 +128,10 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     "reshape": lambda x, a: x[0].reshape(a["shape"]),
     "contiguous": lambda x, a: x[0].contiguous(),
     # convolutions and pooling
-    "conv1d": _conv(F.conv1d),
-    "conv2d": _conv(F.conv2d),
-    "conv_transpose1d": _conv_transpose(F.conv_transpose1d),
-    "conv_transpose2d": _conv_transpose(F.conv_transpose2d),
+    "conv1d": _conv(F.conv1d, *CONV_ARGS),
+    "conv2d": _conv(F.conv2d, *CONV_ARGS),
+    "conv_transpose1d": _conv(F.conv_transpose1d, *CONV_ARGS, "output_padding"),
+    "conv_transpose2d": _conv(F.conv_transpose2d, *CONV_ARGS, "output_padding"),
     "max_pool1d": lambda x, a: F.max_pool1d(
         x[0], a["kernel"], stride=a["stride"], padding=a["padding"]
     ),
