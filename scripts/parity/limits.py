@@ -1,5 +1,6 @@
 """What a config or a probe file may ask for: every number finite, and every job's size
-estimated, and refused beyond the configured limits, before the DAG is built.
+estimated, and refused beyond the configured limits, before the DAG is built (just over 500
+lines: every limit in one place, as config.yaml lists them).
 
 * :func:`non_finite` walks a parsed document for NaN and ±Inf (YAML's ``.nan``, ``.inf``),
   which a JSON schema cannot refuse (``nan > 0`` is false, so ``exclusiveMinimum`` lets it

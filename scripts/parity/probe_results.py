@@ -1,5 +1,8 @@
 """Probe results: the Parquet schema of one probe run, defined here once, and the judging.
 
+Over 500 lines: the judging reads exactly what the schema holds (statuses, shapes, the
+values' widening), so the two stay together; a split is noted as a follow-up.
+
 One file per (probe, framework, dtype, device), ``results/probes/{probe}/{framework}-{dtype}-
 {device}.parquet`` (``probe_plan.ProbeKey.result``), one row per (case, quantity) in the probe's
 order (``Probe.quantities``):

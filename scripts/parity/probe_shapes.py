@@ -1,5 +1,8 @@
 """Shapes and kinds of a probe's tensors, inferred before anything runs.
 
+Over 500 lines: one short, documented rule per op of the probe language (about fifty), in
+one table the loader and the layout fuzzer share.
+
 Every op of ``schemas/probe.schema.yaml`` has one public function here (:data:`OPS`, run
 through :func:`infer`) from its input shapes and kinds and its *normalized* arguments
 (``probes.py``'s form: every argument explicit, pairs as ``[h, w]``, reductions'

@@ -1,5 +1,9 @@
 """The probe format: small exact checks of single operations, written as data.
 
+Over 500 lines: the loader of one language, kept in one module so that reading a probe file
+(YAML quirks, the schema, names, normalization, the checks shape inference feeds) has one
+entry point; the op table is the schema and the shape rules are ``probe_shapes``.
+
 A probe is a YAML file ``probes/{name}.yaml`` checked against ``schemas/probe.schema.yaml``
 (the one place that lists the ops, their inputs and arguments, with defaults;
 docs/probe-reference.md is generated from it). It names:

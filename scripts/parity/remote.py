@@ -1,6 +1,9 @@
 """Remote hosts (config ``remote``): run a device's jobs on another machine over SSH, bring
 its traces and probe results back, and compare them here.
 
+Just over 500 lines: one host's job from commit to checked manifest, each step a function
+below; the cross-host comparison is ``crosshost``.
+
 One job per host (``rules/remote.smk``, :func:`fetch_job`):
 
 1. the remote checkout is put at this checkout's commit: ``git push`` of the commit over

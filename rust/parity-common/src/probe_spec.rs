@@ -8,6 +8,9 @@
 //!
 //! Every runner reports its outcomes the same way: one `result` frame per (case, quantity)
 //! whose metadata is [`result_meta`] with a [`Status`].
+//!
+//! Long (with its tests): this is the whole normalized contract, every op of the probe
+//! language with its documented arguments, in one place both runners match on.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
