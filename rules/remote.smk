@@ -1,7 +1,8 @@
 # Remote hosts (config `remote`): `snakemake --cores 8 remote` runs each host's device
 # targets in its own checkout over SSH, brings its traces and probe results back into
 # results/remote/{host}/ (parity.remote) and compares them with this host's, per
-# experiment (parity.crosshost). Not in the default target.
+# experiment (parity.crosshost). The summary and the probe table gather the hosts' cells
+# (device cpu@mac) when the config has remote hosts; without them nothing here runs.
 
 
 rule remote_fetch:
@@ -30,6 +31,7 @@ rule crosshost:
     output:
         csv=paths.fill(paths.CROSSHOST_TABLE, ext="csv"),
         md=paths.fill(paths.CROSSHOST_TABLE, ext="md"),
+        result=paths.CROSSHOST_RESULT,
     log:
         paths.CROSSHOST_LOG,
     conda:
@@ -42,7 +44,8 @@ rule crosshost:
 
 
 rule remote:
-    """Every remote host's results, brought back and compared here."""
+    """Every remote host's results, brought back and compared here, and the summary and
+    probe table that hold them."""
     input:
         lambda wc: remote_outputs(),
     localrule: True

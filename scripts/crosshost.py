@@ -5,4 +5,12 @@ from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-crosshost.crosshost_job(sm.params.job, sm.input.manifest, sm.output.csv, sm.output.md, log)
+crosshost.crosshost_job(
+    sm.params.job,
+    sm.input.manifest,
+    sm.output.csv,
+    sm.output.md,
+    log,
+    sm.output.result,
+    code=sm.params.code,
+)

@@ -72,6 +72,8 @@ REMOTE_PARTIAL = "results/tables/remote.partial.csv"
 #: A host's results compared with this host's, per experiment (``parity.crosshost``).
 CROSSHOST_TABLE = "results/tables/{experiment}/crosshost-{host}.{ext}"
 CROSSHOST_LOG = "results/logs/crosshost/{experiment}/{host}.log"
+#: The cross-host job's sealed result (its rows, what it read), gathered by the summary.
+CROSSHOST_RESULT = "results/compare/{experiment}/crosshost-{host}.json"
 #: Held while any of the above is written or removed (``fileio.exclusive_lock``).
 TABLES_LOCK = "results/tables/.tables.lock"
 
