@@ -515,41 +515,47 @@ def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str)
 # ----- after a failed run -------------------------------------------------------------------
 
 
+def host_status(host: str) -> dict | None:
+    """Why ``host`` has no results here: None when its manifest is written (its job
+    finished); else ``{"stage", "error", "log"}``: the stage that failed and its error as
+    the host's last failed attempt recorded them (``status.json``), or stage ``not run``
+    when no attempt recorded one (its job did not run: an earlier job failed, or it was
+    not asked for), and the host's log."""
+    if Path(REMOTE_MANIFEST.format(host=host)).is_file():
+        return None
+    status: dict = {}
+    status_path = Path(REMOTE_STATUS.format(host=host))
+    if status_path.is_file():
+        try:
+            status = json.loads(status_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            status = {}
+    return {
+        "stage": status.get("stage", "not run"),
+        "error": status.get("error", "its job did not run (an earlier job failed)"),
+        "log": REMOTE_LOG.format(host=host),
+    }
+
+
 def failed_hosts_report(
     hosts: Mapping[str, Mapping], labels: Mapping[str, Mapping[str, str]]
 ) -> list[dict]:
     """One row per cell of a host without a current manifest: host, cell, stage, error
-    (from the host's ``status.json`` when its job failed), log."""
+    (from the host's ``status.json`` when its job failed, :func:`host_status`), log."""
     rows = []
     for host in hosts:
         # a host whose job finished, or that no run has tried yet (its folder is made by
         # its job's first step), is not reported
-        if Path(REMOTE_MANIFEST.format(host=host)).is_file():
+        status = host_status(host)
+        if status is None or not Path(REMOTE_DIR.format(host=host)).is_dir():
             continue
-        if not Path(REMOTE_DIR.format(host=host)).is_dir():
-            continue
-        status_path = Path(REMOTE_STATUS.format(host=host))
-        status = {}
-        if status_path.is_file():
-            try:
-                status = json.loads(status_path.read_text())
-            except (OSError, json.JSONDecodeError):
-                status = {}
         missing = [
             lab
             for p, lab in labels.get(host, {}).items()
             if not Path(remote_file(host, p)).is_file()
         ]
         for cell in missing or ["(every cell came back; its job did not finish)"]:
-            rows.append(
-                {
-                    "host": host,
-                    "cell": cell,
-                    "stage": status.get("stage", "not run"),
-                    "error": status.get("error", "its job did not run (an earlier job failed)"),
-                    "log": REMOTE_LOG.format(host=host),
-                }
-            )
+            rows.append({"host": host, "cell": cell, **status})
     return rows
 
 

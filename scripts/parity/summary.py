@@ -10,6 +10,12 @@ output) and writes ``summary.partial.*`` beside it, with an ``error`` row naming
 of each comparison that has no current result. Both are written under one lock, so two
 runs in one folder never both rewrite them.
 
+With remote hosts (config ``remote``), the summary also gathers each host's cross-host
+results (``parity.crosshost``): their rows are summary rows whose device is the remote's
+label (``cpu@mac``), judged by the same ``parity.verdicts``; after a failed run, each row
+a host owes and cannot give is an ``error`` row naming the host, the stage that failed
+and the log (:func:`remote_error_rows`).
+
 Plain functions of what the rules resolved and of paths; ``scripts/summary.py``,
 ``scripts/check.py`` and ``scripts/framework_summary.py`` are thin adapters.
 
@@ -24,7 +30,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from . import integrity, paths, tables, verdicts
+from . import crosshost, integrity, paths, remote, tables, verdicts
 from .config import canonical_hash
 from .fileio import exclusive_lock
 from .keys import Comparison
@@ -93,11 +99,16 @@ def summary_rows(
     results: Mapping[str, Mapping], unsupported: Sequence[Mapping], errors: Sequence[dict] = ()
 ) -> list[dict]:
     """The summary's rows from comparison results (path → result): one per comparison with
-    a per-step result, joined with its split and diagnosis; then ``errors`` (verdict
-    ``error``) and the ``unsupported`` cells (``experiment``, ``device``, ``label``,
-    ``reason``)."""
+    a per-step result, joined with its split and diagnosis; then the rows of each
+    cross-host result (kind ``crosshost``, ``crosshost.summary_rows``: device ``cpu@mac``),
+    by host and experiment; then ``errors`` (verdict ``error``) and the ``unsupported``
+    cells (``experiment``, ``device``, ``label``, ``reason``)."""
     by_kind: dict[str, dict] = {"perstep": {}, "split": {}, "diagnosis": {}, "localise": {}}
+    across: dict[tuple[str, str], Mapping] = {}
     for r in results.values():
+        if r["kind"] == "crosshost":
+            across[(r["host"], r["experiment"])] = r
+            continue
         by_kind[r["kind"]][(r["experiment"], r["comparison"], r["device"])] = r
     rows = []
     for key, r in sorted(by_kind["perstep"].items()):
@@ -139,6 +150,10 @@ def summary_rows(
                 "candidate_version": r["candidate_provenance"]["framework_version"],
             }
         )
+    for key in sorted(across):
+        rows += [
+            {**dict.fromkeys(SUMMARY_COLUMNS), **row} for row in crosshost.summary_rows(across[key])
+        ]
     for e in errors:
         rows.append({**dict.fromkeys(SUMMARY_COLUMNS), **e, "verdict": verdicts.ERROR})
     for cell in unsupported:
@@ -295,6 +310,40 @@ def current_result(path: str, job: Mapping, code: str | None) -> tuple[dict | No
 #: Every comparison of the plan with what its jobs receive (``Plan.comparison_job``), as
 #: the rules resolve them: what the staleness checks compare each result with.
 ComparisonJobs = Sequence[tuple[Comparison, Mapping]]
+#: Every cross-host job (one per remote host and experiment) as the rules resolve them:
+#: ``{"host", "experiment", "result": its sealed result's path, "job": its params,
+#: crosshost.crosshost_params}``. Empty without remote hosts.
+RemoteJobs = Sequence[Mapping]
+
+
+def remote_error_rows(job: Mapping, problem: str) -> list[dict]:
+    """The ``error`` rows of one cross-host job without a current result (``job``: one of
+    :data:`RemoteJobs`; ``problem``: why its result is not current): one per row the host
+    owes the summary (``crosshost.expected_cells``). Each status names the host, the stage
+    that failed and its error (the host's ``status.json``, ``remote.host_status``) and the
+    log to read; where a trace the row compares did not come back, it names that trace.
+    When the host's results are all here (its manifest is written), the cross-host job is
+    what failed, and its log is named."""
+    host, params = job["host"], job["job"]
+    failed = remote.host_status(host)
+    if failed is None:
+        log = paths.CROSSHOST_LOG.format(experiment=params["experiment"], host=host)
+        why = f"remote host {host}: no current cross-host result ({problem}); see {log}"
+    else:
+        why = (
+            f"remote host {host}: {failed['stage']} failed ({failed['error']}); see {failed['log']}"
+        )
+    pairs = [*params["same"], *params["comparisons"]]
+    rows = []
+    for cell, pair in zip(crosshost.expected_cells(params), pairs, strict=True):
+        gone = [
+            pair[role]["label"]
+            for role in ("reference", "candidate")
+            if not os.path.exists(pair[role]["path"])
+        ]
+        status = why + (f" (not here: {', '.join(gone)})" if gone else "")
+        rows.append({**cell, "status": status})
+    return rows
 
 
 def comparison_state(
@@ -310,10 +359,12 @@ def summary_problems(
     unsupported: Sequence[Mapping],
     codes: Mapping[str, str | None],
     record_path: str = paths.SUMMARY_SOURCES,
+    remote_jobs: RemoteJobs = (),
 ) -> list[str]:
-    """Why ``summary.csv`` is not the current summary of ``comparisons``: empty when it is (its
-    record intact, its files as written, made with these params and this code from
-    exactly the plan's results, each of them current)."""
+    """Why ``summary.csv`` is not the current summary of ``comparisons`` (and of the
+    cross-host jobs ``remote_jobs``, whose code hash is ``codes["crosshost"]``): empty when
+    it is (its record intact, its files as written, made with these params and this code
+    from exactly the plan's results, each of them current)."""
     try:
         record = integrity.read_sealed_json(record_path)
     except (OSError, integrity.IntegrityError) as e:
@@ -324,11 +375,15 @@ def summary_problems(
     if codes.get("summary") is not None and record.get("code") != codes["summary"]:
         out.append("made by other code")
     want = {c.result(k) for c, _ in comparisons for k in c.kinds}
+    want |= {j["result"] for j in remote_jobs}
     if set(record["made_from"]) != want:
         out.append("made from another set of comparisons")
     out += integrity.changed(record["made_from"])
     for c, job in comparisons:
         out += [why for r, why in comparison_state(c, job, codes).values() if r is None]
+    for j in remote_jobs:
+        r, why = current_result(j["result"], j["job"], codes.get("crosshost"))
+        out += [why] if r is None else []
     return out
 
 
@@ -340,13 +395,17 @@ def partial_summary_job(
     out_md: str,
     out_record: str,
     why: Sequence[str] = (),
+    remote_jobs: RemoteJobs = (),
 ) -> int:
     """Summary of a run that failed part-way, written beside ``summary.csv``: every
     comparison whose per-step result is current (:func:`current_result`) is summarised
     (with its split and diagnosis where those are current); each other one is an ``error``
     row whose status says why and names the log to read: the training job's when a trace
-    is missing (that run failed), else the comparison job's. ``why`` says why summary.csv
-    is not current. Returns the number of error rows."""
+    is missing (that run failed), else the comparison job's. Each cross-host job of
+    ``remote_jobs`` with a current result gives its rows; each other one gives an
+    ``error`` row per row its host owes (:func:`remote_error_rows`: the host, the stage
+    that failed, the log). ``why`` says why summary.csv is not current. Returns the
+    number of error rows."""
     results, errors, made_from = {}, [], {}
     for c, job in comparisons:
         state = comparison_state(c, job, codes)
@@ -374,11 +433,19 @@ def partial_summary_job(
                 "expected_verdict": verdicts.EXPECTATIONS[c.expect],
             }
         )
+    for j in remote_jobs:
+        r, problem = current_result(j["result"], j["job"], codes.get("crosshost"))
+        if r is not None:
+            results[j["result"]] = r
+            made_from[j["result"]] = integrity.file_record(j["result"])
+        else:
+            errors += remote_error_rows(j, problem)
     rows = summary_rows(results, unsupported, errors)
     intro = (
         f"**A run failed ({integrity.run_id()}).** This partial summary lists what could be "
         f"summarised; {len(errors)} comparison(s) have no current result (verdict `error`, "
-        "with the log to read). `summary.csv` is not current"
+        "with the log to read; a remote host's, with the host and the stage that failed). "
+        "`summary.csv` is not current"
         + (f" ({'; '.join(why[:3])})" if why else "")
         + " and was removed: the next successful run writes it again.\n\n"
     )
@@ -390,17 +457,21 @@ def partial_summary_job(
 
 
 def after_failed_run(
-    comparisons: ComparisonJobs, unsupported: Sequence[Mapping], codes: Mapping[str, str | None]
+    comparisons: ComparisonJobs,
+    unsupported: Sequence[Mapping],
+    codes: Mapping[str, str | None],
+    remote_jobs: RemoteJobs = (),
 ) -> str:
     """What ``onerror`` does with the summary (rules/common.smk): under the tables' lock,
-    keep ``summary.csv`` when it is still current (:func:`summary_problems`) and remove a
-    stale partial summary; else remove ``summary.csv`` (and its twins and record, so no
-    earlier verdict is shown as current and the next run makes it again) and write
-    ``summary.partial.*``. Returns a line for the console. When another run holds the
-    lock, nothing is touched (that run writes them)."""
+    keep ``summary.csv`` when it is still current (:func:`summary_problems`, with the
+    cross-host jobs ``remote_jobs``) and remove a stale partial summary; else remove
+    ``summary.csv`` (and its twins and record, so no earlier verdict is shown as current
+    and the next run makes it again) and write ``summary.partial.*``. Returns a line for
+    the console. When another run holds the lock, nothing is touched (that run writes
+    them)."""
     try:
         with exclusive_lock(paths.TABLES_LOCK, timeout=ONERROR_WAIT):
-            why = summary_problems(comparisons, unsupported, codes)
+            why = summary_problems(comparisons, unsupported, codes, remote_jobs=remote_jobs)
             if not why:
                 _remove(partial_paths(paths.SUMMARY_PARTIAL))
                 return f"{paths.SUMMARY.format(ext='csv')} is current; it was kept"
@@ -412,6 +483,7 @@ def after_failed_run(
                 *partial_paths(paths.SUMMARY_PARTIAL)[:2],
                 partial_paths(paths.SUMMARY_PARTIAL)[3],
                 why,
+                remote_jobs,
             )
     except Exception as e:  # onerror must not hide the run's own error
         return f"the partial summary could not be written: {e}"
