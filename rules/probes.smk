@@ -87,6 +87,7 @@ rule probes_table:
     input:
         results=PROBES.results(),
         probes=[p.path for p in PROBES.probes.values()],
+        manifests=remote_manifests(),
     output:
         csv=paths.PROBES_TABLE.format(ext="csv"),
         md=paths.PROBES_TABLE.format(ext="md"),
@@ -105,6 +106,7 @@ rule probes_table:
         "../envs/analysis.yaml"
     params:
         plan=PROBES.to_params(),
+        remote=remote_probe_hosts(),
         code=code("probes_table.py"),
     script:
         "../scripts/probes_table.py"

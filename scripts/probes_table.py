@@ -14,4 +14,5 @@ probes_table.probes_table_job(
     log,
     sm.output.sources,
     code=sm.params.code,
+    remote_hosts=sm.params.remote,
 )

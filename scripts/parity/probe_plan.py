@@ -52,6 +52,13 @@ class ProbeKey:
         return f"{self.framework} {self.dtype} {self.device}"
 
     @property
+    def base_device(self) -> str:
+        """The device without its host: ``cpu`` for ``cpu`` and for a remote host's
+        ``cpu@mac`` (a row of the probe table judging a result brought back from ``mac``,
+        ``remote.device_label``). A probe's ``known_bug`` entries name this device."""
+        return self.device.split("@", 1)[0]
+
+    @property
     def reference(self) -> ProbeKey:
         """The run this one is compared with when the probe gives no exact values."""
         return ProbeKey(self.probe, REFERENCE_FRAMEWORK, self.dtype, REFERENCE_DEVICE)

@@ -432,10 +432,13 @@ class ProbeJudgement:
 
 def _bug(case: Mapping, key: ProbeKey, quantity: str):
     """(the known bug's values, the outcome it has instead) for ``key``'s framework,
-    device and dtype (a ``device-dtype`` entry before the device's); None where none."""
+    device and dtype (a ``device-dtype`` entry before the device's); None where none. A
+    remote host's device (``cpu@mac``) takes the entries of its device (``cpu``,
+    ``ProbeKey.base_device``)."""
     devices = case["known_bug"].get(key.framework, {})
-    bug = devices.get(f"{key.device}-{key.dtype}", {}).get(
-        quantity, devices.get(key.device, {}).get(quantity)
+    device = key.base_device
+    bug = devices.get(f"{device}-{key.dtype}", {}).get(
+        quantity, devices.get(device, {}).get(quantity)
     )
     if isinstance(bug, str):
         return None, bug

@@ -5,19 +5,33 @@ Like the summary (``parity.summary``), ``probes.csv`` comes with ``probes.source
 (the run, each result's sha256), and :func:`after_failed_run` keeps it only while it is
 current, else removes it and writes ``probes.partial.*`` with an ``error`` row, naming the
 job's log, for every cell whose result is missing or cannot be trusted.
+
+With remote hosts (config ``remote``: label → devices), the probe results each host
+brought back (``results/remote/{host}/probes/…``, listed with their sha256 in its
+manifest) are extra rows whose device is the host's label (``cpu@mac``), judged like this
+host's rows against the same reference (the probe's exact values, else PyTorch on this
+host's CPU) with the known bugs of the device before ``@``. A host without results is an
+``error`` row per cell naming the host, the stage that failed and its log.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from . import integrity, paths, tables, verdicts
 from .config import canonical_hash
 from .fileio import exclusive_lock
 from .probe_plan import ProbeKey, ProbePlan
 from .probe_results import ProbeResultError, judge_probe_row, read_results
+from .remote import device_label, host_status, remote_file
+
+#: Remote hosts' devices as the probe table receives them: label → devices (config
+#: ``remote``'s ``devices`` of each host); empty without remote hosts.
+RemoteHosts = Mapping[str, Sequence[str]]
 
 #: How long ``onerror`` waits for another run that holds the tables' lock, then leaves
 #: the tables to it.
@@ -50,6 +64,91 @@ def gather(plan: ProbePlan) -> tuple[dict, dict[ProbeKey, Exception], dict[str, 
     return results, errors, made_from
 
 
+class RemoteResultError(ValueError):
+    """A remote host's probe result that cannot be judged: the host has no results here,
+    or the file is not the one its manifest recorded."""
+
+
+@dataclass
+class RemoteProbes:
+    """What one remote host's probe rows are made from: its probe plan (this plan on the
+    host's devices), the outcomes read by key (keys name the device as the host ran it,
+    ``cpu``) and the error of each other key."""
+
+    plan: ProbePlan
+    results: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+
+
+def remote_plan(plan: ProbePlan, devices: Sequence[str]) -> ProbePlan:
+    """The probe cells a host with ``devices`` runs: what its device targets make and
+    the remote job brings back (``remote.fetch_params``)."""
+    return plan.for_devices(devices)
+
+
+def remote_results(plan: ProbePlan, hosts: RemoteHosts) -> list[str]:
+    """Every probe result brought back from the hosts (``results/remote/{host}/probes/…``)."""
+    return [
+        remote_file(host, k.result)
+        for host, devices in hosts.items()
+        for k in remote_plan(plan, devices).jobs()
+    ]
+
+
+def gather_remote(
+    plan: ProbePlan, hosts: RemoteHosts
+) -> tuple[dict[str, RemoteProbes], dict[str, dict]]:
+    """Every probe result brought back from each host that can be read: (host →
+    :class:`RemoteProbes`, file record of each result read). A result is read only when
+    the host's manifest lists it with the file's sha256; else its cell's error says why
+    (:class:`RemoteResultError`: the host's failed stage and log when it has no manifest)."""
+    out, made_from = {}, {}
+    for host, devices in hosts.items():
+        hp = RemoteProbes(remote_plan(plan, devices))
+        out[host] = hp
+        failed = host_status(host)
+        files: dict = {}
+        if failed is None:
+            with open(paths.REMOTE_MANIFEST.format(host=host), encoding="utf-8") as f:
+                files = json.load(f).get("files", {})
+        for key in hp.plan.jobs():
+            path = remote_file(host, key.result)
+            if failed is not None:
+                hp.errors[key] = RemoteResultError(
+                    f"remote host {host}: {failed['stage']} failed ({failed['error']})"
+                )
+                continue
+            if path not in files:
+                hp.errors[key] = RemoteResultError(f"{path} is not in the host's manifest")
+                continue
+            try:
+                record = integrity.file_record(path)
+            except OSError as e:
+                hp.errors[key] = RemoteResultError(f"{path}: {e}")
+                continue
+            if record["sha256"] != files[path]:
+                hp.errors[key] = RemoteResultError(
+                    f"{path}: sha256 differs from the manifest's; rerun the remote target"
+                )
+                continue
+            try:
+                _, hp.results[key] = read_results(path, plan.probe(key.probe), key)
+            except ProbeResultError as e:
+                hp.errors[key] = e
+                continue
+            made_from[path] = record
+    return out, made_from
+
+
+def _params_hash(plan: ProbePlan, hosts: RemoteHosts) -> str:
+    """The hash of what the table is made under: the plan, and the remote hosts' devices
+    when there are any (a table without remote hosts hashes as before)."""
+    params = plan.to_params()
+    if hosts:
+        params = {**params, "remote": {h: list(d) for h, d in hosts.items()}}
+    return canonical_hash(params)
+
+
 def probes_table_job(
     plan: ProbePlan,
     out_csv: str,
@@ -57,21 +156,30 @@ def probes_table_job(
     log: logging.Logger,
     out_record: str | None = None,
     code: str | None = None,
+    remote_hosts: RemoteHosts | None = None,
 ) -> list[dict]:
     """The probe table: one row per (probe, case, quantity, framework, device, dtype).
 
     Reads every result of ``plan`` (``results/probes/…``), judges it against the probe's
     exact values or PyTorch on the CPU (``probe_results.judge_probe_row``), and lists
-    unsupported cells with their reason. Raises ``probe_results.ProbeResultError`` for a
-    result file that is stale, malformed or corrupt; nothing is written then.
-    ``out_record`` (``probes.sources.json``) records the run and each result's sha256;
-    written under the tables' lock, which also removes a partial table an earlier failed
-    run left.
+    unsupported cells with their reason; then the same for each remote host of
+    ``remote_hosts`` (label → devices), whose rows' device is ``cpu@mac``
+    (:func:`gather_remote`). Raises ``probe_results.ProbeResultError`` for a result file
+    that is stale, malformed or corrupt, :class:`RemoteResultError` for a remote result
+    that is not its manifest's; nothing is written then. ``out_record``
+    (``probes.sources.json``) records the run and each result's sha256; written under the
+    tables' lock, which also removes a partial table an earlier failed run left.
     """
+    hosts = dict(remote_hosts or {})
     results, errors, made_from = gather(plan)
+    remote, remote_made_from = gather_remote(plan, hosts)
     if errors:
         raise next(iter(errors.values()))
-    rows = table_rows(plan, results, errors)
+    for hp in remote.values():
+        if hp.errors:
+            raise next(iter(hp.errors.values()))
+    made_from.update(remote_made_from)
+    rows = table_rows(plan, results, errors, remote)
     with exclusive_lock(paths.TABLES_LOCK, LOCK_WAIT):
         written = write_table(plan, rows, out_csv, out_md, log)
         if out_record is not None:
@@ -81,7 +189,7 @@ def probes_table_job(
                 made_from,
                 written,
                 partial=False,
-                params_sha256=canonical_hash(plan.to_params()),
+                params_sha256=_params_hash(plan, hosts),
                 code=code,
             )
             _remove(_partial())
@@ -100,10 +208,15 @@ def _remove(files) -> list[str]:
 
 
 def table_rows(
-    plan: ProbePlan, results: Mapping[ProbeKey, dict], errors: Mapping[ProbeKey, Exception]
+    plan: ProbePlan,
+    results: Mapping[ProbeKey, dict],
+    errors: Mapping[ProbeKey, Exception],
+    remote: Mapping[str, RemoteProbes] | None = None,
 ) -> list[dict]:
     """The table's rows from the results read (:func:`gather`); a cell in ``errors`` is a
-    row with verdict ``error`` naming why and the log of its job.
+    row with verdict ``error`` naming why and the log of its job. Then each remote host's
+    rows (``remote``, :func:`gather_remote`): its cells with the device ``cpu@mac``, judged
+    against this host's references (``results``); an error names the host's log.
 
     Besides the verdict, a row holds the values' ``shape``, and where the float64-referenced
     rule judged it (f32, f16 and bf16 rows against PyTorch in their dtype) PyTorch
@@ -111,67 +224,89 @@ def table_rows(
     ``reference_fp64_diff`` = max|torch in the row's dtype − torch f64|."""
     rows = []
     for key in plan.cells():
-        probe = plan.probe(key.probe)
-        reason = plan.unsupported(key)
-        for case, q in probe.quantities():
-            row = {
-                "probe": key.probe,
-                "case": case,
-                "quantity": q,
-                "framework": key.framework,
-                "device": key.device,
-                "dtype": key.dtype,
-                "shape": None,
-                "values": None,
-                "reference": "",
-                "reference_values": None,
-                "reference64_values": None,
-                "max_diff": None,
-                "fp64_diff": None,
-                "reference_fp64_diff": None,
-                "tolerance": None,
+        rows += _cell_rows(plan, key, key, results, results, errors.get(key), probe_log(key))
+    for host, hp in (remote or {}).items():
+        log = paths.REMOTE_LOG.format(host=host)
+        for key in hp.plan.cells():
+            shown = replace(key, device=device_label(key.device, host))
+            rows += _cell_rows(plan, key, shown, hp.results, results, hp.errors.get(key), log)
+    return rows
+
+
+def _cell_rows(
+    plan: ProbePlan,
+    key: ProbeKey,
+    shown: ProbeKey,
+    own: Mapping[ProbeKey, dict],
+    references: Mapping[ProbeKey, dict],
+    error: Exception | None,
+    log: str,
+) -> list[dict]:
+    """The rows of one cell: ``key`` the run as it was made (its results in ``own``),
+    ``shown`` the run as the table names and judges it (``cpu@mac`` for a remote host's;
+    its reference runs are looked up in ``references``), ``error`` why it has no result."""
+    probe = plan.probe(key.probe)
+    reason = plan.unsupported(key)
+    rows = []
+    for case, q in probe.quantities():
+        row = {
+            "probe": key.probe,
+            "case": case,
+            "quantity": q,
+            "framework": key.framework,
+            "device": shown.device,
+            "dtype": key.dtype,
+            "shape": None,
+            "values": None,
+            "reference": "",
+            "reference_values": None,
+            "reference64_values": None,
+            "max_diff": None,
+            "fp64_diff": None,
+            "reference_fp64_diff": None,
+            "tolerance": None,
+        }
+        if reason is not None:
+            rows.append({**row, "verdict": verdicts.UNSUPPORTED, "note": reason})
+            continue
+        if error is not None:
+            note = f"no current result ({error}); see {log}"
+            rows.append({**row, "verdict": verdicts.ERROR, "note": note})
+            continue
+        outcome = own[key][(case, q)]
+        ref_run = references.get(shown.reference, {}).get((case, q))
+        ref64_run = references.get(shown.reference64, {}).get((case, q))
+        j = judge_probe_row(
+            probe,
+            shown,
+            outcome,
+            None if shown.is_reference else ref_run,
+            ref64_run,
+            plan.fp64_rule,
+        )
+        note = j.note
+        if j.verdict == verdicts.KNOWN_BUG_FIXED:
+            note = "; ".join(filter(None, ["update the probe file's known_bug", note]))
+        rows.append(
+            {
+                **row,
+                "shape": None if outcome.shape is None else list(outcome.shape),
+                "values": None if outcome.values is None else outcome.values.tolist(),
+                "reference": j.reference,
+                "reference_values": (
+                    None if j.reference_values is None else j.reference_values.tolist()
+                ),
+                "reference64_values": (
+                    None if j.reference64_values is None else j.reference64_values.tolist()
+                ),
+                "max_diff": j.max_diff,
+                "fp64_diff": None if j.fp64 is None else j.fp64.fp64_diff,
+                "reference_fp64_diff": (None if j.fp64 is None else j.fp64.reference_fp64_diff),
+                "tolerance": j.tolerance,
+                "verdict": j.verdict,
+                "note": note,
             }
-            if reason is not None:
-                rows.append({**row, "verdict": verdicts.UNSUPPORTED, "note": reason})
-                continue
-            if key in errors:
-                note = f"no current result ({errors[key]}); see {probe_log(key)}"
-                rows.append({**row, "verdict": verdicts.ERROR, "note": note})
-                continue
-            outcome = results[key][(case, q)]
-            ref_run = results.get(key.reference, {}).get((case, q))
-            ref64_run = results.get(key.reference64, {}).get((case, q))
-            j = judge_probe_row(
-                probe,
-                key,
-                outcome,
-                None if key.is_reference else ref_run,
-                ref64_run,
-                plan.fp64_rule,
-            )
-            note = j.note
-            if j.verdict == verdicts.KNOWN_BUG_FIXED:
-                note = "; ".join(filter(None, ["update the probe file's known_bug", note]))
-            rows.append(
-                {
-                    **row,
-                    "shape": None if outcome.shape is None else list(outcome.shape),
-                    "values": None if outcome.values is None else outcome.values.tolist(),
-                    "reference": j.reference,
-                    "reference_values": (
-                        None if j.reference_values is None else j.reference_values.tolist()
-                    ),
-                    "reference64_values": (
-                        None if j.reference64_values is None else j.reference64_values.tolist()
-                    ),
-                    "max_diff": j.max_diff,
-                    "fp64_diff": None if j.fp64 is None else j.fp64.fp64_diff,
-                    "reference_fp64_diff": (None if j.fp64 is None else j.fp64.reference_fp64_diff),
-                    "tolerance": j.tolerance,
-                    "verdict": j.verdict,
-                    "note": note,
-                }
-            )
+        )
     return rows
 
 
@@ -228,33 +363,44 @@ def write_table(
     return {"csv": out_csv, "md": out_md, "html": html}
 
 
-def table_problems(plan: ProbePlan, code: str | None, record_path=paths.PROBES_SOURCES) -> list:
-    """Why ``probes.csv`` is not the current table of ``plan``: empty when it is (its record
-    intact, its files as written, made with these params and this code from exactly the
-    plan's results, each unchanged)."""
+def table_problems(
+    plan: ProbePlan,
+    code: str | None,
+    record_path=paths.PROBES_SOURCES,
+    remote_hosts: RemoteHosts | None = None,
+) -> list:
+    """Why ``probes.csv`` is not the current table of ``plan`` (and of the remote hosts'
+    results, ``remote_hosts``: label → devices): empty when it is (its record intact, its
+    files as written, made with these params and this code from exactly the plan's and
+    the hosts' results, each unchanged)."""
+    hosts = dict(remote_hosts or {})
     try:
         record = integrity.read_sealed_json(record_path)
     except (OSError, integrity.IntegrityError) as e:
         return [f"{record_path}: {getattr(e, 'problem', None) or e}"]
     out = integrity.changed(record["tables"])
-    if record.get("params_sha256") != canonical_hash(plan.to_params()):
+    if record.get("params_sha256") != _params_hash(plan, hosts):
         out.append("made under another config or other probe files")
     if code is not None and record.get("code") != code:
         out.append("made by other code")
-    if set(record["made_from"]) != set(plan.results()):
+    if set(record["made_from"]) != set(plan.results()) | set(remote_results(plan, hosts)):
         out.append("made from another set of probe results")
     return out + integrity.changed(record["made_from"])
 
 
-def after_failed_run(plan: ProbePlan, codes: Mapping[str, str | None]) -> str:
+def after_failed_run(
+    plan: ProbePlan, codes: Mapping[str, str | None], remote_hosts: RemoteHosts | None = None
+) -> str:
     """What ``onerror`` does with the probe table (rules/common.smk): under the tables'
     lock, keep ``probes.csv`` while it is current (:func:`table_problems`); else remove it
     (and its twins and record) and write ``probes.partial.*``, where each cell without a
-    readable result is an ``error`` row naming its job's log. Returns a console line."""
+    readable result is an ``error`` row naming its job's log (a remote host's cell: the
+    host, the stage that failed and the host's log). Returns a console line."""
     log = logging.getLogger("parity.probes_table")
+    hosts = dict(remote_hosts or {})
     try:
         with exclusive_lock(paths.TABLES_LOCK, timeout=ONERROR_WAIT):
-            why = table_problems(plan, codes.get("probes_table"))
+            why = table_problems(plan, codes.get("probes_table"), remote_hosts=hosts)
             if not why:
                 _remove(_partial())
                 return f"{paths.PROBES_TABLE.format(ext='csv')} is current; it was kept"
@@ -263,10 +409,13 @@ def after_failed_run(plan: ProbePlan, codes: Mapping[str, str | None]) -> str:
                 + [paths.PROBES_SOURCES]
             )
             results, errors, made_from = gather(plan)
-            rows = table_rows(plan, results, errors)
+            remote, remote_made_from = gather_remote(plan, hosts)
+            made_from.update(remote_made_from)
+            rows = table_rows(plan, results, errors, remote)
+            n_errors = len(errors) + sum(len(hp.errors) for hp in remote.values())
             intro = (
                 f"**A run failed ({integrity.run_id()}).** This partial table lists what "
-                f"could be judged; {len(errors)} probe job(s) have no current result "
+                f"could be judged; {n_errors} probe job(s) have no current result "
                 "(verdict `error`, with the log to read). `probes.csv` is not current ("
                 + "; ".join(why[:3])
                 + ") and was removed: the next successful run writes it again.\n\n"
@@ -274,12 +423,12 @@ def after_failed_run(plan: ProbePlan, codes: Mapping[str, str | None]) -> str:
             part = _partial()
             written = write_table(plan, rows, part[0], part[1], log, intro)
             integrity.write_record(
-                part[3], "probes.partial", made_from, written, partial=True, errors=len(errors)
+                part[3], "probes.partial", made_from, written, partial=True, errors=n_errors
             )
     except Exception as e:  # onerror must not hide the run's own error
         return f"the partial probe table could not be written: {e}"
     return (
-        f"{len(errors)} probe job(s) have no current result; "
+        f"{n_errors} probe job(s) have no current result; "
         f"{paths.PROBES_PARTIAL.format(ext='md')} names them with verdict 'error' and the log"
         + (f"; removed the stale {', '.join(removed)}" if removed else "")
     )
