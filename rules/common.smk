@@ -104,6 +104,7 @@ def job_codes():
         "localise": code("localise.py"),
         "summary": code("summary.py"),
         "probes_table": code("probes_table.py"),
+        "crosshost": code("crosshost.py"),
     }
 
 
@@ -111,17 +112,24 @@ def write_partial_summary():
     """After a failed run (onerror): keep summary.csv and probes.csv only where they are
     still current, else remove them and write summary.partial.* / probes.partial.* with
     an "error" row naming the log of each comparison or probe cell without a current
-    result (parity.summary.after_failed_run, parity.probes_table.after_failed_run)."""
+    result (parity.summary.after_failed_run, parity.probes_table.after_failed_run); with
+    remote hosts, each cell a host owes without a current result is an "error" row naming
+    the host, the stage that failed and its log."""
     from parity import probes_table, summary
 
     codes = job_codes()
     comparisons = [(c, PLAN.comparison_job(c)) for c in PLAN.comparisons()]
     print(
-        summary.after_failed_run(comparisons, PLAN.unsupported_params(), codes),
+        summary.after_failed_run(
+            comparisons, PLAN.unsupported_params(), codes, remote_crosshost_jobs()
+        ),
         file=sys.stderr,
     )
     if PROBES.probes:
-        print(probes_table.after_failed_run(PROBES, codes), file=sys.stderr)
+        print(
+            probes_table.after_failed_run(PROBES, codes, remote_probe_hosts()),
+            file=sys.stderr,
+        )
 
 
 def known_experiment(experiment):
@@ -299,8 +307,11 @@ def all_tables():
 
 
 def all_results():
-    """The machine-readable results the summary gathers."""
-    return [c.result(kind) for c in PLAN.comparisons() for kind in c.kinds]
+    """The machine-readable results the summary gathers: every comparison's, and with
+    remote hosts every cross-host job's (their rows are the hosts' cells, cpu@mac)."""
+    return [c.result(kind) for c in PLAN.comparisons() for kind in c.kinds] + [
+        j["result"] for j in remote_crosshost_jobs()
+    ]
 
 
 def tables_and_figures(comparisons):
@@ -335,10 +346,14 @@ def check_inputs(wildcards):
 
 
 def all_outputs():
-    """Targets of the default rule (refusing configured devices this host lacks)."""
+    """Targets of the default rule (refusing configured devices this host lacks); with
+    remote hosts in the config, the remote target's outputs too (the summary gathers the
+    hosts' cells)."""
     for device in PLAN.devices:
         require_device(device)
     return (
+        (remote_outputs() if REMOTE_HOSTS else [])
+        + 
         all_tables()
         + [k.trace for k in PLAN.runs()]
         + [
@@ -350,6 +365,16 @@ def all_outputs():
             paths.PROVENANCE.format(ext="csv"),
             paths.TRAINING_LOOP_PAGE,
         ]
+        + PROBES.outputs()
+        + ([paths.PROBES_SOURCES] if PROBES.probes else [])
+    )
+
+
+def summary_outputs():
+    """The summary and the probe table, with their records: what the check target reads."""
+    return (
+        [paths.SUMMARY.format(ext=e) for e in ("csv", "md")]
+        + [paths.SUMMARY_SOURCES]
         + PROBES.outputs()
         + ([paths.PROBES_SOURCES] if PROBES.probes else [])
     )
@@ -603,8 +628,40 @@ def crosshost_inputs(wildcards):
     return here_traces(crosshost_job(wildcards))
 
 
+def remote_crosshost_jobs():
+    """Every cross-host job the summary gathers, one per remote host and experiment:
+    ``{"host", "experiment", "result", "job"}`` (parity.summary.RemoteJobs); empty without
+    remote hosts."""
+    from parity.crosshost import crosshost_params
+
+    return [
+        {
+            "host": host,
+            "experiment": e,
+            "result": paths.CROSSHOST_RESULT.format(experiment=e, host=host),
+            "job": crosshost_params(PLAN, host, settings["devices"], e),
+        }
+        for host, settings in REMOTE_HOSTS.items()
+        for e in PLAN.experiments
+    ]
+
+
+def remote_probe_hosts():
+    """Remote hosts' devices for the probe table (label → devices); empty without remote
+    hosts or without probes."""
+    if not PROBES.probes:
+        return {}
+    return {host: list(s["devices"]) for host, s in REMOTE_HOSTS.items()}
+
+
+def remote_manifests():
+    """Every remote host's manifest (none without remote hosts)."""
+    return [paths.REMOTE_MANIFEST.format(host=host) for host in REMOTE_HOSTS]
+
+
 def remote_outputs():
-    """The remote target: per host, its manifest and one cross-host table per experiment."""
+    """The remote target: per host, its manifest and one cross-host table per experiment;
+    and the summary and the probe table, which hold the hosts' cells (cpu@mac)."""
     if not REMOTE_HOSTS:
         raise WorkflowError(
             "the remote target needs remote hosts in the config (remote: {mac: {ssh: "
@@ -618,7 +675,7 @@ def remote_outputs():
                 out.append(
                     paths.CROSSHOST_TABLE.format(experiment=e, host=host, ext=ext)
                 )
-    return out
+    return out + summary_outputs()
 
 
 def write_remote_status():
