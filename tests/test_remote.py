@@ -184,9 +184,20 @@ def remote_log(workdir: Path) -> str:
 
 
 def crosshost_rows(workdir: Path) -> list[dict]:
-    path = workdir / f"results/tables/{EXPERIMENT}/crosshost-{HOST}.csv"
+    return read_csv(workdir / f"results/tables/{EXPERIMENT}/crosshost-{HOST}.csv")
+
+
+def read_csv(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+#: The summary rows the host owes for .test/remote.yaml: each run and dtype made there
+#: against the same run here, and the experiment's comparison on the host's CPU.
+HOST_CELLS = {
+    *(f"same run {run} {dt}" for run in ("torch", "candle") for dt in ("f32", "f64")),
+    "main",
+}
 
 
 @pytest.fixture(scope="module")
@@ -260,6 +271,55 @@ def test_cross_host_tables_hold_each_run_and_comparison(first_run):
 
 
 @pytest.mark.workflow
+def test_the_summary_and_check_hold_the_hosts_cells(first_run, sshd, checkout):
+    workdir, _ = first_run
+    rows = read_csv(workdir / "results/tables/summary.csv")
+    there = {r["comparison"]: r for r in rows if r["device"] == f"cpu@{HOST}"}
+    assert set(there) == HOST_CELLS
+    for r in there.values():
+        assert r["verdict"] == r["expected_verdict"] == "pass", r
+        assert float(r["tolerance"]) == 1e-6
+    for run in ("torch", "candle"):
+        same = there[f"same run {run} f32"]
+        assert same["pair"] == f"{run} f32 cpu vs {run} f32 cpu@{HOST}"
+        # one machine plays both hosts: the same run agrees bit for bit
+        assert same["bitwise_identical"] == "True" and float(same["worst_dparam"]) == 0.0
+    assert there["main"]["pair"] == f"torch f32 cpu@{HOST} vs candle f32 cpu@{HOST}"
+    # the remote's comparison equals the same comparison made here, value for value
+    (here,) = [r for r in rows if r["device"] == "cpu" and r["comparison"] == "main"]
+    assert float(there["main"]["worst_dparam"]) == float(here["worst_dparam"])
+    md = (workdir / "results/tables/summary.md").read_text()
+    assert f"same run candle f64 | cpu@{HOST}" in md
+    record = json.loads((workdir / "results/tables/summary.sources.json").read_text())
+    assert f"results/compare/{EXPERIMENT}/crosshost-{HOST}.json" in record["made_from"]
+    # check reads the same summary: every row, the host's included, meets its expectation
+    run_workflow(workdir, config_with(sshd, checkout), "--cores", "1", "check")
+    check_log = (workdir / "results/logs/check.log").read_text()
+    assert f"{len(rows)} comparisons, 0 differ from their expectation" in check_log
+
+
+@pytest.mark.workflow
+def test_the_probe_table_judges_the_hosts_probe_results(first_run):
+    workdir, _ = first_run
+    rows = read_csv(workdir / "results/tables/probes.csv")
+    key = ("probe", "case", "quantity", "framework", "dtype")
+    here = {tuple(r[k] for k in key): r for r in rows if r["device"] == "cpu"}
+    there = {tuple(r[k] for k in key): r for r in rows if r["device"] == f"cpu@{HOST}"}
+    assert set(there) == set(here) and there
+    assert {k[3] for k in there} == {"torch", "candle", "burn"}
+    assert {k[4] for k in there} == {"f32", "f64"}
+    for k, r in there.items():
+        # the same values as here (one machine plays both hosts), judged against this
+        # host's PyTorch: its reference rows are ordinary rows there, and pass
+        assert r["values"] == here[k]["values"], k
+        if here[k]["verdict"] == "reference":
+            assert r["verdict"] == "pass", r
+            assert r["reference"] in {"exact", f"torch {k[4]} cpu"}, r
+        else:
+            assert (r["verdict"], r["reference"]) == (here[k]["verdict"], here[k]["reference"])
+
+
+@pytest.mark.workflow
 def test_a_rerun_copies_nothing_and_recomputes_nothing(first_run, sshd, checkout):
     workdir, _ = first_run
     config = config_with(sshd, checkout)
@@ -302,6 +362,24 @@ def test_a_cut_transfer_leaves_nothing_half_copied_and_a_rerun_resumes(
     assert f"{EXPERIMENT} torch f32 cpu@{HOST}" in {r["cell"] for r in partial}
     assert all(r["stage"] == "rsync" for r in partial)
     assert not (workdir / target).exists()
+    # ... and so does the partial summary, each cell the host owes an error row naming
+    # the host, the stage that failed and its log
+    summary = read_csv(workdir / "results/tables/summary.partial.csv")
+    there = {r["comparison"]: r for r in summary if r["device"] == f"cpu@{HOST}"}
+    assert set(there) == HOST_CELLS
+    for r in there.values():
+        assert r["verdict"] == "error"
+        assert (
+            f"remote host {HOST}: rsync failed (remote {HOST}: the transfer stopped"
+            in (r["status"])
+        )
+        assert f"see results/logs/remote/{HOST}.log" in r["status"]
+    # and the partial probe table, each of the host's probe cells
+    probes = read_csv(workdir / "results/tables/probes.partial.csv")
+    there = [r for r in probes if r["device"] == f"cpu@{HOST}"]
+    assert {r["framework"] for r in there} == {"torch", "candle", "burn"}
+    assert all(r["verdict"] == "error" for r in there)
+    assert all(f"remote host {HOST}: rsync failed" in r["note"] for r in there)
     # nothing half-copied under a result's name: what is there is whole and the remote's
     results = workdir / f"results/remote/{HOST}"
     partial_files = [p for p in results.rglob("*") if remote.PARTIAL_DIR in p.parts]
@@ -338,6 +416,13 @@ def test_an_unreachable_host_a_failed_bootstrap_and_a_dirty_checkout_are_named(
     assert proc.returncode != 0
     assert f"remote {HOST}: unreachable" in proc.stdout
     assert f"{HOST}: 4 cells missing" in proc.stdout
+    summary = read_csv(tmp_path / "a/results/tables/summary.partial.csv")
+    there = {r["comparison"]: r["status"] for r in summary if r["device"] == f"cpu@{HOST}"}
+    assert set(there) == HOST_CELLS
+    assert all(
+        f"remote host {HOST}: connect failed (remote {HOST}: unreachable" in s
+        for s in there.values()
+    )
     # a bootstrap that fails there (no cargo on the PATH the host's env gives)
     bare = remote_settings(sshd, checkout)
     bare["env"] = {"PATH": "/usr/bin:/bin"}
