@@ -353,8 +353,7 @@ def all_outputs():
         require_device(device)
     return (
         (remote_outputs() if REMOTE_HOSTS else [])
-        + 
-        all_tables()
+        + all_tables()
         + [k.trace for k in PLAN.runs()]
         + [
             paths.SUMMARY.format(ext="csv"),
