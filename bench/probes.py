@@ -35,6 +35,8 @@ from pathlib import Path
 import yaml
 from common import REPO, SNAKEMAKE, machine, table, wall
 
+from parity import versions
+
 FRAMEWORKS = ("torch", "candle", "burn")
 DTYPES = ("f32", "f64")
 VARIANTS = 30
@@ -96,6 +98,8 @@ def config(folder: Path) -> dict:
     }
     cfg["devices"] = ["cpu"]
     cfg["dtypes"] = list(DTYPES)
+    # The primary releases only, so the figures stay comparable across the version axis.
+    cfg["candle"]["versions"] = [versions.pinned("candle")]
     return cfg
 
 
@@ -200,7 +204,7 @@ def stand_in_runners(workdir: Path) -> None:
     import sys
 
     for fw in ("candle", "burn"):
-        path = workdir / f"results/bin/{fw}-parity-cpu"
+        path = workdir / f"results/bin/{fw}-parity-{versions.pinned(fw)}-cpu"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(STAND_IN.format(python=sys.executable, framework=fw))
         path.chmod(0o755)

@@ -1,29 +1,35 @@
+# One build per framework × release × device feature set (config candle.versions,
+# burn.versions; parity.versions): the pinned release from the workspace, another from a
+# staged copy of it with that release's committed lock file.
+
+
 rule build_candle:
-    """cargo build --release --locked of the candle runner, per device feature set.
+    """cargo build --release --locked of the candle runner, per release and device feature
+    set.
 
     A local rule: under a cluster executor it runs on the submit host, which reaches
     crates.io (compute nodes often do not) and has the Rust toolchain; the one binary
     it builds serves every node."""
     input:
         manifest=RUST_MANIFEST,
-        sources=rust_sources("candle-parity"),
+        sources=lambda wc: rust_sources("candle", wc.version),
     output:
-        runner_binary("candle", "{device}"),
+        paths.fill(paths.RUNNER_BINARY, framework="candle"),
     log:
-        "results/logs/build/candle-{device}.log",
+        paths.fill(paths.BUILD_LOG, framework="candle"),
     benchmark:
-        "results/benchmarks/build/candle-{device}.tsv"
+        paths.fill(paths.BUILD_BENCHMARK, framework="candle")
+    wildcard_constraints:
+        version=versions.VERSION_PATTERN,
     localrule: True
     conda:
         "../envs/rust.yaml"
     params:
         crate="candle-parity",
-        target=lambda wc: cargo_target_name(wc.device),
-        features=lambda wc: cargo_features(wc.device),
-        source_id=lambda wc: rust_source_id("candle-parity", cargo_features(wc.device)),
+        build=lambda wc: build_params("candle", wc.version, wc.device),
         cargo=lambda wc: cargo_command("candle-parity", cargo_features(wc.device)),
     message:
-        "{params.cargo} (device {wildcards.device}), cargo target folder {params.target}"
+        "{params.cargo} (candle {wildcards.version}, device {wildcards.device})"
     script:
         "../scripts/build_runner.py"
 
@@ -37,25 +43,24 @@ rule build_burn:
     toolchain."""
     input:
         manifest=RUST_MANIFEST,
-        sources=rust_sources("burn-parity"),
+        sources=lambda wc: rust_sources("burn", wc.version),
     output:
-        runner_binary("burn", "{device}"),
+        paths.fill(paths.RUNNER_BINARY, framework="burn"),
     log:
-        "results/logs/build/burn-{device}.log",
+        paths.fill(paths.BUILD_LOG, framework="burn"),
     benchmark:
-        "results/benchmarks/build/burn-{device}.tsv"
+        paths.fill(paths.BUILD_BENCHMARK, framework="burn")
     wildcard_constraints:
         device="cpu",
+        version=versions.VERSION_PATTERN,
     localrule: True
     conda:
         "../envs/rust.yaml"
     params:
         crate="burn-parity",
-        target=BURN_TARGET_NAME,
-        features=[],
-        source_id=rust_source_id("burn-parity", []),
+        build=lambda wc: build_params("burn", wc.version, wc.device),
         cargo=cargo_command("burn-parity", []),
     message:
-        "{params.cargo} (device {wildcards.device}), cargo target folder {params.target}"
+        "{params.cargo} (burn {wildcards.version}, device {wildcards.device})"
     script:
         "../scripts/build_runner.py"

@@ -14,9 +14,11 @@ from snakemake.utils import validate
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
 from parity import integrity, limits, paths, yamlfile  # noqa: E402
+from parity import version_matrix, versions  # noqa: E402
 from parity.codeversion import code_version  # noqa: E402
 from parity.config import ConfigError  # noqa: E402
 from parity.devices import host_device_problem  # noqa: E402
+from parity.keys import RunKey  # noqa: E402
 from parity.plan import Plan  # noqa: E402
 from parity.probe_plan import ProbeKey, ProbePlan  # noqa: E402
 from parity import probes as probes_module  # noqa: E402
@@ -48,6 +50,9 @@ except WorkflowError:
         + "\n  ".join(schema_errors(config, CONFIG_SCHEMA))
     ) from None
 try:
+    _version_problems = versions.check(config, os.path.join(workflow.basedir, "rust"))
+    if _version_problems:
+        raise ConfigError.every(_version_problems)
     PLAN = Plan(config)
     limits.check_plan(PLAN, LIMITS)
     PROBES = ProbePlan.from_config(config, workflow.basedir, workdir=os.getcwd())
@@ -227,9 +232,7 @@ def localise_inputs(wildcards):
         out["diagnosis"] = c.result("diagnosis")
     for role, key in PLAN.replay_keys(c).items():
         if key.framework != "torch" and key.device not in PLAN.imported_devices:
-            out[f"binary_{role}"] = paths.RUNNER_BINARY.format(
-                framework=key.framework, device=key.device
-            )
+            out[f"binary_{role}"] = PLAN.binary(key)
     return out
 
 
@@ -284,10 +287,19 @@ def probe_batch_results(framework):
     ]
 
 
-def runner_binary(framework, device):
-    """The Rust runner of a framework (candle-parity, burn-parity), built for a device's
-    features."""
-    return paths.fill(paths.RUNNER_BINARY, framework=framework, device=device)
+def runner_binary(framework, device, version=None):
+    """The Rust runner of a framework (candle-parity, burn-parity), built from a release
+    (default: the primary one) for a device's features."""
+    return versions.runner_binary(
+        framework, version or versions.primary(config, framework), device
+    )
+
+
+def run_binary(wildcards):
+    """The binary a Rust run's job starts: its release's build for the device."""
+    return PLAN.binary(
+        RunKey(wildcards.experiment, wildcards.run, wildcards.dtype, wildcards.device)
+    )
 
 
 def figure_inputs(wildcards):
@@ -360,6 +372,7 @@ def all_outputs():
             paths.SUMMARY.format(ext="md"),
             paths.SUMMARY_SOURCES,
             paths.FRAMEWORK_SUMMARY.format(ext="csv"),
+            paths.VERSIONS_TABLE.format(ext="csv"),
             paths.OPTIMIZER_DEFAULTS.format(ext="csv"),
             paths.PROVENANCE.format(ext="csv"),
             paths.TRAINING_LOOP_PAGE,
@@ -367,6 +380,14 @@ def all_outputs():
         + PROBES.outputs()
         + ([paths.PROBES_SOURCES] if PROBES.probes else [])
     )
+
+
+def versions_table_inputs(wildcards):
+    """The release matrix reads the summary and, with probes, the probe table."""
+    out = {"summary": paths.SUMMARY.format(ext="csv")}
+    if PROBES.probes:
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+    return out
 
 
 def summary_outputs():
@@ -387,30 +408,57 @@ def probe_files():
     return [PROBES.path(p) for p in PROBES.probes]
 
 
+def probe_runner(framework, wildcards):
+    """The runner of a probe batch: the framework, or with wildcard ``release`` (a further
+    release's suffix, ``0_11_1``) that release's runner name (``candle_v0_11_1``)."""
+    release = getattr(wildcards, "release", None)
+    return framework if release is None else f"{framework}_v{release}"
+
+
 def probe_batch_params(framework):
     """Input function: the normalized probes a batch job runs, as plain data, in
     ``ProbePlan.batches`` order. Refuses a cell of the validity matrix that cannot run
-    (float64 on Metal), and a batch whose probes are not every probe (the rules' outputs
-    are every probe's result)."""
+    (float64 on Metal), a release the config does not list, and a batch whose probes are
+    not every probe (the rules' outputs are every probe's result)."""
 
     def params(wildcards):
+        runner = probe_runner(framework, wildcards)
         reason = PROBES.unsupported(
             ProbeKey("", framework, wildcards.dtype, wildcards.device)
         )
         if reason is not None:
             raise WorkflowError(
-                f"probes: {framework} {wildcards.dtype} {wildcards.device} cannot run: {reason}"
+                f"probes: {runner} {wildcards.dtype} {wildcards.device} cannot run: {reason}"
             )
-        keys = PROBES.batches().get((framework, wildcards.dtype, wildcards.device))
+        keys = PROBES.batches().get((runner, wildcards.dtype, wildcards.device))
         names = [k.probe for k in keys or []]
         if sorted(names) != sorted(PROBES.probes):
             raise WorkflowError(
-                f"probes: the {framework} {wildcards.dtype} {wildcards.device} batch runs "
+                f"probes: the {runner} {wildcards.dtype} {wildcards.device} batch runs "
                 f"{names or 'nothing'}, not every probe"
             )
         return [PROBES.probe(n).as_params() for n in names]
 
     return params
+
+
+def probe_binary(framework):
+    """Input function: the binary of a Rust probe batch's release for its device."""
+
+    def binary(wildcards):
+        try:
+            _, version = PROBES.release_of(probe_runner(framework, wildcards))
+        except KeyError as e:
+            raise WorkflowError(f"probes: {e.args[0]}") from None
+        return runner_binary(framework, wildcards.device, version or None)
+
+    return binary
+
+
+def probe_release(framework):
+    """Param function: a Rust probe batch's (framework, version); version "" for the
+    primary release (ProbeKey.version)."""
+    return lambda wildcards: list(PROBES.release_of(probe_runner(framework, wildcards)))
 
 
 # ----- the candle build ------------------------------------------------------------
@@ -445,31 +493,53 @@ def rust_files(crate):
     ]
 
 
-def rust_sources(crate):
-    """A runner's build inputs, as the job names them (workdir_path)."""
-    return [workdir_path(RUST_DIR / p) for p in rust_files(crate)]
+def build_files(framework, version):
+    """What the build of one release of a framework's runner reads (relative to RUST_DIR):
+    :func:`rust_files`, with the release's own lock file in place of Cargo.lock for a
+    release the workspace does not pin (parity.versions.lock_file)."""
+    lock = versions.lock_file(framework, version)
+    files = [p for p in rust_files(f"{framework}-parity") if p != "Cargo.lock"]
+    return sorted([*files, lock])
 
 
-def rust_source_id(crate, features):
-    """Hash of what a runner's binary is built from (its sources and cargo features),
-    embedded in the binary so the build rule can tell its own build from another
-    checkout's (scripts/build_runner.py)."""
+def rust_sources(framework, version):
+    """A release's build inputs, as the job names them (workdir_path)."""
+    return [workdir_path(RUST_DIR / p) for p in build_files(framework, version)]
+
+
+def build_params(framework, version, device):
+    """What a build job receives (scripts/build_runner.py): the release, whether it is
+    built from a staged copy of the workspace (a release the workspace does not pin) and
+    which files that copy holds, the cargo target folder's name and the features, and the
+    source id the binary must report.
+
+    The source id hashes what the binary is built from (the release, its lock file, the
+    runner's sources and the features), so the build job can tell its own build from
+    another checkout's or another release's in a shared target folder. The target folder
+    is a name, not a path: one per feature set for candle (so a CPU build survives a GPU
+    build; the releases of one feature set share it, and with it the compiled common
+    dependencies), burn's own; build_runner.py puts it under $CARGO_TARGET_DIR when set
+    (CI points it at a cache outside the clone), else under rust/target. A param holds no
+    path, so a copy of the project is not rebuilt."""
     import hashlib
 
-    h = hashlib.sha256(" ".join(features).encode())
-    for path in rust_files(crate):
+    features = cargo_features(device) if framework == "candle" else []
+    h = hashlib.sha256(" ".join([framework, version, *features]).encode())
+    for path in build_files(framework, version):
         h.update(path.encode())
         h.update((RUST_DIR / path).read_bytes())
-    return h.hexdigest()[:16]
-
-
-def cargo_target_name(device):
-    """The candle build's cargo target folder, one per feature set so a CPU build survives
-    a GPU build: a name, not a path. scripts/build_runner.py puts it under
-    $CARGO_TARGET_DIR when set (CI points it at a cache outside the clone), else under
-    rust/target; a param holds no path, so a copy of the project is not rebuilt."""
-    features = config.get("candle", {}).get("features", {}).get(device, [])
-    return "-".join(sorted(features)) or "default"
+    names = config.get("candle", {}).get("features", {}).get(device, [])
+    target = ("-".join(sorted(names)) or "default") if framework == "candle" else "burn"
+    staged = version != versions.pinned(framework)
+    return {
+        "framework": framework,
+        "version": version,
+        "staged": staged,
+        "stage_files": RUST_FILES if staged else [],
+        "target": target,
+        "features": features,
+        "source_id": h.hexdigest()[:16],
+    }
 
 
 def cargo_command(crate, features):
@@ -482,14 +552,6 @@ def cargo_features(device):
     """cargo's --features arguments for a device, from config candle.features."""
     features = config.get("candle", {}).get("features", {}).get(device, [])
     return ["--features", ",".join(features)] if features else []
-
-
-# ----- the burn build ---------------------------------------------------------------
-
-#: burn-parity's own cargo target folder (a name, as cargo_target_name): cargo locks a
-#: target folder while it builds, so a shared one would make the candle build wait for
-#: burn's (and burn has no features).
-BURN_TARGET_NAME = "burn"
 
 
 # ----- detection power (rules/faults.smk) ----------------------------------------
@@ -510,9 +572,8 @@ def sensitivity_inputs(wildcards):
         ),
         "fixture": PLAN.fixture(e),
     }
-    framework = s["settings"]["framework"]
-    if framework != "torch":
-        out["binary"] = runner_binary(framework, "cpu")
+    if s["settings"]["framework"] != "torch":
+        out["binary"] = versions.run_binary(s["settings"], "cpu")
     return out
 
 

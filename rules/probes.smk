@@ -38,7 +38,7 @@ if PROBES.probes:
         written as probe results (one file per probe)."""
         input:
             probes=probe_files(),
-            binary=runner_binary("candle", "{device}"),
+            binary=probe_binary("candle"),
         output:
             probe_batch_results("candle"),
         log:
@@ -55,10 +55,24 @@ if PROBES.probes:
             gpu=lambda wc: int(wc.device == "cuda"),
         params:
             probes=probe_batch_params("candle"),
-            framework="candle",
+            release=probe_release("candle"),
             code=code("probe_rust.py"),
         script:
             "../scripts/probe_rust.py"
+
+    use rule probe_candle as probe_candle_release with:
+        """Every probe with the candle binary of a further release (config
+        candle.versions), as probe_candle."""
+        output:
+            probe_batch_results("candle_v{release}"),
+        log:
+            probe_path(paths.PROBE_LOG, "candle_v{release}"),
+        benchmark:
+            probe_path(paths.PROBE_BENCHMARK, "candle_v{release}")
+        wildcard_constraints:
+            device=LOCAL_DEVICES,
+            dtype=PROBE_DTYPES,
+            release="[0-9a-z_]+",
 
     use rule probe_candle as probe_burn with:
         """Every probe with the burn binary (burn's ndarray backend: CPU only, so the
@@ -66,7 +80,7 @@ if PROBES.probes:
         results; an op burn's API lacks is an `unsupported` row."""
         input:
             probes=probe_files(),
-            binary=runner_binary("burn", "{device}"),
+            binary=probe_binary("burn"),
         output:
             probe_batch_results("burn"),
         log:
@@ -78,8 +92,22 @@ if PROBES.probes:
             dtype=PROBE_DTYPES,
         params:
             probes=probe_batch_params("burn"),
-            framework="burn",
+            release=probe_release("burn"),
             code=code("probe_rust.py"),
+
+    use rule probe_burn as probe_burn_release with:
+        """Every probe with the burn binary of a further release (config burn.versions),
+        as probe_burn."""
+        output:
+            probe_batch_results("burn_v{release}"),
+        log:
+            probe_path(paths.PROBE_LOG, "burn_v{release}"),
+        benchmark:
+            probe_path(paths.PROBE_BENCHMARK, "burn_v{release}")
+        wildcard_constraints:
+            device="cpu",
+            dtype=PROBE_DTYPES,
+            release="[0-9a-z_]+",
 
 
 rule probes_table:

@@ -194,3 +194,31 @@ rule check:
         "../envs/analysis.yaml"
     script:
         "../scripts/check.py"
+
+
+rule versions_table:
+    """The release matrix: for each known fault (probe cases with a known bug, comparisons
+    expected to fail) and each cell a release fails, which releases of candle and burn
+    have it."""
+    input:
+        unpack(versions_table_inputs),
+    output:
+        csv=paths.VERSIONS_TABLE.format(ext="csv"),
+        md=paths.VERSIONS_TABLE.format(ext="md"),
+        html=report(
+            "results/tables/versions.html",
+            caption="../report/captions/versions.rst",
+            category="1 Summary",
+            labels={"table": "faults by release"},
+        ),
+    log:
+        "results/logs/versions_table.log",
+    benchmark:
+        "results/benchmarks/versions_table.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        matrix=version_matrix.plan_params(PLAN, PROBES if PROBES.probes else None),
+        code=code("versions_table.py"),
+    script:
+        "../scripts/versions_table.py"

@@ -28,10 +28,11 @@ rule train_torch:
 
 
 rule train_candle:
-    """A candle run (the candle-parity binary), written as a Parquet trace."""
+    """A candle run (the candle-parity binary of the run's release), written as a Parquet
+    trace."""
     input:
         fixture=paths.FIXTURE,
-        binary=runner_binary("candle", "{device}"),
+        binary=run_binary,
     output:
         trace=paths.TRACE,
     log:
@@ -56,7 +57,7 @@ rule train_candle:
 use rule train_candle as train_burn with:
     input:
         fixture=paths.FIXTURE,
-        binary=runner_binary("burn", "{device}"),
+        binary=run_binary,
     wildcard_constraints:
         run="burn(_[a-z0-9]+)*",
         device="cpu",

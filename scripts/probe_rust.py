@@ -1,5 +1,6 @@
 """Snakemake job: a batch of probes (every probe of one dtype and device) with a Rust runner
-binary, candle-parity or burn-parity (the rule names the framework), run ONCE on the whole
+binary, candle-parity or burn-parity of one release (the rule's param ``release``: the
+framework and "" for its primary release, else the version), run ONCE on the whole
 batch, each probe's result from the content cache when it holds it (see
 parity.probe_batch and parity.rust_probe)."""
 
@@ -10,7 +11,8 @@ from parity.probes import Probe
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
 w = sm.wildcards
-batch = probe_batch.Batch(sm.params.framework, w.dtype, w.device)
+framework, version = sm.params.release
+batch = probe_batch.Batch(framework, w.dtype, w.device, version)
 probes = [Probe(**p) for p in sm.params.probes]
 binary = sm.input.binary
 

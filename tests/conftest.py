@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
+from parity import versions
+from parity.fileio import exclusive_lock
 from parity.schema import TraceLayout, TraceWriter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +38,9 @@ def base_meta(**over) -> dict:
         "runner": {},
     }
     meta.update(over)
+    if "framework_version" not in over and meta["framework"] in ("candle", "burn"):
+        # A Rust run's expected trace names the release its binary was built from.
+        meta["framework_version"] = versions.pinned(meta["framework"])
     return meta
 
 
@@ -128,36 +134,42 @@ def run_workflow(
     return proc
 
 
-def build_runner(crate):
-    """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``), built (or found up
-    to date) in the test target dir; returns its path."""
+def build_runner(crate, dest: Path) -> str:
+    """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``) of the pinned
+    release, built (or found up to date) in the test target dir and copied into ``dest``;
+    returns the copy's path. The build and the copy hold the target folder's lock, as the
+    workflow's build job does (scripts/build_runner.py): a workflow run building another
+    release into the same folder cannot swap the binary between them."""
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
-    subprocess.run(
-        [
-            "cargo",
-            "build",
-            "--release",
-            "--locked",
-            "--quiet",
-            "--manifest-path",
-            str(REPO / "rust" / "Cargo.toml"),
-            "-p",
-            crate,
-            "--target-dir",
-            str(target),
-        ],
-        check=True,
-    )
-    return str(target / "release" / crate)
+    with exclusive_lock(f"{target}.lock", 7200):
+        subprocess.run(
+            [
+                "cargo",
+                "build",
+                "--release",
+                "--locked",
+                "--quiet",
+                "--manifest-path",
+                str(REPO / "rust" / "Cargo.toml"),
+                "-p",
+                crate,
+                "--target-dir",
+                str(target),
+            ],
+            check=True,
+        )
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(target / "release" / crate, dest / crate)
+    return str(dest / crate)
 
 
 @pytest.fixture(scope="session")
-def candle_binary():
-    """The candle-parity CPU binary."""
-    return build_runner("candle-parity")
+def candle_binary(tmp_path_factory):
+    """The candle-parity CPU binary (candle's pinned release)."""
+    return build_runner("candle-parity", tmp_path_factory.mktemp("bin"))
 
 
 @pytest.fixture(scope="session")
-def burn_binary():
+def burn_binary(tmp_path_factory):
     """The burn-parity binary (burn's ndarray backend: CPU only)."""
-    return build_runner("burn-parity")
+    return build_runner("burn-parity", tmp_path_factory.mktemp("bin"))

@@ -82,7 +82,7 @@ def test_cuda_dry_run_schedules_cuda_runs_and_cpu_references(tmp_path):
         "a3_sgd_pair/torch-f32-cpu",
         "a3_sgd_pair/torch-f64-cpu",  # the reference runs on the CPU
     }
-    assert "results/bin/candle-parity-cuda" in proc.stdout
+    assert "results/bin/candle-parity-0.11.0-cuda" in proc.stdout
     assert "--features cuda" in proc.stdout
 
 

@@ -242,7 +242,7 @@ def test_a_missing_runner_gives_a_result_not_a_crash(tmp_path, monkeypatch):
 
     config = load_config()
     _, params, perstep, out = _job(tmp_path, monkeypatch, config, "a3_sgd", "main")
-    result = _run_job(params, perstep, out, tmp_path)  # no results/bin/candle-parity-cpu
+    result = _run_job(params, perstep, out, tmp_path)  # no results/bin/candle-parity-0.11.0-cpu
     assert result["status"] == "not localised" and result["culprit"] is None
     assert "candle" in result["reason"]
     assert Path(out["csv"]).read_text().startswith("order,phase,quantity")

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from safetensors.numpy import save
 
-from parity import paths, probe_batch, rust_probe
+from parity import paths, probe_batch, rust_probe, versions
 from parity.frames import Frame, read_frames
 from parity.probe_plan import ProbePlan
 from parity.probe_results import Outcome, ProbeResultError, read_results
@@ -491,6 +491,7 @@ def batch_config(folder: Path) -> dict:
     config["probes"] = {"folder": str(folder), "select": None}
     config["devices"] = ["cpu"]
     config["dtypes"] = ["f32", "f64"]
+    config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions.py
     return config
 
 
@@ -528,7 +529,10 @@ def test_a_changed_probe_reruns_its_batches_and_only_it_is_recomputed(tmp_path):
     folder, work = tmp_path / "probes", tmp_path / "work"
     copy_probes(folder)
     for fw in ("candle", "burn"):
-        fake_runner(work / paths.RUNNER_BINARY.format(framework=fw, device="cpu"))
+        fake_runner(
+            work
+            / paths.RUNNER_BINARY.format(framework=fw, version=versions.pinned(fw), device="cpu")
+        )
     config = batch_config(folder)
     targets = [
         paths.PROBE_RESULT.format(probe=n, framework=fw, dtype=dt, device="cpu")

@@ -433,6 +433,7 @@ def _plan(tmp_path, **probes_over):
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(doc))
     config = load_config()
     config.update(devices=["cpu", "metal"], probes={"folder": str(tmp_path), **probes_over})
+    config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions.py
     return ProbePlan.from_config(config, REPO)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from parity import versions
 from parity.codeversion import closure, code_version
 
 from conftest import REPO, load_test_config, run_workflow
@@ -105,7 +106,7 @@ def finished(tmp_path_factory, candle_binary, burn_binary):
     copy_checkout(repo)
     config = load_test_config("tiny")
     for framework, binary in (("candle", candle_binary), ("burn", burn_binary)):
-        target = workdir / "results" / "bin" / f"{framework}-parity-cpu"
+        target = workdir / versions.runner_binary(framework, versions.pinned(framework), "cpu")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(binary, target)
     args = ("--cores", "2")

@@ -156,7 +156,7 @@ def test_slurm_logged_each_job_and_its_exit_status(cluster, slurm_run):
 def test_build_ran_on_the_submit_host(slurm_run):
     workdir, proc, jobs, _ = slurm_run
     assert not any(rule_of(c) == "build_candle" for _, c in jobs.values())
-    assert (workdir / "results" / "bin" / "candle-parity-cpu").stat().st_size > 0
+    assert (workdir / "results" / "bin" / "candle-parity-0.11.0-cpu").stat().st_size > 0
     # Local jobs print their message (the cargo command) instead of a Slurm job id.
     assert "cargo build --release --locked -p candle-parity (device cpu)" in proc.stdout
     assert not any(rule_of(c) == "build_burn" for _, c in jobs.values())

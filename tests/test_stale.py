@@ -155,7 +155,7 @@ def test_a_crashed_probe_job_is_named_in_the_partial_probe_table(run):
     """Issue 22, kind 1: with --keep-going and a probe job that crashes, the old probes.csv
     is not left standing, and the failed cell is named with its log."""
     workdir, config = run
-    binary = workdir / "results/bin/burn-parity-cpu"
+    binary = workdir / "results/bin/burn-parity-0.22.1-cpu"
     real = binary.with_name("burn-parity-real")
     binary.rename(real)
     binary.write_text(

@@ -56,10 +56,12 @@ class RunKey:
 def trace_expectation(key: RunKey, settings: Mapping[str, Any]) -> dict:
     """What a trace of ``key``, a run with resolved ``settings``, must carry (see
     ``schema.TraceReader``): its identity, steps, recording interval, ``config_hash`` (the
-    canonical hash of ``settings``) and recorded parameters with their shapes."""
+    canonical hash of ``settings``), recorded parameters with their shapes and, for a run
+    of a Rust framework, the release its binary reports (``framework_version``), so a
+    binary built from another release is refused."""
     shapes = dict(model_params(settings["model"]))
     recorded = settings["record"].get("tensors") or list(shapes)
-    return {
+    out = {
         "experiment": key.experiment,
         "run": key.run,
         "framework": key.framework,
@@ -70,6 +72,9 @@ def trace_expectation(key: RunKey, settings: Mapping[str, Any]) -> dict:
         "config_hash": canonical_hash(settings),
         "params": {n: shapes[n] for n in recorded},
     }
+    if "version" in settings:
+        out["framework_version"] = settings["version"]
+    return out
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,11 @@ TRAIN_BENCHMARK = "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.
 #: An experiment's fixture (initial parameters and data, safetensors).
 FIXTURE = "results/fixtures/{experiment}.safetensors"
 
-#: A Rust runner's binary, built for a device's cargo features.
-RUNNER_BINARY = "results/bin/{framework}-parity-{device}"
+#: A Rust runner's binary, built from one release of its framework (``parity.versions``)
+#: for a device's cargo features.
+RUNNER_BINARY = "results/bin/{framework}-parity-{version}-{device}"
+BUILD_LOG = "results/logs/build/{framework}-{version}-{device}.log"
+BUILD_BENCHMARK = "results/benchmarks/build/{framework}-{version}-{device}.tsv"
 
 #: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure,
 #: machine-readable result (gathered by the summary), log and benchmark.
@@ -49,6 +52,8 @@ PROBE_CACHE = "results/cache/probes/{framework}-{dtype}-{device}/{probe}-{key}.p
 SUMMARY = "results/tables/summary.{ext}"
 PROBES_TABLE = "results/tables/probes.{ext}"
 FRAMEWORK_SUMMARY = "results/tables/framework_summary.{ext}"
+#: The release matrix (parity.version_matrix).
+VERSIONS_TABLE = "results/tables/versions.{ext}"
 OPTIMIZER_DEFAULTS = "results/tables/optimizer_defaults.{ext}"
 PROVENANCE = "results/tables/provenance.{ext}"
 TRAINING_LOOP_PAGE = "results/report/training_loop.html"

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from . import frameworks, paths
+from . import frameworks, paths, versions
 from .config import DIAGNOSIS_DEFAULTS, LOCALISE_DEFAULTS, ConfigError, canonical_hash, merge
 from .devices import DEVICES
 from .faults import resolve_fault, resolve_sensitivity
@@ -151,6 +151,11 @@ class Plan:
         for c in self.comparisons():
             keys.update(c.keys.values())
         return sorted(k for k in keys if self.supported(k))
+
+    def binary(self, key: RunKey) -> str:
+        """The runner binary a Rust run's job starts: its release's build for its device
+        (``versions.run_binary``). Raises ``KeyError`` for a PyTorch run."""
+        return versions.run_binary(self.run_settings(key.experiment, key.run), key.device)
 
     def trace_expectation(self, key: RunKey) -> dict:
         """What a trace of ``key`` must carry (:func:`trace_expectation`)."""

@@ -66,20 +66,23 @@ class BatchError(RuntimeError):
 
 @dataclass(frozen=True)
 class Batch:
-    """One probe job: every probe of one (framework, dtype, device)."""
+    """One probe job: every probe of one (framework, dtype, device), of a further release
+    ``version`` of a Rust framework ("" for the primary one; ``ProbeKey.version``)."""
 
     framework: str
     dtype: str
     device: str
+    version: str = ""
 
     def key(self, probe: str) -> ProbeKey:
         """The cell of ``probe`` in this batch."""
-        return ProbeKey(probe, self.framework, self.dtype, self.device)
+        return ProbeKey(probe, self.framework, self.dtype, self.device, self.version)
 
     @property
     def label(self) -> str:
-        """``candle-f32-cpu``, as the batch's log and benchmark are named."""
-        return f"{self.framework}-{self.dtype}-{self.device}"
+        """``candle-f32-cpu`` (``candle_v0_11_1-f32-cpu``), as the batch's log and benchmark
+        are named."""
+        return f"{self.key('').runner}-{self.dtype}-{self.device}"
 
 
 @dataclass
@@ -114,6 +117,7 @@ def cache_key(probe: Probe, key: ProbeKey, ident: Mapping[str, Any]) -> str:
         "probe": probe.name,
         "probe_hash": probe.hash,
         "framework": key.framework,
+        **({"release": key.version} if key.version else {}),
         "dtype": key.dtype,
         "device": key.device,
         "identity": dict(ident),
@@ -127,7 +131,7 @@ def cache_path(key: ProbeKey, digest: str, pattern: str = paths.PROBE_CACHE) -> 
     return Path(
         pattern.format(
             probe=key.probe,
-            framework=key.framework,
+            framework=key.runner,
             dtype=key.dtype,
             device=key.device,
             key=digest,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import limits as size_limits
-from . import paths
+from . import paths, versions
 from .devices import DEVICES
 from .frameworks import PROBE_DTYPES, probe_unsupported_reason
 from .probes import Probe, discover
@@ -34,22 +34,32 @@ FP64_RULE_DEFAULTS = {"multiplier": "auto", "floor_ulps": 1.0}
 
 @dataclass(frozen=True, order=True)
 class ProbeKey:
-    """One probe job and its result file: (probe, framework, dtype, device)."""
+    """One probe job and its result file: (probe, framework, dtype, device), and for a
+    further release of a Rust framework (config ``candle.versions``) that ``version``; ""
+    is the framework's primary release (``parity.versions``)."""
 
     probe: str
     framework: str
     dtype: str
     device: str
+    version: str = ""
+
+    @property
+    def runner(self) -> str:
+        """The framework, with a further release's suffix: ``candle``, ``candle_v0_11_1``."""
+        return self.framework + (versions.suffix(self.version) if self.version else "")
 
     @property
     def result(self) -> str:
-        """``results/probes/{probe}/{framework}-{dtype}-{device}.parquet``."""
-        return paths.PROBE_RESULT.format(**self.__dict__)
+        """``results/probes/{probe}/{runner}-{dtype}-{device}.parquet``."""
+        return paths.PROBE_RESULT.format(
+            probe=self.probe, framework=self.runner, dtype=self.dtype, device=self.device
+        )
 
     @property
     def label(self) -> str:
-        """Short human label: ``candle f32 cpu``."""
-        return f"{self.framework} {self.dtype} {self.device}"
+        """Short human label: ``candle f32 cpu``, ``candle_v0_11_1 f32 cpu``."""
+        return f"{self.runner} {self.dtype} {self.device}"
 
     @property
     def base_device(self) -> str:
@@ -82,8 +92,10 @@ class ProbePlan:
     data (:meth:`to_params` / :meth:`from_params`) without reading the probe files again.
     ``dtypes`` are probe dtypes (``frameworks.PROBE_DTYPES``: f32, f64, f16, bf16);
     ``fp64_rule`` the settings of the float64-referenced rule (``multiplier``: ``"auto"`` or
-    a number; ``floor_ulps``), missing keys from :data:`FP64_RULE_DEFAULTS`. Raises
-    ``ValueError`` for an unknown dtype.
+    a number; ``floor_ulps``), missing keys from :data:`FP64_RULE_DEFAULTS`; ``releases``
+    each Rust framework's further releases (``versions.configured`` less the primary one),
+    probed as cells of their own; ``primaries`` each Rust framework's primary release.
+    Raises ``ValueError`` for an unknown dtype.
     """
 
     def __init__(
@@ -92,6 +104,8 @@ class ProbePlan:
         devices: Sequence[str],
         dtypes: Sequence[str],
         fp64_rule: Mapping[str, Any] | None = None,
+        releases: Mapping[str, Sequence[str]] | None = None,
+        primaries: Mapping[str, str] | None = None,
     ):
         unknown = [d for d in dtypes if d not in PROBE_DTYPES]
         if unknown:
@@ -100,6 +114,8 @@ class ProbePlan:
         self.devices: list[str] = list(devices)
         self.dtypes: list[str] = list(dtypes)
         self.fp64_rule: dict[str, Any] = {**FP64_RULE_DEFAULTS, **(fp64_rule or {})}
+        self.releases: dict[str, list[str]] = {k: list(v) for k, v in (releases or {}).items()}
+        self.primaries: dict[str, str] = dict(primaries or {})
 
     @classmethod
     def from_config(
@@ -128,12 +144,19 @@ class ProbePlan:
                 n: replace(p, path=os.path.relpath(p.path, workdir)) for n, p in probes.items()
             }
         dtypes = settings.get("dtypes", PROBE_DTYPES)
-        return cls(probes, config["devices"], dtypes, settings.get("fp64_rule"))
+        configured = versions.configured(config)
+        releases = {fw: vs[1:] for fw, vs in configured.items() if vs[1:]}
+        primaries = {fw: vs[0] for fw, vs in configured.items()}
+        return cls(
+            probes, config["devices"], dtypes, settings.get("fp64_rule"), releases, primaries
+        )
 
     def for_devices(self, devices: Sequence[str]) -> ProbePlan:
         """The same probes, dtypes and rule on ``devices`` only (a per-device target; the
         reference runs on the CPU stay cells)."""
-        return ProbePlan(self.probes, devices, self.dtypes, self.fp64_rule)
+        return ProbePlan(
+            self.probes, devices, self.dtypes, self.fp64_rule, self.releases, self.primaries
+        )
 
     def to_params(self) -> dict:
         """Plain data for a job's ``params`` (see :meth:`from_params`)."""
@@ -142,13 +165,22 @@ class ProbePlan:
             "devices": self.devices,
             "dtypes": self.dtypes,
             "fp64_rule": self.fp64_rule,
+            "releases": self.releases,
+            "primaries": self.primaries,
         }
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ProbePlan:
         """The plan :meth:`to_params` described."""
         probes = {n: Probe(**p) for n, p in params["probes"].items()}
-        return cls(probes, params["devices"], params["dtypes"], params.get("fp64_rule"))
+        return cls(
+            probes,
+            params["devices"],
+            params["dtypes"],
+            params.get("fp64_rule"),
+            params.get("releases"),
+            params.get("primaries"),
+        )
 
     def probe(self, name: str) -> Probe:
         """A probe by name. Raises ``KeyError``."""
@@ -162,13 +194,16 @@ class ProbePlan:
         """Every (probe, framework, dtype, device) the table shows: the configured devices
         and dtypes, plus the reference runs on the CPU: PyTorch in each dtype, and PyTorch
         in float64 (:attr:`ProbeKey.reference64`) whenever any dtype runs, also when
-        ``f64`` is not configured. Unsupported cells included."""
+        ``f64`` is not configured; each further release's cells beside its framework's.
+        Unsupported cells included."""
         out = set()
         for p in self.probes:
             for dtype in self.dtypes:
                 for device in self.devices:
                     for fw in PROBE_FRAMEWORKS:
                         out.add(ProbeKey(p, fw, dtype, device))
+                        for v in self.releases.get(fw, ()):
+                            out.add(ProbeKey(p, fw, dtype, device, v))
                 out.add(ProbeKey(p, REFERENCE_FRAMEWORK, dtype, REFERENCE_DEVICE))
             if self.dtypes:
                 out.add(ProbeKey(p, REFERENCE_FRAMEWORK, REFERENCE64_DTYPE, REFERENCE_DEVICE))
@@ -185,13 +220,30 @@ class ProbePlan:
         return probe_unsupported_reason(key.framework, key.device, key.dtype)
 
     def batches(self) -> dict[tuple[str, str, str], list[ProbeKey]]:
-        """The cells that run (:meth:`jobs`) grouped by (framework, dtype, device): one probe
-        job per batch runs them all in one process (``parity.probe_batch``), the keys in
+        """The cells that run (:meth:`jobs`) grouped by (runner, dtype, device), the runner
+        being the framework or a further release (:attr:`ProbeKey.runner`): one probe job
+        per batch runs them all in one process (``parity.probe_batch``), the keys in
         :meth:`jobs` order (by probe name)."""
         out: dict[tuple[str, str, str], list[ProbeKey]] = {}
         for k in self.jobs():
-            out.setdefault((k.framework, k.dtype, k.device), []).append(k)
+            out.setdefault((k.runner, k.dtype, k.device), []).append(k)
         return out
+
+    def version_of(self, key: ProbeKey) -> str:
+        """The release of a Rust framework that makes ``key``'s result: its ``version``, or
+        the framework's primary release; "" for PyTorch."""
+        return key.version or self.primaries.get(key.framework, "")
+
+    def release_of(self, runner: str) -> tuple[str, str]:
+        """(framework, version) of a runner name (``candle_v0_11_1`` → ``("candle",
+        "0.11.1")``; a framework's own name → (it, "")). Raises ``KeyError``."""
+        for fw in PROBE_FRAMEWORKS:
+            if runner == fw:
+                return fw, ""
+            for v in self.releases.get(fw, ()):
+                if runner == fw + versions.suffix(v):
+                    return fw, v
+        raise KeyError(f"no probe runner {runner!r}")
 
     def results(self) -> list[str]:
         """Every result file the table reads."""
@@ -208,4 +260,5 @@ def _cell_order(k: ProbeKey) -> tuple:
         PROBE_DTYPES.index(k.dtype),
         DEVICES.index(k.device),
         PROBE_FRAMEWORKS.index(k.framework),
+        k.version,
     )

@@ -430,11 +430,15 @@ class ProbeJudgement:
     reference_shape: tuple[int, ...] | None = None
 
 
-def _bug(case: Mapping, key: ProbeKey, quantity: str):
+def _bug(case: Mapping, key: ProbeKey, quantity: str, release: str | None = None):
     """(the known bug's values, the outcome it has instead) for ``key``'s framework,
     device and dtype (a ``device-dtype`` entry before the device's); None where none. A
     remote host's device (``cpu@mac``) takes the entries of its device (``cpu``,
-    ``ProbeKey.base_device``)."""
+    ``ProbeKey.base_device``). A bug whose ``versions`` do not name ``release`` (the
+    framework's release that made the result; None: any) is none."""
+    in_versions = case.get("known_bug_versions", {}).get(key.framework)
+    if release and in_versions is not None and release not in in_versions:
+        return None, None
     devices = case["known_bug"].get(key.framework, {})
     device = key.base_device
     bug = devices.get(f"{device}-{key.dtype}", {}).get(
@@ -499,8 +503,10 @@ def judge_probe_row(
     reference: Outcome | None,
     reference64: Outcome | None = None,
     fp64_rule: Mapping | None = None,
+    release: str | None = None,
 ) -> ProbeJudgement:
-    """Verdict of one (case, quantity) of run ``key``.
+    """Verdict of one (case, quantity) of run ``key``; ``release`` the framework release
+    that made it (its known bugs' ``versions`` say whether they apply; None: they do).
 
     The reference is the probe's exact values where it gives them, else ``reference`` (the
     same quantity from PyTorch on the CPU in the same dtype; None when that run is ``key``
@@ -525,7 +531,7 @@ def judge_probe_row(
     case = probe.case(outcome.case)
     q = outcome.quantity
     exact = case["exact"].get(q)
-    bug, bug_outcome = _bug(case, key, q)
+    bug, bug_outcome = _bug(case, key, q, release)
     if outcome.status == verdicts.UNSUPPORTED:
         note = f"not supported by {key.framework}: {outcome.message or 'no reason given'}"
         return ProbeJudgement("", None, None, None, verdicts.UNSUPPORTED, note)

@@ -518,8 +518,12 @@ def _case(
             raise ProbeError(path, where, f"{q!r} is not in compare")
         exact[q] = _values(path, where, v, *(shapes[q] if shapes else (None, None)))
     known_bug: dict[str, dict[str, dict]] = {}
+    known_bug_versions: dict[str, list[str]] = {}
     for fw, devices in case.get("known_bug", {}).items():
         for dev, quantities in devices.items():
+            if dev == "versions":
+                known_bug_versions[fw] = [str(v) for v in quantities]
+                continue
             for q, v in quantities.items():
                 where = f"{field}.known_bug.{fw}.{dev}.{q}"
                 if q not in compared:
@@ -531,6 +535,7 @@ def _case(
                 )
     normalized["exact"] = exact
     normalized["known_bug"] = known_bug
+    normalized["known_bug_versions"] = known_bug_versions
     return normalized
 
 

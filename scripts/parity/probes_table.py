@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from . import integrity, paths, tables, verdicts
+from . import frameworks, integrity, paths, tables, verdicts, versions
 from .config import canonical_hash
 from .fileio import exclusive_lock
 from .probe_plan import ProbeKey, ProbePlan
@@ -42,9 +42,7 @@ LOCK_WAIT = 600.0
 
 def probe_log(key: ProbeKey) -> str:
     """The log of the job that writes ``key``'s result."""
-    return paths.PROBE_LOG.format(
-        probe=key.probe, framework=key.framework, dtype=key.dtype, device=key.device
-    )
+    return paths.PROBE_LOG.format(framework=key.runner, dtype=key.dtype, device=key.device)
 
 
 def gather(plan: ProbePlan) -> tuple[dict, dict[ProbeKey, Exception], dict[str, dict]]:
@@ -53,7 +51,14 @@ def gather(plan: ProbePlan) -> tuple[dict, dict[ProbeKey, Exception], dict[str, 
     results, errors, made_from = {}, {}, {}
     for key in plan.jobs():
         if not os.path.exists(key.result):
-            errors[key] = FileNotFoundError(f"{key.result} does not exist")
+            unbuilt = key.framework in frameworks.RUST_FRAMEWORKS and versions.build_failure(
+                key.framework, plan.version_of(key), key.device
+            )
+            errors[key] = (
+                BuildFailed(unbuilt)
+                if unbuilt
+                else FileNotFoundError(f"{key.result} does not exist")
+            )
             continue
         try:
             made_from[key.result] = integrity.file_record(key.result)
@@ -62,6 +67,11 @@ def gather(plan: ProbePlan) -> tuple[dict, dict[ProbeKey, Exception], dict[str, 
             made_from.pop(key.result, None)
             errors[key] = e
     return results, errors, made_from
+
+
+class BuildFailed(RuntimeError):
+    """A probe cell without a result because its runner's release did not build; the
+    message gives cargo's errors and the build log (``versions.build_failure``)."""
 
 
 class RemoteResultError(ValueError):
@@ -254,6 +264,7 @@ def _cell_rows(
             "case": case,
             "quantity": q,
             "framework": key.framework,
+            "version": plan.version_of(key),
             "device": shown.device,
             "dtype": key.dtype,
             "shape": None,
@@ -270,7 +281,11 @@ def _cell_rows(
             rows.append({**row, "verdict": verdicts.UNSUPPORTED, "note": reason})
             continue
         if error is not None:
-            note = f"no current result ({error}); see {log}"
+            note = (
+                f"no current result: {error}"
+                if isinstance(error, BuildFailed)
+                else f"no current result ({error}); see {log}"
+            )
             rows.append({**row, "verdict": verdicts.ERROR, "note": note})
             continue
         outcome = own[key][(case, q)]
@@ -283,6 +298,7 @@ def _cell_rows(
             None if shown.is_reference else ref_run,
             ref64_run,
             plan.fp64_rule,
+            plan.version_of(key) or None,
         )
         note = j.note
         if j.verdict == verdicts.KNOWN_BUG_FIXED:

@@ -37,11 +37,12 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from . import compare_jobs, figures, integrity, localise, paths, tables
+from . import compare_jobs, figures, integrity, localise, tables
 from .config import canonical_hash
 from .keys import Comparison, RunKey
 from .models import model_params
 from .schema import TraceReader, extra_column
+from .versions import run_binary
 
 #: Statuses of a localisation result.
 LOCALISED, SKIPPED, NOT_LOCALISED = "localised", "skipped", "not localised"
@@ -96,10 +97,6 @@ def _state_settings(settings: Mapping, k: int) -> tuple[dict, str]:
     return s, note
 
 
-def _binary(framework: str, device: str) -> str:
-    return paths.RUNNER_BINARY.format(framework=framework, device=device)
-
-
 def _train(key: RunKey, settings, fixture, out, threads, log, log_path) -> None:
     if key.framework == "torch":
         from . import torch_runner
@@ -109,7 +106,7 @@ def _train(key: RunKey, settings, fixture, out, threads, log, log_path) -> None:
         from . import rust_runner
 
         rust_runner.train(
-            key, settings, fixture, _binary(key.framework, key.device), out, threads, log, log_path
+            key, settings, fixture, run_binary(settings, key.device), out, threads, log, log_path
         )
 
 
@@ -205,7 +202,7 @@ def run_replay(
             key,
             settings,
             fixture,
-            _binary(key.framework, key.device),
+            run_binary(settings, key.device),
             state_path,
             k,
             threads,

@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from . import frameworks
+from . import frameworks, versions
 from .config import MAIN, RECORD_DEFAULTS, ConfigError, merge
 from .frameworks import candle
 from .models import check_model, model_params
@@ -32,8 +32,9 @@ def resolve_experiment(name: str, exp: Mapping, config: Mapping) -> dict:
     candle) resolved by :func:`resolve_run`, comparisons (default ``main``: torch against
     candle) with ``expect`` and ``tolerance``, the ``record`` setting merged from the top
     level; for an experiment in ``determinism.experiments`` each run again as
-    ``<run>_repeat``, compared bit for bit. Raises :class:`ConfigError` listing every
-    problem of the experiment."""
+    ``<run>_repeat``, compared bit for bit; the runs and comparisons of each further
+    release of a Rust framework (``versions.add_release_runs``). Raises
+    :class:`ConfigError` listing every problem of the experiment."""
     where = f"experiments.{name}"
     exp = copy.deepcopy(dict(exp))
     exp.setdefault("runs", {"torch": {}, "candle": {}})
@@ -67,9 +68,11 @@ def resolve_experiment(name: str, exp: Mapping, config: Mapping) -> dict:
                 )
         comp.setdefault("expect", "pass")
         comp.setdefault("tolerance", float(config["tolerance"]))
+    if not problems:
+        exp["runs"] = runs
+        problems.extend(versions.add_release_runs(where, exp, config))
     if problems:
         raise ConfigError.every(problems)
-    exp["runs"] = runs
     return exp
 
 
@@ -95,6 +98,10 @@ def resolve_run(where: str, exp: Mapping, run: str, override: Mapping, config: M
             if k not in optimizer:
                 raise ConfigError(f"{where}.optimizer.{k}", f"{name} needs an explicit {k}")
     frameworks.definition(framework).resolve_run(where, exp, settings, override, config)
+    if framework in frameworks.RUST_FRAMEWORKS:
+        # The release the run's binary is built from; further releases copy the run
+        # (versions.add_release_runs).
+        settings["version"] = versions.primary(config, framework)
     if "fault" in override:
         settings["fault"] = check_fault(f"{where}.fault", exp, settings, override["fault"])
     names = [n for n, _ in model_params(exp["model"])]

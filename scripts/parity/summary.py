@@ -30,7 +30,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from . import crosshost, integrity, paths, remote, tables, verdicts
+from . import crosshost, frameworks, integrity, paths, remote, tables, verdicts, versions
 from .config import canonical_hash
 from .fileio import exclusive_lock
 from .keys import Comparison
@@ -387,6 +387,16 @@ def summary_problems(
     return out
 
 
+def _build_failure(key, expectation: Mapping) -> str | None:
+    """Why run ``key`` has no trace when its runner did not build: the release's cargo
+    errors and build log (``versions.build_failure``); None for a PyTorch run or a runner
+    that built."""
+    version = expectation.get("framework_version")
+    if key.framework not in frameworks.RUST_FRAMEWORKS or not version:
+        return None
+    return versions.build_failure(key.framework, version, key.device)
+
+
 def partial_summary_job(
     comparisons: ComparisonJobs,
     unsupported: Sequence[Mapping],
@@ -416,12 +426,19 @@ def partial_summary_job(
         r, problem = state["perstep"]
         if r is not None:
             continue
-        keys = [c.reference, c.candidate, *(c.f64_pair or ())]
-        missing = next((k for k in keys if not os.path.exists(k.trace)), None)
-        log = missing.log if missing else c.log("perstep")
+        missing = {role: k for role, k in c.keys.items() if not os.path.exists(k.trace)}
+        unbuilt = [
+            why
+            for role, k in missing.items()
+            if (why := _build_failure(k, job["expectations"][role]))
+        ]
+        first = next(iter(missing.values()), None)
+        log = first.log if first else c.log("perstep")
         status = f"no current result ({problem}); see {log}"
-        if missing:
-            status += f" (run {missing.label} failed: its trace is missing)"
+        if unbuilt:
+            status = f"no current result: {unbuilt[0]}"
+        elif first:
+            status += f" (run {first.label} failed: its trace is missing)"
         errors.append(
             {
                 "experiment": c.experiment,
@@ -544,11 +561,15 @@ def check_job(
         probe_bad = [r for r in probe_rows if not verdicts.meets_expectation(r["verdict"])]
         for r in probe_bad:
             msg = (
-                f"probe {r['probe']} {r['case']} {r['quantity']} {r['framework']} "
+                f"probe {r['probe']} {r['case']} {r['quantity']} "
+                f"{' '.join(filter(None, [r['framework'], r.get('version')]))} "
                 f"{r['device']} {r['dtype']}: {r['verdict']}"
             )
             if r["verdict"] == verdicts.KNOWN_BUG_FIXED:
-                msg += " -- the recorded known bug is gone: update the probe file"
+                msg += (
+                    " -- the recorded known bug is gone: update the probe file (its known_bug"
+                    " versions name the releases that have it)"
+                )
             log.error(msg)
         log.info("%d probe rows, %d differ from their expectation", len(probe_rows), len(probe_bad))
         bad += probe_bad

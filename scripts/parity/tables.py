@@ -25,6 +25,8 @@ PROBE_COLUMNS = (
     "case",
     "quantity",
     "framework",
+    # The framework's release for candle and burn (config candle.versions); empty for torch.
+    "version",
     "device",
     "dtype",
     "shape",
@@ -185,7 +187,7 @@ def probes_markdown(
             [
                 r["case"],
                 f"`{r['quantity']}`",
-                r["framework"],
+                f"{r['framework']} {r.get('version') or ''}".strip(),
                 r["device"],
                 r["dtype"],
                 shape_text(r.get("shape")),

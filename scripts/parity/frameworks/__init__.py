@@ -4,7 +4,8 @@ A definition module (:mod:`.pytorch`, :mod:`.candle`, :mod:`.burn`) says:
 
 * ``NAME``: the framework's name, which every run name starts with;
 * ``RUST``: whether its runs are a Rust binary speaking the frame protocol
-  (``parity.rust_runner``);
+  (``parity.rust_runner``); a Rust framework also names ``PINNED_VERSION``, the release the
+  workspace's Cargo.lock pins, and ``CRATES``, its crates pinned to it (``parity.versions``);
 * ``UNSUPPORTED``: its cells of the validity matrix that cannot run, ``(device, dtype)`` →
   reason;
 * ``FAULTS``: the deliberate faults its runner implements, kind → what it does;

@@ -9,6 +9,11 @@ from ..config import ConfigError
 
 NAME = "burn"
 RUST = True
+#: The release rust/Cargo.toml and rust/Cargo.lock pin; other releases build from their own
+#: lock file (``parity.versions``).
+PINNED_VERSION = "0.22.1"
+#: The crates of that release burn-parity depends on, each pinned ``=PINNED_VERSION``.
+CRATES = ("burn",)
 UNSUPPORTED = {
     (dev, dt): "burn-parity runs burn's ndarray backend, which is CPU only"
     for dev in ("cuda", "metal")

@@ -9,6 +9,11 @@ from ..config import ConfigError
 
 NAME = "candle"
 RUST = True
+#: The release rust/Cargo.toml and rust/Cargo.lock pin (the study's); other releases build
+#: from their own lock file (``parity.versions``).
+PINNED_VERSION = "0.11.0"
+#: The crates of that release candle-parity depends on, each pinned ``=PINNED_VERSION``.
+CRATES = ("candle-core", "candle-nn")
 UNSUPPORTED = {("metal", "f64"): "candle's Metal backend has no float64"}
 FAULTS = {
     "eps_in_sqrt": "AdamW divides by √(v̂ + ε) instead of √v̂ + ε",
