@@ -19,17 +19,15 @@ MATRIX = "results/tables/versions.csv"
 PRIMARY_ONLY = ("train_torch", "train_burn", "probe_torch", "probe_burn", "probe_candle")
 
 
-def dry_run_jobs(proc) -> list[tuple[str, str]]:
-    """(rule, its outputs' first line) of each job a dry run lists."""
-    jobs, rule = [], None
+def pending_outputs(proc) -> list[tuple[str, str]]:
+    """(rule, output file) of every output that ``snakemake --summary`` says a run would
+    make (its plan column is not "no update")."""
+    out = []
     for line in proc.stdout.splitlines():
-        s = line.strip()
-        if s.startswith(("rule ", "localrule ")) and s.endswith(":"):
-            rule = s.split()[1].rstrip(":")
-        elif rule and s.startswith("output:"):
-            jobs.append((rule, s.split(":", 1)[1].strip()))
-            rule = None
-    return jobs
+        cols = line.split("\t")
+        if len(cols) == 6 and cols[0].startswith("results/") and cols[5] != "no update":
+            out.append((cols[2], cols[0]))
+    return out
 
 
 def read_csv(path):
@@ -39,25 +37,26 @@ def read_csv(path):
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
-    """The primary release's run, the dry run that adding 0.11.1 schedules, and the run
-    with both releases: (workdir, dry-run jobs, matrix rows)."""
+    """The primary release's run, what adding 0.11.1 would make, and the run with both
+    releases: (workdir, the primary's matrix rows, (rule, output) pending, matrix rows)."""
     workdir = tmp_path_factory.mktemp("versions")
     both = load_test_config("versions")
     assert both["candle"]["versions"] == ["0.11.0", "0.11.1"]
     primary = {**both, "candle": {**both["candle"], "versions": ["0.11.0"]}}
     run_workflow(workdir, primary, "--cores", "2", MATRIX)
     first = read_csv(workdir / MATRIX)
-    dry = run_workflow(workdir, both, "-n", "--cores", "2", MATRIX)
+    planned = run_workflow(workdir, both, "--summary", "--cores", "2", MATRIX)
     run_workflow(workdir, both, "--cores", "2", MATRIX)
     again = run_workflow(workdir, both, "-n", "--cores", "2", MATRIX)
     assert "Nothing to be done" in again.stdout, again.stdout[-3000:]
-    return workdir, first, dry_run_jobs(dry), read_csv(workdir / MATRIX)
+    return workdir, first, pending_outputs(planned), read_csv(workdir / MATRIX)
 
 
 def test_adding_a_release_schedules_only_its_build_runs_probes_and_the_tables(releases):
     _, _, jobs, _ = releases
     rules = {r for r, _ in jobs}
     assert not rules & set(PRIMARY_ONLY), sorted(rules)
+    assert len(jobs) > 20, jobs
     builds = [out for r, out in jobs if r.startswith("build_")]
     assert builds == ["results/bin/candle-parity-0.11.1-cpu"]
     runs = sorted(out for r, out in jobs if r == "train_candle")
@@ -66,9 +65,10 @@ def test_adding_a_release_schedules_only_its_build_runs_probes_and_the_tables(re
         for e in ("a3_sgd", "cnn_adam_conv1d")
         for dt in ("f32", "f64")
     ]
-    assert sorted(out.split("/")[-1] for r, out in jobs if r == "probe_candle_release") == [
-        "candle_v0_11_1-f32-cpu.parquet",
-        "candle_v0_11_1-f64-cpu.parquet",
+    assert sorted(out for r, out in jobs if r == "probe_candle_release") == [
+        f"results/probes/{p}/candle_v0_11_1-{dt}-cpu.parquet"
+        for p in ("conv1d_grad", "conv2d_grad")
+        for dt in ("f32", "f64")
     ]
     # Comparisons: only the new names (the twins with PyTorch and the one with 0.11.0).
     compared = {out for r, out in jobs if r in ("perstep", "split", "diagnosis")}
@@ -108,7 +108,7 @@ def test_both_releases_reproduce_the_conv1d_kernel_gradient_fault(releases, dtyp
     r = cell(rows, "conv1d_grad/batch2", dtype)
     assert (r["candle 0.11.0"], r["candle 0.11.1"]) == ("reproduced", "reproduced")
     for v in ("0.11.0", "0.11.1"):
-        assert "w.grad = [220.0, 256.0, 292.0, 508.0, 608.0, 708.0]" in r[f"candle {v} detail"]
+        assert "w.grad = [220, 256, 292, 508, 608, 708] (known-bug" in r[f"candle {v} detail"]
 
 
 def test_the_conv1d_experiment_fails_in_both_releases(releases):

@@ -643,7 +643,9 @@ def judge_probe_row(
     if bug_outcome is not None:
         if verdict == verdicts.PASS:
             verdict = verdicts.KNOWN_BUG_FIXED
-        elif verdict == bug_outcome:
+        elif verdict == bug_outcome or (
+            bug_outcome == verdicts.WRONG_VALUES and verdict in (verdicts.FAIL, verdicts.NON_FINITE)
+        ):
             verdict = verdicts.KNOWN_BUG
     return ProbeJudgement(
         label,

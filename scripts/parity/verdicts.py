@@ -25,6 +25,10 @@ Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
 | `framework-error`  | the framework raised an error; the table gives its message          |
 | `non-finite`       | NaN or ±Inf where the reference is finite                           |
 
+A known bug may record, instead of values, the outcome it has: `missing-gradient`,
+`framework-error`, `non-finite`, or `wrong-values` (:data:`WRONG_VALUES`: any values beyond
+the tolerance, for a bug whose values vary between runs, such as a read outside a buffer).
+
 A probe row whose values match neither the reference nor a known bug is a `fail`; so is
 one whose shape differs from the reference's (a scalar ``[]`` equals ``[1]``), and one that
 returns values for a case that expects an error (``expect: error``, where the framework's
@@ -55,6 +59,9 @@ KNOWN_BUG_FIXED = "known-bug-fixed"
 MISSING_GRADIENT = "missing-gradient"
 FRAMEWORK_ERROR = "framework-error"
 NON_FINITE = "non-finite"
+#: A known bug's outcome (not a verdict): values that fail the comparison, whatever they
+#: are; a row with it is ``known-bug`` when its values are a ``fail`` or ``non-finite``.
+WRONG_VALUES = "wrong-values"
 PROBE_VERDICTS = (
     REFERENCE,
     KNOWN_BUG,

@@ -272,12 +272,20 @@ def matrix_rows(
     return out
 
 
+def _number(text: str) -> str:
+    """A summary's number in three significant digits (``6.1e-02``); other text as it is."""
+    try:
+        return f"{float(text):.3g}"
+    except ValueError:
+        return text
+
+
 def _comparison_detail(s: Mapping | None, cell: str) -> str:
     if s is None or cell == "":
         return ""
     if cell in (UNSUPPORTED, MISSING):
         return s.get("status") or ""
-    text = f"{s['verdict']}: worst |Δparam| {s.get('worst_dparam', '')}"
+    text = f"{s['verdict']}: worst |Δparam| {_number(s.get('worst_dparam', ''))}"
     if s.get("worst_step"):
         text += f" at step {s['worst_step']}"
     return text + f" (tolerance {s.get('tolerance', '')})"
