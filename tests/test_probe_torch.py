@@ -610,6 +610,24 @@ def test_gather_values_and_backward(dim):
     close(ok(r, "x.grad"), grad)
 
 
+def test_layout_changes_take_int64_ids_and_keep_them_int64():
+    # ids = ids2.transpose(0, 1)[0]: strided int64 ids (probes/index_select_strided_ids.yaml).
+    steps = [
+        step("t", ["ids2"], "transpose", dim0=0, dim1=1),
+        step("t1", ["t"], "narrow", dim=0, start=0, length=1),
+        step("ids", ["t1"], "squeeze", dim=0),
+        step("y", ["x", "ids"], "index_select", dim=0),
+    ]
+    inputs = [
+        inp("ids2", [[0, 9], [2, 9], [2, 9]], dtype="int64"),
+        inp("x", [[1.0, -2.0], [4.0, 0.0], [2.0, 5.0]], True),
+        inp("c", [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]),
+    ]
+    r = run(make_probe(inputs, [case("c", steps, ["y", "x.grad"], weighted("y", "c"))]), "f32")
+    close(ok(r, "y"), [[1, -2], [2, 5], [2, 5]])
+    close(ok(r, "x.grad"), [[1, 2], [0, 0], [8, 10]])
+
+
 def test_an_index_input_must_be_int64():
     r = one_op(
         "gather",

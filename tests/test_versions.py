@@ -323,8 +323,8 @@ def _probe_row(case, version, verdict, quantity="w.grad", framework="candle", **
 BUG = {"conv1d_grad": {"batch2": {"candle": {"where": {"cpu": ["w.grad"]}, "versions": None}}}}
 
 
-def _cells(rows, subject):
-    (r,) = [r for r in rows if r["subject"] == subject]
+def _cells(rows, subject, dtype=None):
+    (r,) = [r for r in rows if r["subject"] == subject and dtype in (None, r["dtype"])]
     return r["candle 0.11.0"], r["candle 0.11.1"], r
 
 
@@ -341,13 +341,11 @@ def test_a_bug_both_releases_reproduce_and_one_a_release_fixes():
     rows = M.matrix_rows(_params(BUG), [], probe_rows)
     old, new, row = _cells(rows, "conv1d_grad/batch2")
     assert (old, new) == ("reproduced", "fixed")
-    assert row["known"] == "known bug in 0.11.0, 0.11.1"
-    assert row["candle 0.11.0 detail"] == (
-        "w.grad = [220.0, 256.0] (known-bug, max|Δ| vs exact 120.0)"
-    )
+    assert row["known"] == "known bug (every release)"
+    assert row["candle 0.11.0 detail"] == ("w.grad = [220, 256] (known-bug, max|Δ| vs exact 120)")
     # The fixed release's detail gives the values it now has.
     assert row["candle 0.11.1 detail"] == (
-        "w.grad = [340.0, 392.0] (known-bug-fixed, max|Δ| vs exact 0.0)"
+        "w.grad = [340, 392] (known-bug-fixed, max|Δ| vs exact 0)"
     )
     assert [r["subject"] for r in rows] == ["conv1d_grad/batch2"]
 
@@ -365,7 +363,7 @@ def test_a_bug_named_for_the_old_release_only_is_fixed_where_the_new_one_passes(
     old, new, row = _cells(M.matrix_rows(_params(bug), [], probe_rows), "conv1d_grad/batch2")
     assert (old, new) == ("reproduced", "fixed")
     assert row["known"] == "known bug in 0.11.0"
-    assert row["candle 0.11.1 detail"] == "w.grad = [340.0, 392.0] (pass, max|Δ| vs exact 0.0)"
+    assert row["candle 0.11.1 detail"] == "w.grad = [340, 392] (pass, max|Δ| vs exact 0)"
 
 
 def test_new_failures_unsupported_and_missing_cells():
@@ -388,9 +386,41 @@ def test_new_failures_unsupported_and_missing_cells():
     assert (old, new, row["known"]) == ("pass", "new failure", "")
     assert row["candle 0.11.1 detail"] == "w.grad: fail: max|Δ| 3.0 > 0.0"
     assert _cells(rows, "conv1d_grad/batch2")[:2] == ("reproduced", "missing")
-    old, new, row = _cells(rows, "conv1d_grad/half")
+    old, new, row = _cells(rows, "conv1d_grad/half", "bf16")
     assert (old, new) == ("unsupported", "unsupported")
     assert row["candle 0.11.1 detail"] == "no bf16 matmul"
+
+
+def test_a_bug_whose_quantity_a_release_cannot_run_is_unsupported_there():
+    probe_rows = [
+        _probe_row("batch2", "0.11.0", "unsupported", note="no bf16 matmul"),
+        _probe_row("batch2", "0.11.0", "pass", quantity="loss", values="[-84.0]"),
+        _probe_row("batch2", "0.11.1", "known-bug"),
+        _probe_row("batch2", "0.11.1", "pass", quantity="loss", values="[-84.0]"),
+    ]
+    old, new, row = _cells(M.matrix_rows(_params(BUG), [], probe_rows), "conv1d_grad/batch2")
+    assert (old, new) == ("unsupported", "reproduced")
+    assert row["candle 0.11.0 detail"] == "no bf16 matmul"
+
+
+def test_a_case_the_releases_disagree_on_is_a_row_without_a_known_bug():
+    # A release that adds an op (bf16 matmul) where no bug is recorded.
+    probe_rows = [
+        _probe_row("batch1", "0.11.0", "unsupported", note="no bf16 matmul", dtype="bf16"),
+        _probe_row("batch1", "0.11.1", "pass", dtype="bf16"),
+    ]
+    old, new, row = _cells(M.matrix_rows(_params({}), [], probe_rows), "conv1d_grad/batch1", "bf16")
+    assert (old, new, row["known"]) == ("unsupported", "pass", "")
+
+
+def test_an_error_a_bug_records_is_detailed_by_its_message():
+    bug = {"conv1d_grad": {"batch2": {"candle": {"where": {"cpu": ["w.grad"]}, "versions": None}}}}
+    row = _probe_row("batch2", "0.11.0", "known-bug", values="", max_diff="")
+    row["note"] = "index-add only supports contiguous tensors"
+    (r,) = M.matrix_rows(_params(bug), [], [row])
+    assert r["candle 0.11.0 detail"] == (
+        "w.grad: known-bug (index-add only supports contiguous tensors)"
+    )
 
 
 def test_a_bug_recorded_for_another_device_does_not_make_a_row():

@@ -67,7 +67,7 @@ def test_adding_a_release_schedules_only_its_build_runs_probes_and_the_tables(re
     ]
     assert sorted(out for r, out in jobs if r == "probe_candle_release") == [
         f"results/probes/{p}/candle_v0_11_1-{dt}-cpu.parquet"
-        for p in ("conv1d_grad", "conv2d_grad")
+        for p in ("conv1d_grad", "conv2d_grad", "index_select_strided_ids")
         for dt in ("f32", "f64")
     ]
     # Comparisons: only the new names (the twins with PyTorch and the one with 0.11.0).
@@ -109,6 +109,16 @@ def test_both_releases_reproduce_the_conv1d_kernel_gradient_fault(releases, dtyp
     assert (r["candle 0.11.0"], r["candle 0.11.1"]) == ("reproduced", "reproduced")
     for v in ("0.11.0", "0.11.1"):
         assert "w.grad = [220, 256, 292, 508, 608, 708] (known-bug" in r[f"candle {v} detail"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_the_newer_release_fixes_the_strided_ids_backward(releases, dtype):
+    rows = releases[3]
+    r = cell(rows, "index_select_strided_ids/strided", dtype)
+    assert (r["candle 0.11.0"], r["candle 0.11.1"]) == ("reproduced", "fixed")
+    assert r["known"] == "known bug in 0.11.0"
+    assert "index-add only supports contiguous tensors" in r["candle 0.11.0 detail"]
+    assert r["candle 0.11.1 detail"] == "x.grad = [1, 2, 0, 0, 8, 10] (pass, max|Δ| vs exact 0)"
 
 
 def test_the_conv1d_experiment_fails_in_both_releases(releases):

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .devices import TORCH_DEVICE
 from .probe_results import Outcome
+from .probe_shapes import LAYOUT_OPS
 from .probes import AFTER_STEP, GRAD, LOSS, Probe, parse_quantity
 from .provenance import probe_metadata
 
@@ -210,13 +211,15 @@ def apply_op(op: Mapping[str, Any], inputs: Inputs) -> torch.Tensor:
     """``op`` (a normalized op: ``name`` and every argument) applied to ``inputs``.
 
     Raises ``TypeError`` when an input is not of the kind the op takes (int64 at the
-    positions of :data:`INTEGER_INPUTS`, floating point elsewhere: PyTorch would otherwise
-    compute something the probe language does not mean, such as soft-label cross-entropy),
-    and whatever PyTorch raises for shapes or arguments it refuses.
+    positions of :data:`INTEGER_INPUTS`, floating point elsewhere but for the layout changes,
+    which take either: PyTorch would otherwise compute something the probe language does not
+    mean, such as soft-label cross-entropy), and whatever PyTorch raises for shapes or
+    arguments it refuses.
     """
     name = op["name"]
     ints = INTEGER_INPUTS.get(name, ())
-    for i, t in enumerate(inputs):
+    # A layout change takes a tensor of either kind and keeps it (probe_shapes.LAYOUT_OPS).
+    for i, t in enumerate(() if name in LAYOUT_OPS else inputs):
         if i in ints and t.dtype != torch.int64:
             raise TypeError(f"{name}: input {i} must be int64, not {t.dtype}")
         if i not in ints and not t.is_floating_point():

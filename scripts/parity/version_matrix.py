@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import tables, verdicts, versions
@@ -128,13 +128,18 @@ def plan_params(plan, probe_plan) -> dict[str, Any]:
 # ----- cells -----------------------------------------------------------------------------
 
 
-def probe_cell(rows: Sequence[Mapping], known: bool) -> str:
+def probe_cell(rows: Sequence[Mapping], known: Iterable[str] = ()) -> str:
     """The cell of one release from its probe-table rows of one case (every quantity);
-    ``known``: a bug is recorded for the case there. "" when the release has no rows."""
+    ``known``: the quantities a bug is recorded for there. "" when the release has no rows;
+    ``unsupported`` when every quantity is, or every quantity the bug records is (a bug
+    that cannot be run is neither reproduced nor fixed)."""
     got = [r["verdict"] for r in rows]
+    known = set(known)
     if not got:
         return ""
-    if all(v == verdicts.UNSUPPORTED for v in got):
+    if all(v == verdicts.UNSUPPORTED for v in got) or (
+        known and all(r["verdict"] == verdicts.UNSUPPORTED for r in rows if r["quantity"] in known)
+    ):
         return UNSUPPORTED
     if any(v in PROBE_FAILURES for v in got):
         return NEW_FAILURE
@@ -168,7 +173,8 @@ def _probe_detail(rows: Sequence[Mapping], cell: str, quantities: set[str]) -> s
     ``fixed`` the values of the quantities the known bug records (``quantities``), with
     their verdict and difference from the reference; nothing for ``pass``."""
     if cell == UNSUPPORTED:
-        return "; ".join(sorted({r["note"] for r in rows if r.get("note")}))[:200]
+        notes = {r["note"] for r in rows if r["verdict"] == verdicts.UNSUPPORTED and r.get("note")}
+        return "; ".join(sorted(notes))[:200]
     if cell in (NEW_FAILURE, MISSING):
         bad = PROBE_FAILURES if cell == NEW_FAILURE else {verdicts.ERROR}
         return "; ".join(
@@ -178,20 +184,26 @@ def _probe_detail(rows: Sequence[Mapping], cell: str, quantities: set[str]) -> s
         )
     if cell not in (REPRODUCED, FIXED):
         return ""
-    return "; ".join(
-        f"{r['quantity']} = {_elide(r.get('values', ''))} ({r['verdict']}"
-        + (f", max|Δ| vs {r['reference']} {r['max_diff']}" if r.get("max_diff") else "")
-        + ")"
-        for r in rows
-        if r["quantity"] in quantities
-    )
+    return "; ".join(_quantity_detail(r) for r in rows if r["quantity"] in quantities)
+
+
+def _quantity_detail(r: Mapping) -> str:
+    """``w.grad = [220, …] (known-bug, max|Δ| vs exact 152)``; a quantity without values
+    (an error, no gradient) gives its verdict and the framework's message."""
+    if not r.get("values"):
+        note = f" ({r['note']})" if r.get("note") else ""
+        return f"{r['quantity']}: {r['verdict']}{note}"
+    diff = f", max|Δ| vs {r['reference']} {_number(r['max_diff'])}" if r.get("max_diff") else ""
+    return f"{r['quantity']} = {_elide(r['values'])} ({r['verdict']}{diff})"
 
 
 def _elide(text: str) -> str:
-    items = text.strip("[]").split(", ")
-    if len(items) <= DETAIL_VALUES:
-        return text
-    return "[" + ", ".join(items[:DETAIL_VALUES]) + f", … ({len(items)} values)]"
+    """A probe row's values (``[0.1, 5.599999904632568, …]``) in at most
+    :data:`DETAIL_VALUES` numbers of 6 significant digits, the count of the rest."""
+    items = [i for i in text.strip("[]").split(", ") if i]
+    shown = [_number(i, 6) for i in items[:DETAIL_VALUES]]
+    more = f", … ({len(items)} values)" if len(items) > DETAIL_VALUES else ""
+    return "[" + ", ".join(shown) + more + "]"
 
 
 def _known_quantities(bug: Mapping | None, device: str, dtype: str) -> set[str]:
@@ -205,9 +217,11 @@ def _known_quantities(bug: Mapping | None, device: str, dtype: str) -> set[str]:
     return set(where.get(base, ())) | set(where.get(f"{base}-{dtype}", ()))
 
 
-def _known_text(bug: Mapping, releases: Sequence[str]) -> str:
-    named = bug["versions"] if bug["versions"] is not None else list(releases)
-    return "known bug in " + ", ".join(named) if named else "known bug"
+def _known_text(bug: Mapping) -> str:
+    """What the probe file says of the bug's releases."""
+    if bug["versions"] is None:
+        return "known bug (every release)"
+    return "known bug in " + ", ".join(bug["versions"])
 
 
 def matrix_rows(
@@ -239,15 +253,16 @@ def matrix_rows(
             "framework": fw,
             "device": device,
             "dtype": dtype,
-            "known": _known_text(bug, releases[fw]) if known else "",
+            "known": _known_text(bug) if known else "",
             **empty,
         }
         for v in releases[fw]:
             rows = by_version.get(v, [])
-            cell = probe_cell(rows, known)
+            cell = probe_cell(rows, quantities)
             row[column(fw, v)] = cell
             row[column(fw, v) + " detail"] = _probe_detail(rows, cell, quantities)
-        if known or any(row[column(fw, v)] == NEW_FAILURE for v in releases[fw]):
+        cells = {row[column(fw, v)] for v in releases[fw]}
+        if known or NEW_FAILURE in cells or len(cells) > 1:
             out.append(row)
     summary = {(r["experiment"], r["comparison"], r["device"]): r for r in summary_rows}
     for c in params["comparisons"]:
@@ -267,15 +282,17 @@ def matrix_rows(
             cell = comparison_cell(None if s is None else s["verdict"], c["expect"])
             row[column(fw, v)] = cell
             row[column(fw, v) + " detail"] = _comparison_detail(s, cell)
-        if c["expect"] == "fail" or any(row[column(fw, v)] == NEW_FAILURE for v in releases[fw]):
+        cells = {row[column(fw, v)] for v in releases[fw]}
+        if c["expect"] == "fail" or NEW_FAILURE in cells or len(cells) > 1:
             out.append(row)
     return out
 
 
-def _number(text: str) -> str:
-    """A summary's number in three significant digits (``6.1e-02``); other text as it is."""
+def _number(text: str, digits: int = 3) -> str:
+    """A number read from a table in ``digits`` significant digits (``0.0610``); other text
+    as it is."""
     try:
-        return f"{float(text):.3g}"
+        return f"{float(text):.{digits}g}"
     except ValueError:
         return text
 
