@@ -81,3 +81,28 @@ def table(rows, columns) -> str:
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(out)
+
+
+def bare_snakefile(jobs: int) -> str:
+    """A Snakefile of ``jobs`` no-op rules (each a shell ``touch`` of one file — a ``run:``
+    job costs a Snakemake process of its own here; ``all`` needs them all):
+    Snakemake's own cost of a DAG of that many jobs, without any of this workflow's code."""
+    rules = [f"rule all:\n    input: [f'out/{{i}}' for i in range({jobs - 1})]\n"]
+    rules += [
+        f"rule r{i}:\n    output: 'out/{i}'\n    shell: 'touch {{output}}'\n"
+        for i in range(jobs - 1)
+    ]
+    return "\n".join(rules)
+
+
+def bare_noop_seconds(jobs: int, folder: Path, repeat: int = 5) -> float:
+    """Median no-op rerun of :func:`bare_snakefile` of ``jobs`` jobs, made in ``folder``
+    (made afresh: an earlier run's folder is removed first)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "Snakefile").write_text(bare_snakefile(jobs))
+    cmd = [SNAKEMAKE, "--cores", "2", "--quiet", "all"]
+    wall(cmd, cwd=folder)
+    return median_wall([SNAKEMAKE, "--cores", "1"], repeat=repeat, cwd=folder)

@@ -3,6 +3,10 @@
 Target: ratio ≤ 1.5 (nothing heavy is imported while the DAG is built). Needs the default
 workflow's results to be complete (run `snakemake --cores 8` first).
 
+Beside it, measured in the same run: the no-op rerun of a generated Snakefile with as many
+no-op rules as the default DAG has jobs (``common.bare_snakefile``), so the figure separates
+Snakemake's own cost of a DAG that size from this workflow's.
+
 Also printed: what of the rerun is not the workflow's own doing. Snakemake imports every
 installed executor plugin when it runs a workflow (not for `--version`), and the Slurm
 plugin (snakemake-executor-plugin-slurm 2.8.0, installed for the cluster profile) imports
@@ -13,10 +17,11 @@ the probe files.
     .venv/bin/python bench/noop_rerun.py
 """
 
+import re
 import statistics
 import sys
 
-from common import REPO, SNAKEMAKE, machine, median_wall, table, wall
+from common import REPO, SNAKEMAKE, WORK, bare_noop_seconds, machine, median_wall, table, wall
 
 
 def plugin_import_seconds(repeat=5) -> tuple[float, float]:
@@ -54,6 +59,12 @@ print(time.perf_counter() - start)
 """
 
 
+def default_jobs() -> int:
+    """How many jobs the default DAG has (a dry run of every job, ``--forceall``)."""
+    _, out = wall([SNAKEMAKE, "--cores", "1", "-n", "--forceall", "--quiet", "rules"], cwd=REPO)
+    return int(re.search(r"^total\s+(\d+)$", out, re.MULTILINE)[1])
+
+
 def own_parsing_seconds(repeat=5) -> float:
     """Median seconds the workflow's own code takes to read, validate and resolve the
     default config and its probe files (snakemake already imported, as in a real run)."""
@@ -65,16 +76,21 @@ if __name__ == "__main__":
     _, out = wall([SNAKEMAKE, "--cores", "1", "-n"], cwd=REPO)
     if "Nothing to be done" not in out:
         raise SystemExit("the default workflow is not complete; run `snakemake --cores 8` first")
+    jobs = default_jobs()
     version = median_wall([SNAKEMAKE, "--version"])
     noop = median_wall([SNAKEMAKE, "--cores", "1"])
+    bare = bare_noop_seconds(jobs, WORK / "bare-noop")
     plugin, pandas = plugin_import_seconds()
     own = own_parsing_seconds()
     print(machine())
     columns = [
         "snakemake --version (s)",
+        "jobs",
         "no-op rerun (s)",
         "ratio",
         "target",
+        "bare Snakefile, same jobs: no-op (s)",
+        "its ratio",
         "Slurm plugin import (s)",
         "of which pandas (s)",
         "ratio without the plugin's pandas",
@@ -85,13 +101,16 @@ if __name__ == "__main__":
             [
                 {
                     columns[0]: f"{version:.2f}",
-                    columns[1]: f"{noop:.2f}",
-                    columns[2]: f"{noop / version:.2f}",
-                    columns[3]: "≤ 1.5",
-                    columns[4]: f"{plugin:.2f}",
-                    columns[5]: f"{pandas:.2f}",
-                    columns[6]: f"{(noop - pandas) / version:.2f}",
-                    columns[7]: f"{own:.2f}",
+                    columns[1]: jobs,
+                    columns[2]: f"{noop:.2f}",
+                    columns[3]: f"{noop / version:.2f}",
+                    columns[4]: "≤ 1.5",
+                    columns[5]: f"{bare:.2f}",
+                    columns[6]: f"{bare / version:.2f}",
+                    columns[7]: f"{plugin:.2f}",
+                    columns[8]: f"{pandas:.2f}",
+                    columns[9]: f"{(noop - pandas) / version:.2f}",
+                    columns[10]: f"{own:.2f}",
                 }
             ],
             columns,
