@@ -29,8 +29,8 @@ COMPARE_RESULT = "results/compare/{experiment}/{kind}-{tag}.json"
 COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
 COMPARE_BENCHMARK = "results/benchmarks/{kind}/{experiment}/{tag}.tsv"
 
-#: A comparison's localisation (``parity.replay``): table (ext: csv, md, html), figure (ext:
-#: png, svg), sealed result, log and benchmark, by comparison name and device.
+#: A comparison's localisation (``parity.localise_job``): table (ext: csv, md, html),
+#: figure (ext: png, svg), sealed result, log and benchmark, by comparison name and device.
 LOCALISE_TABLE = "results/tables/{experiment}/localise-{comparison}-{device}.{ext}"
 LOCALISE_FIGURE = "results/figures/{experiment}/localise-{comparison}-{device}.{ext}"
 LOCALISE_RESULT = "results/compare/{experiment}/localise-{comparison}-{device}.json"
