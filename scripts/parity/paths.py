@@ -21,11 +21,13 @@ RUNNER_BINARY = "results/bin/{framework}-parity-{version}-{device}"
 BUILD_LOG = "results/logs/build/{framework}-{version}-{device}.log"
 BUILD_BENCHMARK = "results/benchmarks/build/{framework}-{version}-{device}.tsv"
 
-#: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure,
-#: machine-readable result (gathered by the summary), log and benchmark.
+#: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure (ext:
+#: png, svg) and machine-readable result (gathered by the summary).
 TABLE = "results/tables/{experiment}/{kind}-{tag}.{ext}"
 FIGURE = "results/figures/{experiment}/{kind}-{tag}.{ext}"
 COMPARE_RESULT = "results/compare/{experiment}/{kind}-{tag}.json"
+#: The log and benchmark of a comparison job (kind: the job, perstep or float64; the float64
+#: job writes the split and the diagnosis: ``keys.COMPARISON_JOBS``).
 COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
 COMPARE_BENCHMARK = "results/benchmarks/{kind}/{experiment}/{tag}.tsv"
 
