@@ -1,6 +1,6 @@
 # Training-step parity between PyTorch and candle: the DAG reads top to bottom.
 #   fixtures → build → train (one job per experiment × run × dtype × device)
-#   → compare (per-step and float64-split tables) → figures
+#   → compare: perstep, float64 (split and diagnosis), each job drawing its own figures
 #   → localise (same-state replay of the first differing step: the first op that differs)
 #   → summary, framework table, optimizer defaults → check
 #   probes (one job per framework × dtype × device running every probe) → probes table
@@ -25,7 +25,6 @@ include: "rules/build.smk"
 include: "rules/train.smk"
 include: "rules/compare.smk"
 include: "rules/localise.smk"
-include: "rules/figures.smk"
 include: "rules/summary.smk"
 include: "rules/probes.smk"
 include: "rules/devices.smk"

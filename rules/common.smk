@@ -87,7 +87,6 @@ wildcard_constraints:
     dtype="f32|f64",
     device="cpu|cuda|metal",
     tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
-    kind="perstep|split|diagnosis",
     comparison="[a-z][a-z0-9_]*",
     probe="[a-z][a-z0-9_]*",
     host="[a-z][a-z0-9_]*",
@@ -104,8 +103,9 @@ def job_codes():
     a result made by other code is not current."""
     return {
         "perstep": code("compare_perstep.py"),
-        "split": code("compare_split.py"),
-        "diagnosis": code("compare_diagnosis.py"),
+        # one job (rule float64) writes both tables
+        "split": code("compare_float64.py"),
+        "diagnosis": code("compare_float64.py"),
         "localise": code("localise.py"),
         "summary": code("summary.py"),
         "probes_table": code("probes_table.py"),
@@ -236,40 +236,45 @@ def localise_inputs(wildcards):
     return out
 
 
-def split_traces(wildcards):
-    """The four traces of a float64 split by role, and the fixture."""
+def float64_inputs(wildcards):
+    """The float64 job's inputs: the four traces of the comparison by role, the fixture and
+    the per-step result (the diagnosis records its first step beyond the tolerance)."""
     c = comparison(wildcards)
     return {
         **{role: k.trace for role, k in c.keys.items()},
         "fixture": PLAN.fixture(c.experiment),
+        "perstep": c.result("perstep"),
     }
 
 
-def diagnosis_inputs(wildcards):
-    """The diagnosis reads the split's traces and the per-step result (its first step
-    beyond the tolerance)."""
-    return {
-        **split_traces(wildcards),
-        "perstep": comparison(wildcards).result("perstep"),
-    }
-
-
-def table_outputs(kind):
-    """The outputs of a comparison job of ``kind`` (perstep, split, diagnosis): its CSV,
-    Markdown twin, HTML twin (in the report) and machine-readable result."""
+def table_outputs(kind, prefix=""):
+    """The outputs of one table of a comparison job, ``kind`` perstep, split or diagnosis
+    (keys prefixed with ``prefix``: the float64 job writes two tables): its CSV, Markdown
+    twin, HTML twin and figure (PNG in the report, SVG), and its machine-readable result.
+    Each kind has its own captions (report/captions/{kind}.rst, {kind}_figure.rst)."""
     table = lambda ext: paths.fill(paths.TABLE, kind=kind, ext=ext)
-    return {
+    figure = lambda ext: paths.fill(paths.FIGURE, kind=kind, ext=ext)
+    out = {
         "csv": table("csv"),
         "md": table("md"),
         "html": report(
             table("html"),
-            caption="../report/captions/table.rst",
+            caption=f"../report/captions/{kind}.rst",
             category="2 Experiments",
             subcategory="{experiment}",
             labels={"comparison": "{tag}", "table": kind, "kind": "table"},
         ),
         "result": paths.fill(paths.COMPARE_RESULT, kind=kind),
+        "png": report(
+            figure("png"),
+            caption=f"../report/captions/{kind}_figure.rst",
+            category="2 Experiments",
+            subcategory="{experiment}",
+            labels={"comparison": "{tag}", "table": kind, "kind": "figure"},
+        ),
+        "svg": figure("svg"),
     }
+    return {prefix + k: v for k, v in out.items()}
 
 
 def probe_path(pattern, framework):
@@ -300,17 +305,6 @@ def run_binary(wildcards):
     return PLAN.binary(
         RunKey(wildcards.experiment, wildcards.run, wildcards.dtype, wildcards.device)
     )
-
-
-def figure_inputs(wildcards):
-    """A figure's table, the result of the job that wrote it (which records the table's
-    sha256, and for a diagnosis its localised findings) and the per-step result."""
-    c = comparison(wildcards)
-    return {
-        "csv": c.table(wildcards.kind),
-        "result": c.result(wildcards.kind),
-        "perstep": c.result("perstep"),
-    }
 
 
 def all_tables():

@@ -1,4 +1,5 @@
-"""Snakemake job: per-step table of one comparison (see parity.compare_jobs.perstep_job)."""
+"""Snakemake job: per-step table and figure of one comparison (see
+parity.compare_jobs.perstep_job)."""
 
 from parity import compare_jobs
 from parity.fileio import job_logger
@@ -15,4 +16,5 @@ compare_jobs.perstep_job(
     sm.output.result,
     log,
     code=sm.params.code,
+    figure=[sm.output.png, sm.output.svg],
 )

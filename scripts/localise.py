@@ -1,11 +1,11 @@
-"""Snakemake job: localise one comparison (see parity.replay.localise_job)."""
+"""Snakemake job: localise one comparison, or skip it (see parity.localise_job)."""
 
-from parity import replay
+from parity import localise_job
 from parity.fileio import job_logger
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-replay.localise_job(
+localise_job.localise_job(
     sm.params.job,
     sm.input.perstep,
     sm.input.get("diagnosis"),

@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -137,7 +138,8 @@ HAND = {
 }
 
 
-def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
+def _relu_flip_case(tmp_path):
+    """The hand-made case of a known ReLU flip: (plan, fixture, the four traces by role)."""
     plan = Plan(HAND)
     fixture = tmp_path / "hand.safetensors"
     fixtures.save(fixture, {"x": np.array([[[-1.0], [0.5], [2.0]]], np.float32)}, {})
@@ -174,6 +176,21 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
                     "fc2.bias": (1,),
                 },
             )
+    return plan, fixture, paths
+
+
+def _float64_outputs(tmp_path):
+    """Where the float64 job writes each table: ``s.*`` the split, ``d.*`` the diagnosis."""
+    return {
+        kind: {ext: str(tmp_path / f"{kind[0]}.{ext}") for ext in compare_jobs.FLOAT64_OUTPUTS}
+        for kind in ("split", "diagnosis")
+    }
+
+
+def _perstep_and_float64(tmp_path, figure=()):
+    """The per-step job (drawing its figure to ``figure``) and the float64 job (the split
+    and the diagnosis, both figures) of the hand-made case: their results."""
+    plan, fixture, paths = _relu_flip_case(tmp_path)
     job = plan.comparison_job(plan.comparison("hand", "cpu"))
     log = logging.getLogger("test")
     perstep = compare_jobs.perstep_job(
@@ -185,18 +202,23 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
         tmp_path / "p.md",
         tmp_path / "p.json",
         log,
+        figure=figure,
     )
-    assert perstep["tol_exceeded_step"] == 2
-    out = compare_jobs.diagnosis_job(
+    results = compare_jobs.float64_job(
         job,
         paths,
         str(fixture),
         str(tmp_path / "p.json"),
-        tmp_path / "d.csv",
-        tmp_path / "d.md",
-        tmp_path / "d.json",
-        logging.getLogger("test"),
+        _float64_outputs(tmp_path),
+        log,
     )
+    return perstep, results
+
+
+def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
+    perstep, results = _perstep_and_float64(tmp_path)
+    assert perstep["tol_exceeded_step"] == 2
+    out = results["diagnosis"]
     assert out["relu_flip_step"] == 3
     assert out["relu_flip_unit"] == "fc1[0]"
     assert out["relu_flip_counts"] == "2 vs 1"
@@ -205,6 +227,68 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
     assert out["f64_divergence_step"] == 2 and out["f64_divergence_where"] == "fc1.bias[0]"
     assert out["fp64_rule_verdict"] == "fail"
     assert "step 3, unit `fc1[0]`, active samples 2 vs 1" in (tmp_path / "d.md").read_text()
+
+
+#: Every legend label a comparison figure can have (the start of each).
+LABELS = (
+    "max|ref32 − cand32|",
+    "|dloss|",
+    "max|ref32 − ref64|",
+    "max|cand32 − cand64|",
+    "max|ref64 − cand64|",
+    "float64 rounding threshold",
+    "RMSE(ref32 − cand32)",
+    "1 float32 ULP at max|θ|",
+    "f32 exceeds tolerance (step 2)",
+    "f64 leaves rounding (step 2)",
+    "ReLU flip fc1[0] (step 3)",
+)
+
+
+def _legend(svg_path) -> list[str]:
+    """The texts of a figure's SVG, from matplotlib's ``<!-- text -->`` comments (it draws
+    each text as glyph paths and names it in a comment)."""
+    return re.findall(r"<!-- (.*?) -->", svg_path.read_text(encoding="utf-8"))
+
+
+def test_the_comparison_jobs_draw_each_table_with_its_columns_and_markers(tmp_path):
+    """The per-step and float64 jobs draw their figures from the rows they computed: the
+    lines of each table's columns (figures.COMPARISON_COLUMNS, a legend label may add how
+    many steps are exactly 0), the tolerance, the float32 rounding level and, on the
+    diagnosis, the steps it found."""
+    png, svg = tmp_path / "p.png", tmp_path / "p.svg"
+    _, results = _perstep_and_float64(tmp_path, figure=[str(png), str(svg)])
+    assert png.read_bytes().startswith(b"\x89PNG") and (tmp_path / "s.png").stat().st_size
+
+    def lines(path):
+        texts = _legend(path)
+        return {label for label in LABELS if any(t.startswith(label) for t in texts)}, texts
+
+    perstep, texts = lines(svg)
+    assert "hand perstep cpu" in texts and "tolerance 1e-06" in texts
+    assert perstep == {"max|ref32 − cand32|", "|dloss|", "1 float32 ULP at max|θ|"}, texts
+    split, texts = lines(tmp_path / "s.svg")
+    assert "hand split cpu" in texts and "tolerance 1e-06" in texts
+    assert split == {
+        "max|ref32 − cand32|",
+        "max|ref32 − ref64|",
+        "max|cand32 − cand64|",
+        "max|ref64 − cand64|",
+        "1 float32 ULP at max|θ|",
+    }, texts
+    diagnosis, texts = lines(tmp_path / "d.svg")
+    assert "hand diagnosis cpu" in texts and "tolerance 1e-06" in texts
+    assert diagnosis == {
+        "max|ref32 − cand32|",
+        "max|ref64 − cand64|",
+        "float64 rounding threshold",
+        "RMSE(ref32 − cand32)",
+        "1 float32 ULP at max|θ|",
+        "f32 exceeds tolerance (step 2)",
+        "f64 leaves rounding (step 2)",
+        "ReLU flip fc1[0] (step 3)",
+    }, texts
+    assert results["split"]["kind"] == "split"
 
 
 def test_perstep_job_of_a_diverged_run_reports_inf_and_stores_null(tmp_path):

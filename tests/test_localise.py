@@ -1,5 +1,6 @@
 """The localisation walk (scripts/parity/localise.py) on hand-made replay records whose
-culprit is known, and the choice of the replayed step (scripts/parity/replay.py)."""
+culprit is known, the choice of the replayed step (scripts/parity/replay.py) and the job
+(scripts/parity/localise_job.py)."""
 
 import math
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity import localise, replay
+from parity import localise, localise_job, replay
 
 MLP = {"family": "mlp", "sizes": [3, 5, 2], "activation": "relu"}
 CNN = {
@@ -230,7 +231,7 @@ def _run_job(params, perstep, out, tmp_path):
 
     from parity import integrity
 
-    result = replay.localise_job(
+    result = localise_job.localise_job(
         params, perstep, None, out, logging.getLogger("test"), str(tmp_path / "log")
     )
     assert result == integrity.read_sealed_json(out["result"])
@@ -301,10 +302,10 @@ def test_skip_reason():
     ref, cand = RunKey("e", "torch", "f32", "cpu"), RunKey("e", "candle", "f32", "cpu")
     passing = Comparison("e", "main", "cpu", ref, cand, "pass", 1e-6, None)
     control = Comparison("e", "main", "cpu", ref, cand, "fail", 1e-6, None)
-    assert "localise.all" in replay.skip_reason({"verdict": "pass"}, passing, False)
-    assert replay.skip_reason({"verdict": "pass"}, passing, True) is None
-    assert replay.skip_reason({"verdict": "fail"}, passing, False) is None
-    assert replay.skip_reason({"verdict": "expected-fail"}, control, False) is None
+    assert "localise.all" in localise_job.skip_reason({"verdict": "pass"}, passing, False)
+    assert localise_job.skip_reason({"verdict": "pass"}, passing, True) is None
+    assert localise_job.skip_reason({"verdict": "fail"}, passing, False) is None
+    assert localise_job.skip_reason({"verdict": "expected-fail"}, control, False) is None
 
 
 def test_a_step_beyond_the_run_is_refused_with_a_result(tmp_path, monkeypatch):
@@ -341,3 +342,49 @@ def test_the_transformer_walk_brackets_the_op_between_two_parameter_gradients():
     assert v["grad:blocks.1.mlp.fc2.weight"] == v["head.out"] == "agrees"
     assert v["grad:tok_emb.weight"] == v["update:tok_emb.weight"] == "downstream"
     assert [n for n, x in v.items() if x == "differs"] == ["grad:blocks.1.mlp.fc1.bias"]
+
+
+#: Run in a fresh interpreter: the skipped job's outputs and which heavy modules it loaded.
+SKIPPED_JOB = """
+import json, logging, sys
+from parity import localise_job
+a = json.load(open(sys.argv[1]))
+r = localise_job.localise_job(a["params"], a["perstep"], None, a["out"], logging.getLogger(), None)
+heavy = ("matplotlib", "torch", "parity.replay", "parity.localise", "pyarrow", "safetensors")
+print(json.dumps({"status": r["status"], "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def test_a_skipped_localisation_writes_every_output_without_the_replay_or_matplotlib(
+    tmp_path, monkeypatch
+):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from parity import integrity
+
+    from conftest import REPO, load_config
+
+    _, params, perstep, out = _job(tmp_path, monkeypatch, load_config(), "a3_sgd", "main")
+    integrity.write_sealed_json(perstep, {"verdict": "pass", "kind": "perstep"})
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"params": params, "perstep": perstep, "out": out}))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    proc = subprocess.run(
+        [sys.executable, "-c", SKIPPED_JOB, str(args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(proc.stdout) == {"status": "skipped", "loaded": []}
+    result = integrity.read_sealed_json(out["result"])
+    assert result["status"] == "skipped" and "localise.all" in result["reason"]
+    assert Path(out["csv"]).read_text() == ",".join(localise.COLUMNS) + "\n"
+    assert "skipped: passed" in Path(out["md"]).read_text()
+    assert Path(out["png"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    svg = Path(out["svg"]).read_text()
+    assert svg.startswith("<?xml") and "a3_sgd: main on cpu: skipped, not localised" in svg

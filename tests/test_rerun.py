@@ -33,7 +33,7 @@ def test_training_code_does_not_include_the_comparison_maths():
         assert "parity/compare.py" not in files
         assert "parity/closeness.py" not in files
         assert "parity/plan.py" not in files  # a job gets its settings, not the plan
-    for script in ("compare_perstep.py", "compare_split.py", "compare_diagnosis.py"):
+    for script in ("compare_perstep.py", "compare_float64.py"):
         files = parity_files(script)
         assert {"parity/compare.py", "parity/closeness.py", "parity/schema.py"} <= files
         assert "parity/torch_runner.py" not in files
@@ -44,7 +44,7 @@ def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
     files = parity_files("train_rust.py")
     assert {"parity/runspec.py", "parity/models.py", "parity/frameworks/candle.py"} <= files
     # compare.diagnose imports activations inside the function.
-    assert "parity/activations.py" in parity_files("compare_diagnosis.py")
+    assert "parity/activations.py" in parity_files("compare_float64.py")
 
 
 def test_the_hash_changes_with_any_file_it_covers(tmp_path):
@@ -133,8 +133,9 @@ def dry_run_after_edit(finished, module: str) -> dict[str, int]:
 def test_an_edit_to_the_comparison_maths_reruns_no_training_job(finished):
     jobs = dry_run_after_edit(finished, "compare.py")
     assert not any(rule.startswith(("train_", "probe_", "build_")) for rule in jobs), jobs
-    # a3_sgd has three comparisons (main, burn, burn_candle), each with three tables.
-    for rule in ("perstep", "split", "diagnosis"):
+    # a3_sgd has three comparisons (main, burn, burn_candle), each with three tables: a
+    # perstep job and a float64 job (the split and the diagnosis) per comparison.
+    for rule in ("perstep", "float64"):
         assert jobs[rule] == 3, jobs
 
 

@@ -138,13 +138,19 @@ def test_rerun_is_a_no_op_and_check_passes(short_run):
     run_workflow(workdir, config, "--cores", "1", "check")
 
 
-def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
-    proc = run_workflow(tmp_path, load_config(), "-n", "--cores", "1", "--quiet", "rules")
+def dry_run_counts(workdir) -> dict[str, int]:
+    """The job count of each rule in a dry run of the default config (its "Job stats")."""
+    proc = run_workflow(workdir, load_config(), "-n", "--cores", "1", "--quiet", "rules")
     counts = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
+    counts = dry_run_counts(tmp_path)
     plan = Plan(load_config())
     runs = plan.runs()
     comparisons = plan.comparisons()
@@ -156,8 +162,17 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
     assert len(runs) == 2 * sum(len(e["runs"]) for e in plan.experiments.values()) - 1
     assert counts["build_candle"] == counts["build_burn"] == 1
     assert counts["perstep"] == counts["localise"] == len(comparisons)
-    assert counts["split"] == counts["diagnosis"] == len(with_f64)
-    assert counts["figure"] == len(comparisons) + 2 * len(with_f64)
+    assert counts["float64"] == len(with_f64)
+
+
+def test_default_config_has_no_job_per_figure_or_per_table(tmp_path):
+    """Two comparison jobs per comparison, each drawing its own figures: perstep, and with
+    float64 runs one float64 job for the split and the diagnosis."""
+    counts = dry_run_counts(tmp_path)
+    comparisons = Plan(load_config()).comparisons()
+    assert not {"figure", "split", "diagnosis"} & set(counts), counts
+    assert counts["perstep"] == len(comparisons)
+    assert counts["float64"] == sum(c.f64_pair is not None for c in comparisons) > 0
 
 
 def test_bad_config_is_refused_before_any_job(tmp_path):

@@ -1,22 +1,25 @@
 """The comparison jobs: per-step table, float64 split and diagnosis of one comparison,
 as plain functions of what the rule resolved and of paths.
 
-``scripts/compare_*.py`` are thin adapters from Snakemake's ``snakemake`` object to these
-functions; tests call them directly. Every job opens its traces against what the rule says
-they must carry (:func:`open_trace`), and writes a CSV, its Markdown twin and a
-machine-readable JSON result for the summary, sealed (``integrity.write_sealed_json``),
-which records the sha256 of every file it was made from (``sources``) and of the tables it
-wrote (``tables``): the summary can tell a result that is still current from one whose
-traces have changed or gone since, and the figure job refuses a table that changed since.
+Two jobs per comparison: ``perstep`` (:func:`perstep_job`) and, with float64 runs,
+``float64`` (:func:`float64_job`: the split and the diagnosis, from the four traces opened
+once). ``scripts/compare_perstep.py`` and ``scripts/compare_float64.py`` are thin adapters
+from Snakemake's ``snakemake`` object to these functions; tests call them directly. Every
+job opens its traces against what the rule says they must carry (:func:`open_trace`), and
+writes per table a CSV, its Markdown twin, its figure (drawn in-process from the rows it
+computed, ``figures.comparison_figure``) and a machine-readable JSON result for the summary,
+sealed (``integrity.write_sealed_json``), which records the sha256 of every file it was made
+from (``sources``) and of the tables it wrote (``tables``): the summary can tell a result
+that is still current from one whose traces have changed or gone since.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from . import compare, fixtures, integrity, tables, verdicts
+from . import compare, figures, fixtures, integrity, tables, verdicts
 from .config import canonical_hash
 from .fileio import sha256_file
 from .keys import Comparison
@@ -118,13 +121,16 @@ def perstep_job(
     out_result: str,
     log: logging.Logger,
     code: str | None = None,
+    figure: Sequence[str] = (),
 ) -> dict:
-    """Per-step table of a comparison, its Markdown twin and its result for the summary.
+    """Per-step table of a comparison, its Markdown twin, its figure and its result for the
+    summary.
 
     ``job`` is what the rule resolved (``plan.Plan.comparison_job``); the result records
     the first step beyond the tolerance (``compare.first_beyond``) for the jobs after it.
-    Raises ``schema.TraceError`` or ``compare.ComparisonError`` for traces that cannot be
-    trusted or compared; nothing is written then.
+    ``figure`` holds the paths (``.png``, ``.svg``) the figure is drawn to (none: not
+    drawn). Raises ``schema.TraceError`` or ``compare.ComparisonError`` for traces that
+    cannot be trusted or compared; nothing is written then.
     """
     comp = Comparison.from_params(job["comparison"])
     made_from = sources({"ref32": reference, "cand32": candidate, "fixture": fixture})
@@ -190,29 +196,48 @@ def perstep_job(
         "candidate_provenance": _provenance(cand),
     }
     summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
+    if figure:
+        draw(comp, "perstep", rows, figure, result.param_scale)
     log.info("%s %s: worst %s -> %s", comp.experiment, comp.tag, worst, verdict)
     return summary
 
 
-def split_job(
+def draw(
+    comp: Comparison,
+    kind: str,
+    rows: Sequence[Mapping],
+    paths: Sequence[str],
+    param_scale: float | None,
+    perstep: Mapping | None = None,
+    diagnosis: Mapping | None = None,
+) -> None:
+    """The figure of table ``kind`` of ``comp`` from its ``rows``, titled and with the
+    tolerance as the report shows it (``figures.comparison_figure``)."""
+    figures.comparison_figure(
+        kind,
+        rows,
+        paths,
+        f"{comp.experiment} {kind} {comp.tag}",
+        comp.tolerance,
+        param_scale,
+        perstep=perstep,
+        diagnosis=diagnosis,
+    )
+
+
+def _split(
     job: Mapping,
-    traces: Mapping[str, str],
-    fixture: str,
+    readers: Mapping[str, TraceReader],
+    made_from: Mapping[str, dict],
     out_csv: str,
     out_md: str,
     out_result: str,
-    log: logging.Logger,
-    code: str | None = None,
-) -> dict:
-    """Float64 split table of a comparison (see ``compare.split``).
-
-    ``traces`` has ``ref32``, ``cand32``, ``ref64``, ``cand64`` paths. Raises like
-    :func:`perstep_job`.
-    """
+    code: str | None,
+) -> tuple[list[dict], dict]:
+    """The float64 split table (``compare.split``) from readers already opened and checked
+    (:func:`open_split`): its rows and its sealed result."""
     comp = Comparison.from_params(job["comparison"])
-    made_from = sources({**{k: traces[k] for k in SPLIT_ROLES}, "fixture": fixture})
     keys = comp.keys
-    readers = open_split(job, traces, fixture, made_from["fixture"]["sha256"])
     rows = compare.split(readers["ref32"], readers["cand32"], readers["ref64"], readers["cand64"])
     worst = {c: compare.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
     notes = [f"{k}: {keys[k].label}" for k in keys]
@@ -240,8 +265,7 @@ def split_job(
         "final": {k: _json_number(rows[-1][k]) for k in tables.SPLIT_COLUMNS[1:]},
     }
     summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
-    log.info("%s %s split: %s", comp.experiment, comp.tag, worst)
-    return summary
+    return rows, summary
 
 
 DIAGNOSIS_COLUMNS = (
@@ -268,31 +292,24 @@ DIAGNOSIS_COLUMNS = (
 )
 
 
-def diagnosis_job(
+def _diagnosis(
     job: Mapping,
-    traces: Mapping[str, str],
-    fixture: str,
-    perstep_result: str,
+    readers: Mapping[str, TraceReader],
+    x,
+    perstep: Mapping,
+    made_from: Mapping[str, dict],
     out_csv: str,
     out_md: str,
     out_result: str,
-    log: logging.Logger,
-    code: str | None = None,
-) -> dict:
-    """Why a pair differs, per step and localised (docs/diagnosis.md): the table of
-    ``compare.diagnose`` and its findings (``compare.diagnosis_findings``), with the first
-    step beyond the tolerance taken from the per-step result ``perstep_result``.
-
-    ``job`` is what the rule resolved (``plan.Plan.comparison_job``); ``traces`` has
-    ``ref32``, ``cand32``, ``ref64``, ``cand64`` paths. Raises like :func:`perstep_job`.
-    """
+    code: str | None,
+) -> tuple[list[dict], dict]:
+    """Why a pair differs, per step and localised (docs/diagnosis.md), from readers already
+    opened and checked (:func:`open_split`), the fixture's inputs ``x`` and the per-step
+    result ``perstep`` (its first step beyond the tolerance): the table of
+    ``compare.diagnose``, its findings (``compare.diagnosis_findings``) in the sealed
+    result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
-    made_from = sources(
-        {**{k: traces[k] for k in SPLIT_ROLES}, "fixture": fixture, "perstep": perstep_result}
-    )
-    readers = open_split(job, traces, fixture, made_from["fixture"]["sha256"])
-    rows = compare.diagnose(readers, job["model"], fixtures.load(fixture)["x"], job["diagnosis"])
-    perstep = read_result(perstep_result)
+    rows = compare.diagnose(readers, job["model"], x, job["diagnosis"])
     findings = compare.diagnosis_findings(rows)
     result = {
         "kind": "diagnosis",
@@ -310,5 +327,50 @@ def diagnosis_job(
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
     tables.write_twins(out_md, tables.diagnosis_markdown(rows, result, comp))
     result = write_result(out_result, result, made_from, out_csv, out_md, job_stamp(job, code))
-    log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, result)
-    return result
+    return rows, result
+
+
+#: What the float64 job writes per table (:func:`float64_job`).
+FLOAT64_OUTPUTS = ("csv", "md", "result", "png", "svg")
+
+
+def float64_job(
+    job: Mapping,
+    traces: Mapping[str, str],
+    fixture: str,
+    perstep_result: str,
+    outputs: Mapping[str, Mapping[str, str]],
+    log: logging.Logger,
+    code: str | None = None,
+) -> dict[str, dict]:
+    """The float64 split and the diagnosis of one comparison, in one job: the four traces
+    (``ref32``, ``cand32``, ``ref64``, ``cand64`` → path) and the fixture are opened and
+    checked once, and read once for each table; the per-step result ``perstep_result``
+    gives the first step beyond the tolerance (the diagnosis records it and its figure
+    marks it) and the rounding level both figures draw.
+
+    ``outputs`` has ``split`` and ``diagnosis``, each a mapping with the paths of
+    :data:`FLOAT64_OUTPUTS`. Each table's sealed result records what that table was made
+    from: the split its traces and the fixture, the diagnosis the per-step result too.
+    Returns both results by kind; raises like :func:`perstep_job` (nothing is written
+    when the traces cannot be trusted or compared).
+    """
+    comp = Comparison.from_params(job["comparison"])
+    read = {**{k: traces[k] for k in SPLIT_ROLES}, "fixture": fixture, "perstep": perstep_result}
+    made_from = sources(read)
+    readers = open_split(job, traces, fixture, made_from["fixture"]["sha256"])
+    perstep = read_result(perstep_result)
+    scale = perstep["param_scale"]
+    out = outputs["split"]
+    split_from = {k: v for k, v in made_from.items() if k != "perstep"}
+    rows, split = _split(job, readers, split_from, out["csv"], out["md"], out["result"], code)
+    draw(comp, "split", rows, [out["png"], out["svg"]], scale)
+    log.info("%s %s split: %s", comp.experiment, comp.tag, split["worst"])
+    out = outputs["diagnosis"]
+    x = fixtures.load(fixture)["x"]
+    rows, diagnosis = _diagnosis(
+        job, readers, x, perstep, made_from, out["csv"], out["md"], out["result"], code
+    )
+    draw(comp, "diagnosis", rows, [out["png"], out["svg"]], scale, perstep, diagnosis)
+    log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, diagnosis)
+    return {"split": split, "diagnosis": diagnosis}

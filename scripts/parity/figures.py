@@ -4,6 +4,10 @@ Every figure uses the same colour for the same kind of line (:data:`COLOURS`), m
 tolerance (dashed) and the float32 rounding level — one float32 ULP at the largest
 parameter magnitude — (dash-dotted), and is written as PNG and SVG. Zeros cannot sit on a
 log axis; they are drawn as gaps and counted in the legend.
+
+matplotlib is imported when a figure is drawn (:func:`_pyplot`), not with this module: a job
+that imports it and draws nothing (a skipped localisation) does not pay its start-up (about
+1.8 s here, ``python -X importtime``).
 """
 
 from __future__ import annotations
@@ -11,14 +15,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 
 from .fileio import atomic_path
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 #: One colour per kind of line, the same in every figure.
 COLOURS = {
@@ -54,6 +64,9 @@ def plot_columns(
     vertical lines. Each of ``paths`` is written atomically in the format its suffix names
     (``.png``, ``.svg``).
     """
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     rows = [r for r in rows if r["step"] > 0]
     steps = np.array([r["step"] for r in rows])
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
@@ -106,6 +119,58 @@ def plot_columns(
     plt.close(fig)
 
 
+#: The lines of a comparison's figure, by table kind: table column → legend label.
+COMPARISON_COLUMNS = {
+    "perstep": {"max_dparam": "max|ref32 − cand32|", "dloss": "|dloss|"},
+    "split": {
+        "max_dparam": "max|ref32 − cand32|",
+        "torch_f64": "max|ref32 − ref64|",
+        "candle_f64": "max|cand32 − cand64|",
+        "f64_f64": "max|ref64 − cand64|",
+    },
+    "diagnosis": {
+        "max_dparam": "max|ref32 − cand32|",
+        "f64_f64": "max|ref64 − cand64|",
+        "f64_threshold": "float64 rounding threshold",
+        "rmse": "RMSE(ref32 − cand32)",
+    },
+}
+
+
+def comparison_figure(
+    kind: str,
+    rows: Sequence[Mapping],
+    paths: Sequence[str],
+    title: str,
+    tolerance: float,
+    param_scale: float | None,
+    perstep: Mapping | None = None,
+    diagnosis: Mapping | None = None,
+) -> None:
+    """The figure of one comparison table (``kind``: perstep, split, diagnosis), drawn by
+    the job that computed its ``rows``: the lines of :data:`COMPARISON_COLUMNS`, the
+    tolerance, the float32 rounding level at ``param_scale`` (the per-step result's largest
+    parameter magnitude) and, for a diagnosis, dotted lines at the first step beyond the
+    tolerance (``perstep``, the per-step result), where float64 leaves rounding and the
+    first ReLU flip (``diagnosis``, its findings). Writes each of ``paths``."""
+    markers = {}
+    if kind == "diagnosis":
+        markers = {
+            "f32 exceeds tolerance": perstep["tol_exceeded_step"],
+            "f64 leaves rounding": diagnosis["f64_divergence_step"],
+            f"ReLU flip {diagnosis['relu_flip_unit']}": diagnosis["relu_flip_step"],
+        }
+    plot_columns(
+        paths,
+        rows,
+        COMPARISON_COLUMNS[kind],
+        title,
+        tolerance,
+        markers=markers,
+        rounding_level=ulp32(param_scale) if param_scale else None,
+    )
+
+
 # ----- detection power (README, "Detection power") -------------------------------------
 
 #: Bar colours of the detection figure.
@@ -122,7 +187,7 @@ def _save(fig, paths: Sequence[str]) -> None:
     for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1])
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 def plot_detection(
@@ -140,6 +205,7 @@ def plot_detection(
     ``faults`` are rows of ``detection.DETECTION_COLUMNS``, ``correct`` rows of
     ``detection.FALSE_ALARM_COLUMNS``. Writes each of ``paths`` (``.png``, ``.svg``).
     """
+    plt = _pyplot()
     items = []
     for r in faults:
         by = r["detected_by"].split(", ") if r["detected_by"] else []
@@ -203,6 +269,7 @@ def plot_sensitivity(
     run (circles: the decade scan, squares: bisection; filled red when detected, open blue
     when not), the tolerance dashed, the clean pair (δ = 0) dotted, the final bracket
     shaded. ``trials`` are ``detection.Trial``; writes each of ``paths``."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     clean = [t for t in trials if t.delta == 0]
     for phase, marker in (("scan", "o"), ("bisection", "s")):
@@ -269,6 +336,7 @@ def plot_localisation(
     exact 0 has no bar and is written ``0``; an infinite difference reaches the top. A
     localisation without rows (skipped, or not replayable) draws an empty axis with the
     title."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(rows) + 2), 4.8), dpi=120)
     values = [r["max_abs_diff"] for r in rows] + [r["f64_f64"] for r in rows]
     finite = [v for v in values if v is not None and np.isfinite(v) and v > 0]

@@ -77,6 +77,11 @@ def trace_expectation(key: RunKey, settings: Mapping[str, Any]) -> dict:
     return out
 
 
+#: The job (rule) that makes each table of a comparison: the float64 job writes both the
+#: split and the diagnosis, which read the same four traces.
+COMPARISON_JOBS = {"perstep": "perstep", "split": "float64", "diagnosis": "float64"}
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A reference run against a candidate run, for one experiment on one device."""
@@ -119,10 +124,11 @@ class Comparison:
         return self._fill(paths.FIGURE, kind, ext=ext)
 
     def log(self, kind: str) -> str:
-        """Log of this comparison's ``kind`` job."""
+        """Log of the job that makes this comparison's ``kind`` table
+        (:data:`COMPARISON_JOBS`)."""
         if kind == "localise":
             return self._localise(paths.LOCALISE_LOG)
-        return self._fill(paths.COMPARE_LOG, kind)
+        return self._fill(paths.COMPARE_LOG, COMPARISON_JOBS[kind])
 
     def result(self, kind: str) -> str:
         """Machine-readable result of one table, gathered by the summary."""

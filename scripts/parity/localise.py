@@ -43,6 +43,7 @@ import numpy as np
 from . import compare
 from .closeness import max_abs_diff
 from .models import model_params
+from .tables import LOCALISE_COLUMNS
 
 #: Dataflow phases, in walk order.
 PHASES = ("forward", "backward", "update")
@@ -53,21 +54,9 @@ AGREES, DIFFERS, DOWNSTREAM, NOT_RECORDED = "agrees", "differs", "downstream", "
 #: Roles of the four replays: reference and candidate, float32 and float64.
 ROLES = ("ref32", "cand32", "ref64", "cand64")
 
-#: Columns of the localisation table.
-COLUMNS = (
-    "order",
-    "phase",
-    "quantity",
-    "shape",
-    "max_abs_diff",
-    "where",
-    "ulp",
-    "fp64_ratio",
-    "f64_f64",
-    "f64_threshold",
-    "verdict",
-    "note",
-)
+#: Columns of the localisation table (defined with the other tables, so the job of a
+#: skipped localisation writes its header without importing this module).
+COLUMNS = LOCALISE_COLUMNS
 
 #: float32 and float64 unit roundoff.
 U32, U64 = 2.0**-24, 2.0**-53

@@ -21,16 +21,18 @@ RUNNER_BINARY = "results/bin/{framework}-parity-{version}-{device}"
 BUILD_LOG = "results/logs/build/{framework}-{version}-{device}.log"
 BUILD_BENCHMARK = "results/benchmarks/build/{framework}-{version}-{device}.tsv"
 
-#: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure,
-#: machine-readable result (gathered by the summary), log and benchmark.
+#: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure (ext:
+#: png, svg) and machine-readable result (gathered by the summary).
 TABLE = "results/tables/{experiment}/{kind}-{tag}.{ext}"
 FIGURE = "results/figures/{experiment}/{kind}-{tag}.{ext}"
 COMPARE_RESULT = "results/compare/{experiment}/{kind}-{tag}.json"
+#: The log and benchmark of a comparison job (kind: the job, perstep or float64; the float64
+#: job writes the split and the diagnosis: ``keys.COMPARISON_JOBS``).
 COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
 COMPARE_BENCHMARK = "results/benchmarks/{kind}/{experiment}/{tag}.tsv"
 
-#: A comparison's localisation (``parity.replay``): table (ext: csv, md, html), figure (ext:
-#: png, svg), sealed result, log and benchmark, by comparison name and device.
+#: A comparison's localisation (``parity.localise_job``): table (ext: csv, md, html),
+#: figure (ext: png, svg), sealed result, log and benchmark, by comparison name and device.
 LOCALISE_TABLE = "results/tables/{experiment}/localise-{comparison}-{device}.{ext}"
 LOCALISE_FIGURE = "results/figures/{experiment}/localise-{comparison}-{device}.{ext}"
 LOCALISE_RESULT = "results/compare/{experiment}/localise-{comparison}-{device}.json"

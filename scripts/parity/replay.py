@@ -1,4 +1,6 @@
-"""The localisation job: same-state replay of one step in both frameworks, then the walk.
+"""The localisation: same-state replay of one step in both frameworks, then the walk (the
+job around it, which skips most comparisons without importing this module, is
+:mod:`parity.localise_job`).
 
 For one comparison (reference run against candidate run on a device):
 
@@ -19,33 +21,27 @@ For one comparison (reference run against candidate run on a device):
 4. **The walk** (:func:`parity.localise.walk`) finds the culprit.
 
 A comparison that passes is localised only on request (config ``localise.all``); one that
-cannot be replayed (a framework without a replay, a diverged reference state) gets a
-result and a table saying why, never a failed job.
+cannot be replayed (a framework without a replay, a diverged reference state) raises
+:class:`ReplayError`, which the job turns into a result and a table saying why, never a
+failed job.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import math
 import os
-import tempfile
-import traceback
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
 
-from . import compare_jobs, figures, integrity, localise, tables
-from .config import canonical_hash
+from . import localise
 from .keys import Comparison, RunKey
+from .localise_job import LOCALISED
 from .models import model_params
 from .schema import TraceReader, extra_column
 from .versions import run_binary
-
-#: Statuses of a localisation result.
-LOCALISED, SKIPPED, NOT_LOCALISED = "localised", "skipped", "not localised"
 
 
 class ReplayError(RuntimeError):
@@ -65,14 +61,6 @@ def choose_step(perstep: Mapping, diagnosis: Mapping | None, setting: int | str)
     if findings.get("f64_divergence_step"):
         return int(findings["f64_divergence_step"]), "first step f64 leaves float64 rounding"
     return 1, "no step differs: step 1"
-
-
-def skip_reason(perstep: Mapping, comp: Comparison, localise_all: bool) -> str | None:
-    """Why a comparison is not localised (it passed, as expected, and ``localise.all`` is
-    off), or None when it is."""
-    if localise_all or comp.expect == "fail" or perstep.get("verdict") != "pass":
-        return None
-    return "passed; set localise.all: true to localise every comparison"
 
 
 def _state_settings(settings: Mapping, k: int) -> tuple[dict, str]:
@@ -267,123 +255,3 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
         "notes": notes,
         "rows": w.rows,
     }
-
-
-def _markdown(comp: Comparison, result: Mapping) -> str:
-    title = f"{comp.experiment}: localising {comp.name} on {comp.device}"
-    lines = [f"# {title}", ""]
-    lines.append(f"- reference: {comp.reference.label}; candidate: {comp.candidate.label}")
-    if result["status"] == LOCALISED:
-        lines.append(f"- replayed step {result['step']} ({result['step_reason']})")
-        culprit = result["culprit"]
-        lines.append(
-            f"- culprit: **`{culprit}`** ({result['culprit_phase']})"
-            if culprit
-            else "- culprit: none (every quantity agrees within rounding)"
-        )
-    else:
-        lines.append(f"- {result['status']}: {result['reason']}")
-    lines += [f"- {n}" for n in result["notes"]]
-    lines.append("")
-    if result["rows"]:
-        fmt = {c: tables.sci for c in ("max_abs_diff", "f64_f64", "f64_threshold")}
-        fmt["fp64_ratio"] = lambda v: "" if v is None else f"{v:.3g}"
-        fmt["ulp"] = lambda v: "" if v is None else f"{v:g}"
-        lines.append(tables.markdown_table(result["rows"], localise.COLUMNS, fmt))
-    return "\n".join(lines) + "\n"
-
-
-def _figure(paths_out, comp: Comparison, result: Mapping) -> None:
-    figures.plot_localisation(
-        paths_out,
-        result["rows"],
-        f"{comp.experiment}: {comp.name} on {comp.device}, step {result.get('step')}",
-        result.get("culprit"),
-    )
-
-
-def localise_job(
-    params: Mapping,
-    perstep_result: str,
-    diagnosis_result: str | None,
-    outputs: Mapping[str, str],
-    log: logging.Logger,
-    log_path: str | None,
-    code: str | None = None,
-) -> dict:
-    """The ``localise`` rule's job: the result, its table (CSV, Markdown, HTML) and figure.
-
-    ``params`` is ``Plan.localise_job``; ``perstep_result`` (and ``diagnosis_result``, or
-    None without float64 runs) the comparison jobs' sealed results; ``outputs`` has
-    ``csv``, ``md``, ``result``, ``png``, ``svg``. A comparison that cannot be replayed
-    gets status ``not localised`` and the reason, not an error.
-    """
-    job = dict(params)
-    read = {"perstep": perstep_result, "fixture": params["localise"]["fixture"]}
-    if diagnosis_result:
-        read["diagnosis"] = diagnosis_result
-    made_from = compare_jobs.sources(read)
-    job["perstep"] = integrity.read_sealed_json(perstep_result)
-    if diagnosis_result:
-        job["diagnosis_result"] = integrity.read_sealed_json(diagnosis_result)
-    comp = Comparison.from_params(job["comparison"])
-    reason = skip_reason(job["perstep"], comp, job["localise"]["all"])
-    if reason:
-        result = {
-            "status": SKIPPED,
-            "step": None,
-            "step_reason": "",
-            "culprit": None,
-            "culprit_phase": None,
-            "reason": reason,
-            "notes": [],
-            "rows": [],
-        }
-    else:
-        with tempfile.TemporaryDirectory(prefix="parity-localise-") as tmp:
-            try:
-                result = localise_comparison(job, tmp, log, log_path)
-            except (ReplayError, KeyError, ValueError, RuntimeError, OSError) as e:
-                log.error("cannot localise: %s\n%s", e, traceback.format_exc())
-                result = {
-                    "status": NOT_LOCALISED,
-                    "step": None,
-                    "step_reason": "",
-                    "culprit": None,
-                    "culprit_phase": None,
-                    "reason": str(e).strip(),
-                    "notes": [],
-                    "rows": [],
-                }
-    tables.write_csv(outputs["csv"], result["rows"], localise.COLUMNS)
-    tables.write_twins(outputs["md"], _markdown(comp, result))
-    _figure([outputs["png"], outputs["svg"]], comp, result)
-    html = str(outputs["md"]).rsplit(".", 1)[0] + ".html"
-    full = {
-        "kind": "localise",
-        "experiment": comp.experiment,
-        "comparison": comp.name,
-        "device": comp.device,
-        "reference": comp.reference.label,
-        "candidate": comp.candidate.label,
-        **{k: v for k, v in result.items() if k != "rows"},
-        "sources": made_from,
-        "tables": compare_jobs.sources({"csv": outputs["csv"], "md": outputs["md"], "html": html}),
-        "job_sha256": canonical_hash(dict(params)),
-        "code": code,
-    }
-    integrity.write_sealed_json(outputs["result"], _json_safe(full))
-    log.info(
-        "%s %s: %s, culprit %s", comp.experiment, comp.tag, result["status"], result["culprit"]
-    )
-    return full
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Mapping):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj

@@ -20,6 +20,21 @@ from .verdicts import PROBE_WORDING
 
 PERSTEP_COLUMNS = ("step", "loss_a", "loss_b", "dloss", "max_dparam", "where")
 SPLIT_COLUMNS = ("step", "max_dparam", "torch_f64", "candle_f64", "f64_f64")
+#: The localisation table (``parity.localise``): one row per quantity of the replayed step.
+LOCALISE_COLUMNS = (
+    "order",
+    "phase",
+    "quantity",
+    "shape",
+    "max_abs_diff",
+    "where",
+    "ulp",
+    "fp64_ratio",
+    "f64_f64",
+    "f64_threshold",
+    "verdict",
+    "note",
+)
 PROBE_COLUMNS = (
     "probe",
     "case",
