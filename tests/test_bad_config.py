@@ -413,7 +413,7 @@ TARGETS = [
     ),
     (
         "results/traces/a3_sgd/torch_x-f32-cpu.parquet",
-        "experiment 'a3_sgd' has no run 'torch_x' (its runs: burn, candle, torch)",
+        "experiment 'a3_sgd' has no run 'torch_x' (its runs: burn, candle, torch, candle_v0_11_1)",
     ),
 ]
 

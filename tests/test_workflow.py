@@ -158,9 +158,16 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
     assert counts["fixture"] == len(plan.experiments)
     for fw in ("torch", "candle", "burn"):
         assert counts[f"train_{fw}"] == sum(k.framework == fw for k in runs) > 0, fw
-    # f32 and f64 for every run but the one cell without float64 (candle's fused norm).
-    assert len(runs) == 2 * sum(len(e["runs"]) for e in plan.experiments.values()) - 1
-    assert counts["build_candle"] == counts["build_burn"] == 1
+    # f32 and f64 for every run but the cells without float64 (candle's fused norm, in
+    # each candle release).
+    unsupported = plan.unsupported_cells()
+    assert [(k.run, k.dtype) for k, _ in unsupported] == [
+        ("candle", "f64"),
+        ("candle_v0_11_1", "f64"),
+    ]
+    assert len(runs) == 2 * sum(len(e["runs"]) for e in plan.experiments.values()) - 2
+    # One build per release: candle 0.11.0 and 0.11.1, burn 0.22.1.
+    assert counts["build_candle"] == 2 and counts["build_burn"] == 1
     assert counts["perstep"] == counts["localise"] == len(comparisons)
     assert counts["float64"] == len(with_f64)
 
