@@ -571,9 +571,9 @@ def test_a_changed_probe_reruns_its_batches_and_only_it_is_recomputed(tmp_path):
 
 @pytest.mark.workflow
 def test_the_probe_benchmark_measures_a_fresh_run_and_a_partial_rerun():
-    """bench/probes.py (PyTorch only, float32: the cheapest real run): 41 probe files in a new
-    temp folder each time, every batch computed on the first run, nothing on a touch, and
-    only the edited probe recomputed after an edit."""
+    """bench/probes.py (PyTorch only, float32: the cheapest real run): the probe files of
+    probes/ and 30 variants in a new temp folder each time, every batch computed on the
+    first run, nothing on a touch, and only the edited probe recomputed after an edit."""
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench/probes.py"), "--frameworks", "torch", "--dtypes", "f32"],
         capture_output=True,
@@ -582,7 +582,8 @@ def test_the_probe_benchmark_measures_a_fresh_run_and_a_partial_rerun():
         check=True,
     )
     out = proc.stdout
-    assert "41 probe files × torch × f32 (cpu)" in out
+    files = len(list((REPO / "probes").glob("*.yaml"))) + 30
+    assert f"{files} probe files × torch × f32 (cpu)" in out
     assert "first run: " in out and "jobs: probe_torch 1" in out
     assert "bce_with_logits.yaml touched: rerun" in out and "jobs: nothing" in out
     edited = out.split("bce_with_logits.yaml edited:")[1]

@@ -158,9 +158,10 @@ def test_build_ran_on_the_submit_host(slurm_run):
     assert not any(rule_of(c) == "build_candle" for _, c in jobs.values())
     assert (workdir / "results" / "bin" / "candle-parity-0.11.0-cpu").stat().st_size > 0
     # Local jobs print their message (the cargo command) instead of a Slurm job id.
-    assert "cargo build --release --locked -p candle-parity (device cpu)" in proc.stdout
+    cargo = "cargo build --release --locked -p"
+    assert f"{cargo} candle-parity (candle 0.11.0, device cpu)" in proc.stdout
     assert not any(rule_of(c) == "build_burn" for _, c in jobs.values())
-    assert "cargo build --release --locked -p burn-parity (device cpu)" in proc.stdout
+    assert f"{cargo} burn-parity (burn 0.22.1, device cpu)" in proc.stdout
 
 
 def test_summary_passes(slurm_run):
