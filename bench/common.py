@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-#: Where benchmark runs keep their working folders (ignored by git, reused between runs).
+#: Where benchmark runs keep their working folders (ignored by git). A benchmark that times
+#: jobs makes a fresh folder (:func:`fresh_workdir`) or forces the jobs it times to rerun.
 WORK = REPO / "results" / "bench"
 
 
@@ -56,8 +58,20 @@ def scale_config(**record) -> dict:
     return config
 
 
-def run_workflow(workdir: Path, config: dict, *targets: str, cores: int = 1) -> str:
-    """Run the workflow in ``workdir`` with ``config`` (replacing config.yaml)."""
+def fresh_workdir(name: str) -> Path:
+    """A new, empty working folder ``WORK/{name}-{pid}``, so nothing of an earlier run is
+    reused (an earlier folder of that name is removed first). The caller removes it."""
+    path = WORK / f"{name}-{os.getpid()}"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def run_workflow(
+    workdir: Path, config: dict, *targets: str, cores: int = 1, forcerun: tuple[str, ...] = ()
+) -> str:
+    """Run the workflow in ``workdir`` with ``config`` (replacing config.yaml); the rules in
+    ``forcerun`` run again even when their outputs are up to date. Returns the output."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = workdir / "bench-config.yaml"
     cfg.write_text(yaml.safe_dump(config))
@@ -72,6 +86,8 @@ def run_workflow(workdir: Path, config: dict, *targets: str, cores: int = 1) -> 
         "--cores",
         str(cores),
         *targets,
+        # last: --forcerun takes every word after it as a rule name
+        *(["--forcerun", *forcerun] if forcerun else []),
     ]
     return wall(cmd, cwd=workdir)[1]
 

@@ -252,8 +252,8 @@ CASES = [
         "a trace beyond the trace limit",
         lambda c: c["limits"].update(max_trace_bytes=100000),
         (
-            "experiments.a3_sgd.runs.torch: its trace (101 rows) would hold 171 kB, more than "
-            "limits.max_trace_bytes (100 kB)"
+            "experiments.a3_sgd.runs.torch: its trace (101 recorded steps) would hold 171 kB, "
+            "more than limits.max_trace_bytes (100 kB)"
         ),
     ),
     (

@@ -140,3 +140,20 @@ def test_mismatch_message_over_several_tensors_with_non_finite_values():
     )
     same = closeness.mismatch(a, a, ["x", "y"], 0.0)
     assert (same.mismatched, same.total, same.worst.value) == (0, 5, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_blocked_maximum_is_the_whole_arrays_maximum(seed, monkeypatch):
+    """max_abs_diff works a block at a time; its value and first position are those of the
+    whole-array differences, across block edges, ties and non-finite values."""
+    monkeypatch.setattr(closeness, "BLOCK", 7)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    x = rng.integers(-3, 4, n).astype(np.float32)  # small integers: many ties
+    y = rng.integers(-3, 4, n).astype(np.float64)
+    for _ in range(int(rng.integers(0, 4))):
+        x[rng.integers(n)] = rng.choice([NAN, INF, -INF])
+        y[rng.integers(n)] = rng.choice([NAN, INF, -INF])
+    whole, i = closeness._differences(x, y)
+    got = max_abs_diff({"p": x}, {"p": y}, ["p"])
+    assert (got.value, got.index) == (float(whole[i]), i)

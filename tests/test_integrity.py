@@ -7,7 +7,6 @@ import multiprocessing
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from parity import fileio, fixtures, integrity, paths, summary
@@ -66,11 +65,10 @@ def test_no_single_bit_flip_in_a_trace_changes_what_is_read_unnoticed(tmp_path):
     assert outcomes["refused"] > outcomes["harmless"] > 0
 
 
-def test_a_flip_in_a_parameter_column_is_refused_by_its_page_checksum(tmp_path):
+def test_a_flip_in_the_values_is_refused_by_its_page_checksum(tmp_path):
     path = small_trace(tmp_path)
-    chunk = pq.ParquetFile(path).metadata.row_group(0).column(2)
-    assert chunk.path_in_schema.startswith("fc1.weight")
-    middle = chunk.data_page_offset + chunk.total_compressed_size // 2
+    offset, size = TraceReader(path).byte_range(0)
+    middle = offset + size // 2
     data = bytearray(path.read_bytes())
     data[middle] ^= 0x10
     path.write_bytes(bytes(data))

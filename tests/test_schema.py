@@ -3,17 +3,21 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parity import integrity
+from parity import integrity, schema
 from parity.schema import (
+    INDEX_KEY,
     METADATA_KEY,
     TraceError,
     TraceLayout,
     TraceReader,
     TraceWriter,
+    extra_column,
+    loss_bits,
     recorded_steps,
 )
 
@@ -27,67 +31,226 @@ def good(tmp_path, **kw):
     return write_trace(tmp_path / "t.parquet", STEPS, shapes=SHAPES, **kw)
 
 
-def rewrite(path, table, meta):
-    """Write ``table`` back with trace metadata ``meta`` (a file made wrong by a writer, not
-    corrupted afterwards: its metadata is sealed, its pages checksummed)."""
-    sealed = integrity.seal(METADATA_KEY, json.dumps(meta))
-    pq.write_table(table.replace_schema_metadata(sealed), path, **integrity.PARQUET_WRITE)
+def footer(path):
+    """(trace metadata, index) of a trace, as written."""
+    kv = pq.ParquetFile(path).metadata.metadata
+    return json.loads(kv[METADATA_KEY]), json.loads(kv[INDEX_KEY])
+
+
+def rewrite(path, table, meta, index, **kw):
+    """Write ``table`` back with trace metadata ``meta`` and ``index`` (a file made wrong
+    by a writer, not corrupted afterwards: its metadata is sealed, its pages checksummed)."""
+    sealed = {
+        **integrity.seal(METADATA_KEY, json.dumps(meta)),
+        **integrity.seal(INDEX_KEY, json.dumps(index)),
+    }
+    pq.write_table(table.replace_schema_metadata(sealed), path, **integrity.PARQUET_WRITE, **kw)
+
+
+def odd_values(dtype, n, rng):
+    """``n`` values of ``dtype`` with the bit patterns a round trip could lose: ±0, ±Inf,
+    a NaN with a payload, the smallest subnormal, the largest finite value."""
+    values = rng.standard_normal(n).astype(dtype)
+    bits = values.view(np.uint32 if dtype == np.float32 else np.uint64)
+    nan = 0x7FC00123 if dtype == np.float32 else 0x7FF8000000000123
+    special = [0x80000000, 0x7F800000, 0xFF800000, nan, 0x00000001, 0x7F7FFFFF]
+    if dtype == np.float64:
+        special = [1 << 63, 0x7FF0 << 48, 0xFFF0 << 48, nan, 1, 0x7FEFFFFFFFFFFFFF]
+    bits[: len(special)] = special
+    return values
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_round_trip_is_bit_for_bit(tmp_path, dtype):
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    rng = np.random.default_rng(1)
+    steps = [
+        {"fc1.weight": odd_values(np_dtype, 12, rng), "fc1.bias": odd_values(np_dtype, 6, rng)}
+        for _ in range(4)
+    ]
+    nan_payload = np.frombuffer(bytes.fromhex("fff8000000000bad")[::-1], np.float64)[0]
+    losses = [None, 1.0 / 3.0, -0.0, nan_payload]
+    path = write_trace(
+        tmp_path / "t.parquet",
+        steps,
+        dtype,
+        losses,
+        shapes={"fc1.weight": (3, 4), "fc1.bias": (6,)},
+    )
+    r = TraceReader(path)
+    assert r.steps == [0, 1, 2, 3]
+    for want, loss, rec in zip(steps, losses, r.iter_steps(), strict=True):
+        assert loss_bits(rec.loss) == loss_bits(loss)
+        for n, v in want.items():
+            assert rec.tensors[n].dtype == np_dtype
+            assert rec.tensors[n].tobytes() == v.tobytes()
+        assert rec.flat.tobytes() == want["fc1.weight"].tobytes() + want["fc1.bias"].tobytes()
+    assert r.read_step(3).tensors["fc1.bias"].tobytes() == steps[3]["fc1.bias"].tobytes()
 
 
 def test_round_trip_keeps_values_dtype_and_metadata(tmp_path):
     r = TraceReader(good(tmp_path))
     assert r.steps == [0, 1, 2]
     assert r.meta["status"] == "complete" and r.meta["dtype"] == "f32"
+    assert r.meta["schema_version"] == schema.SCHEMA_VERSION == 3
     rec = r.read_step(1)
     assert rec.loss == 1.0
     assert rec.tensors["fc1.weight"].dtype == np.float32
     assert rec.tensors["fc1.weight"].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert r.read_step(0).loss is None
+    assert r.read_step(2, ["fc1.bias"]).tensors.keys() == {"fc1.bias"}
+    assert r.read_step(2, ["fc1.bias"]).flat is None
 
 
-def test_schema_columns_and_types(tmp_path):
-    schema = TraceLayout.of("f64", SHAPES.items()).arrow_schema()
-    assert schema.field("step").type == pa.int32()
-    assert schema.field("loss").type == pa.float64()
-    element = pa.field("element", pa.float64(), nullable=False)
-    assert schema.field("fc1.weight").type == pa.list_(element, 4)
-    assert not schema.field("fc1.weight").nullable
+def test_schema_is_one_flat_non_null_float_column():
+    for dtype, kind in (("f32", pa.float32()), ("f64", pa.float64())):
+        s = TraceLayout.of(dtype, SHAPES.items()).arrow_schema()
+        assert s.names == ["value"]
+        assert s.field("value").type == kind and not s.field("value").nullable
 
 
-def test_recorded_steps_keep_first_and_last():
-    assert recorded_steps(10, 4) == [0, 4, 8, 10]
-    assert recorded_steps(3, 1) == [0, 1, 2, 3]
+def test_pyarrow_and_pandas_read_a_trace_without_nesting(tmp_path):
+    """What any Parquet reader sees: one typed float column, the steps as blocks of rows
+    whose first rows the sealed index gives, the parameters in state_dict order."""
+    rng = np.random.default_rng(2)
+    steps = [{"fc1.weight": rng.standard_normal(4), "fc1.bias": rng.standard_normal(2)}] * 3
+    path = write_trace(tmp_path / "t.parquet", steps, "f64", shapes=SHAPES)
+    table = pq.read_table(path)
+    assert not any(pa.types.is_nested(f.type) for f in table.schema)
+    assert table.schema.field("value").type == pa.float64()
+    frame = pd.read_parquet(path)
+    assert list(frame.columns) == ["value"] and frame["value"].dtype == np.float64
+    meta, index = footer(path)
+    assert [n for n, _ in meta["params"]] == ["fc1.weight", "fc1.bias"]
+    assert index["steps"] == [0, 1, 2] and index["offsets"] == [0, 6, 12]
+    at = index["offsets"][2] + 4  # fc1.bias follows fc1.weight's four values
+    assert frame["value"].to_numpy()[at : at + 2].tobytes() == steps[2]["fc1.bias"].tobytes()
 
 
-def test_missing_column_is_named(tmp_path):
+def test_extras_are_absent_where_null(tmp_path):
+    layout = TraceLayout.of("f32", [("w", (2,))], [extra_column("grad", "w")])
+    meta = base_meta(steps=2)
+    w32 = np.float32
+    with TraceWriter(tmp_path / "x.parquet", layout, meta) as w:
+        w.write_step(0, None, {"w": np.array([1, 2], w32)})
+        w.write_step(1, 0.5, {"w": np.array([3, 4], w32), "grad:w": np.array([5, 6], w32)})
+        w.write_step(2, 0.25, {"w": np.array([7, 8], w32)})
+    r = TraceReader(tmp_path / "x.parquet")
+    recs = list(r.iter_steps(["w", "grad:w"]))
+    assert [sorted(rec.tensors) for rec in recs] == [["w"], ["grad:w", "w"], ["w"]]
+    assert recs[1].tensors["grad:w"].tolist() == [5, 6]
+    assert recs[2].tensors["w"].tolist() == [7, 8]
+    assert footer(tmp_path / "x.parquet")[1]["absent"] == {"grad:w": [0, 2]}
+
+
+def test_streaming_reads_one_row_group_at_a_time(tmp_path, monkeypatch):
+    """Steps larger than a row group's budget are one row group each, and iter_steps reads
+    the next only when the step before has been taken."""
+    monkeypatch.setattr(schema, "ROW_GROUP_BYTES", 64)
+    rng = np.random.default_rng(3)
+    steps = [{"w": rng.standard_normal(20)} for _ in range(5)]
+    path = write_trace(tmp_path / "s.parquet", steps, "f64")
+    r = TraceReader(path)
+    assert r._file.num_row_groups == 5
+    reads = []
+    real = r._file.read_row_group
+    monkeypatch.setattr(r._file, "read_row_group", lambda g, **kw: reads.append(g) or real(g, **kw))
+    it = r.iter_steps()
+    first = next(it)
+    assert reads == [0] and first.tensors["w"].tobytes() == steps[0]["w"].tobytes()
+    rest = list(it)
+    assert reads == [0, 1, 2, 3, 4]
+    assert [rec.tensors["w"].tobytes() for rec in rest] == [s["w"].tobytes() for s in steps[1:]]
+    reads.clear()
+    assert r.read_step(3).tensors["w"].tobytes() == steps[3]["w"].tobytes() and reads == [3]
+
+
+def test_small_steps_share_a_row_group(tmp_path):
+    r = TraceReader(good(tmp_path))
+    assert r._file.num_row_groups == 1
+
+
+def test_a_step_spanning_row_groups_is_read_whole(tmp_path):
+    """Parquet caps a row group at 64Mi rows, so a larger step spans row groups: written
+    here with row groups of 5 rows across steps of 6."""
     path = good(tmp_path)
-    table = pq.read_table(path).drop_columns(["fc1.bias"])
-    rewrite(path, table, TraceReader(path).meta)
-    with pytest.raises(TraceError, match=r"column 'fc1\.bias' is missing"):
+    meta, index = footer(path)
+    rewrite(path, pq.read_table(path), meta, index, row_group_size=5)
+    r = TraceReader(path)
+    assert r._file.num_row_groups == 4
+    for rec in r.iter_steps():
+        assert rec.tensors["fc1.weight"].tolist() == [1, 2, 3, 4]
+        assert rec.tensors["fc1.bias"].tolist() == [0.5, -0.5]
+    assert r.read_step(1).tensors["fc1.bias"].tolist() == [0.5, -0.5]
+    assert r.read_step(2).flat.tolist() == [1, 2, 3, 4, 0.5, -0.5]
+
+
+def test_a_trace_of_an_older_schema_version_is_refused(tmp_path):
+    """A version 2 trace (one fixed-size-list column per parameter) as version 2 wrote it."""
+    path = good(tmp_path)
+    meta = {**footer(path)[0], "schema_version": 2}
+    element = pa.field("element", pa.float32(), nullable=False)
+    old = pa.table(
+        {
+            "step": pa.array([0, 1, 2], pa.int32()),
+            "loss": pa.array([None, 1.0, 1.0], pa.float64()),
+            "fc1.weight": pa.array([[1.0, 2.0, 3.0, 4.0]] * 3, pa.list_(element, 4)),
+            "fc1.bias": pa.array([[0.5, -0.5]] * 3, pa.list_(element, 2)),
+        }
+    )
+    sealed = integrity.seal(METADATA_KEY, json.dumps(meta))
+    pq.write_table(old.replace_schema_metadata(sealed), path, **integrity.PARQUET_WRITE)
+    with pytest.raises(TraceError, match="schema_version 2 is not 3; rerun the job"):
+        TraceReader(path)
+
+
+def test_missing_value_column_is_named(tmp_path):
+    path = good(tmp_path)
+    meta, index = footer(path)
+    table = pq.read_table(path).rename_columns(["values"])
+    rewrite(path, table, meta, index)
+    with pytest.raises(TraceError, match=r"column 'value' is missing"):
+        TraceReader(path)
+
+
+def test_an_extra_column_is_named(tmp_path):
+    path = good(tmp_path)
+    meta, index = footer(path)
+    table = pq.read_table(path)
+    rewrite(path, table.append_column("fc1.bias", table.column("value")), meta, index)
+    with pytest.raises(TraceError, match=r"column 'fc1\.bias' is not in the trace's layout"):
         TraceReader(path)
 
 
 def test_renamed_parameter_is_named(tmp_path):
     path = good(tmp_path)
-    meta = TraceReader(path).meta
-    table = pq.read_table(path).rename_columns(["step", "loss", "fc1.weight", "fc1.b"])
-    rewrite(path, table, meta)
+    meta, index = footer(path)
+    meta["params"] = [["fc1.weight", [2, 2]], ["fc1.b", [2]]]
+    rewrite(path, pq.read_table(path), meta, index)
     with pytest.raises(TraceError, match=r"'fc1\.bias' is missing"):
-        TraceReader(path)
+        TraceReader(path, expect={"params": SHAPES})
 
 
 def test_wrong_dtype_column_is_named(tmp_path):
     path = good(tmp_path)
-    meta = TraceReader(path).meta
+    meta, index = footer(path)
     table = pq.read_table(path)
-    i = table.schema.get_field_index("fc1.bias")
-    table = table.set_column(i, "fc1.bias", table.column(i).cast(pa.list_(pa.float64(), 2)))
-    # the values as float64: the trace's layout says float32
-    rewrite(path, table, meta)
+    # the values as float64: the trace's metadata says float32
+    wide = pa.schema([pa.field("value", pa.float64(), nullable=False)])
+    table = pa.table({"value": table.column("value").cast(pa.float64())}, wide)
+    rewrite(path, table, meta, index)
     with pytest.raises(
-        TraceError,
-        match=r"column 'fc1.bias' has type fixed_size_list<element: double>\[2\], expected",
+        TraceError, match=r"column 'value' has type double, expected float not null"
     ):
+        TraceReader(path)
+
+
+def test_nullable_value_column_is_refused(tmp_path):
+    path = good(tmp_path)
+    meta, index = footer(path)
+    values = pq.read_table(path).column("value")
+    rewrite(path, pa.table({"value": values}, pa.schema([("value", pa.float32())])), meta, index)
+    with pytest.raises(TraceError, match=r"has type float \(nullable\), expected float not null"):
         TraceReader(path)
 
 
@@ -106,11 +269,64 @@ def test_trace_from_another_experiment_is_refused(tmp_path):
 
 def test_missing_step_is_named(tmp_path):
     path = good(tmp_path)
-    meta = TraceReader(path).meta
-    table = pq.read_table(path)
-    rewrite(path, table.filter(pa.compute.not_equal(table.column("step"), 1)), meta)
+    meta, index = footer(path)
+    table = pq.read_table(path).slice(0, 12)  # steps 0 and 2 only
+    index = {"steps": [0, 2], "loss": [None, index["loss"][2]], "offsets": [0, 6], "absent": {}}
+    rewrite(path, table, meta, index)
     with pytest.raises(TraceError, match="step 1 is missing"):
         TraceReader(path)
+
+
+def test_values_missing_from_a_step_are_refused(tmp_path):
+    path = good(tmp_path)
+    meta, index = footer(path)
+    rewrite(path, pq.read_table(path).slice(0, 17), meta, index)
+    with pytest.raises(TraceError, match="holds 17 values where its steps' tensors make 18"):
+        TraceReader(path)
+
+
+def test_an_index_that_does_not_match_the_layout_is_refused(tmp_path):
+    path = good(tmp_path)
+    meta, index = footer(path)
+    rewrite(path, pq.read_table(path), meta, {**index, "offsets": [0, 6, 13]})
+    with pytest.raises(TraceError, match="index offsets do not match"):
+        TraceReader(path)
+    rewrite(path, pq.read_table(path), meta, {**index, "loss": [None, "3ff0", None]})
+    with pytest.raises(TraceError, match="index is malformed"):
+        TraceReader(path)
+
+
+def test_missing_or_altered_index_is_refused(tmp_path):
+    path = good(tmp_path)
+    meta, index = footer(path)
+    table = pq.read_table(path)
+    sealed = integrity.seal(METADATA_KEY, json.dumps(meta))
+    pq.write_table(table.replace_schema_metadata(sealed), path, **integrity.PARQUET_WRITE)
+    with pytest.raises(TraceError, match=r"no 'parity\.trace\.index' metadata"):
+        TraceReader(path)
+    altered = {**sealed, **integrity.seal(INDEX_KEY, json.dumps(index))}
+    altered[INDEX_KEY] = json.dumps({**index, "steps": [0, 1, 3]})
+    pq.write_table(table.replace_schema_metadata(altered), path, **integrity.PARQUET_WRITE)
+    with pytest.raises(TraceError, match="does not match its sha256: the file is corrupt"):
+        TraceReader(path)
+
+
+def test_a_corrupted_page_is_refused(tmp_path):
+    path = good(tmp_path)
+    offset, size = TraceReader(path).byte_range(0)
+    data = bytearray(path.read_bytes())
+    data[offset + size - 3] ^= 0x01  # a value's bits
+    path.write_bytes(bytes(data))
+    r = TraceReader(path)  # the footer is intact
+    with pytest.raises(TraceError, match=r"t\.parquet: corrupt: .*CRC checksum verification"):
+        list(r.iter_steps())
+    with pytest.raises(TraceError, match="corrupt"):
+        r.read_step(2)
+
+
+def test_recorded_steps_keep_first_and_last():
+    assert recorded_steps(10, 4) == [0, 4, 8, 10]
+    assert recorded_steps(3, 1) == [0, 1, 2, 3]
 
 
 def test_truncated_file_is_refused(tmp_path):
@@ -145,6 +361,17 @@ def test_writer_refuses_wrong_dtype_and_unknown_columns(tmp_path):
     assert not (tmp_path / "w.parquet").exists()
 
 
+def test_writer_keeps_a_copy_of_arrays_it_does_not_own(tmp_path):
+    layout = TraceLayout.of("f32", [("w", (4,))])
+    base = np.arange(8, dtype=np.float32)
+    with TraceWriter(tmp_path / "c.parquet", layout, base_meta(steps=1)) as w:
+        w.write_step(0, None, {"w": base[:4]})  # a view: copied
+        w.write_step(1, 1.0, {"w": base[::2]})  # not contiguous: copied
+        base[:] = -1
+    recs = list(TraceReader(tmp_path / "c.parquet").iter_steps())
+    assert [r.tensors["w"].tolist() for r in recs] == [[0, 1, 2, 3], [0, 2, 4, 6]]
+
+
 def test_writer_publishes_nothing_when_the_run_stops_early(tmp_path):
     layout = TraceLayout.of("f32", SHAPES.items())
     w = TraceWriter(tmp_path / "w.parquet", layout, base_meta())
@@ -161,3 +388,30 @@ def test_non_finite_values_mark_the_run_diverged(tmp_path):
     r = TraceReader(write_trace(tmp_path / "d.parquet", steps, losses=[None, 1.0, np.nan]))
     assert r.meta["status"] == "diverged" and r.diverged_step == 1
     assert np.isnan(r.read_step(2).tensors["w"][0])
+
+
+def test_a_non_finite_loss_alone_marks_the_run_diverged(tmp_path):
+    steps = [{"w": [1.0]}, {"w": [2.0]}, {"w": [3.0]}]
+    r = TraceReader(write_trace(tmp_path / "d.parquet", steps, losses=[None, 1.0, np.inf]))
+    assert r.diverged_step == 2 and r.read_step(2).loss == np.inf
+
+
+def test_the_divergence_test_is_a_float64_sum_in_both_dtypes(tmp_path):
+    """float32 values at float32's largest are finite (their float64 sum cannot overflow);
+    float64 values summing past 1e308 count as diverged, as documented."""
+    big32 = [{"w": np.full(4, 3.4e38)}, {"w": np.full(4, -3.4e38)}, {"w": [1.0, np.nan, 0, 0]}]
+    r = TraceReader(write_trace(tmp_path / "a.parquet", big32, "f32"))
+    assert r.diverged_step == 2
+    big64 = [{"w": [1.0, 1.0]}, {"w": [1e308, 1e308]}, {"w": [1.0, 1.0]}]
+    assert TraceReader(write_trace(tmp_path / "b.parquet", big64, "f64")).diverged_step == 1
+
+
+def test_arrays_handed_over_are_kept_as_they_are(tmp_path):
+    layout = TraceLayout.of("f32", [("w", (2,))])
+    buffer = bytearray(np.array([1, 2, 3, 4], np.float32).tobytes())
+    view = np.frombuffer(buffer, np.float32)
+    with TraceWriter(tmp_path / "h.parquet", layout, base_meta(steps=1)) as w:
+        w.write_step(0, None, {"w": view[:2]}, handed_over=True)
+        w.write_step(1, 1.0, {"w": view[2:]}, handed_over=True)
+    recs = list(TraceReader(tmp_path / "h.parquet").iter_steps())
+    assert [r.tensors["w"].tolist() for r in recs] == [[1, 2], [3, 4]]

@@ -27,10 +27,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 from safetensors.numpy import load_file
+
+if __package__ in (None, ""):  # run as a script: make ``parity`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parity.schema import TraceReader  # after the path, when run as a script
 
 VARIANTS = ("torch", "f32_betas", "burn")
 
@@ -102,10 +105,11 @@ def train(
 
 
 def trace_params(path: str | Path, step: int = -1) -> dict[str, np.ndarray]:
-    """A trace's parameters at one recorded step (default: the last)."""
-    table = pq.read_table(path)
-    names = [c for c in table.column_names if c not in ("step", "loss") and ":" not in c]
-    return {n: np.asarray(table.column(n)[step].as_py(), dtype=np.float64) for n in names}
+    """A trace's parameters at one recorded step (position in its recorded steps; default
+    the last), flat, widened to float64. Raises ``schema.TraceError`` for a bad trace."""
+    reader = TraceReader(path)
+    rec = reader.read_step(reader.steps[step])
+    return {n: rec.tensors[n].astype(np.float64) for n in reader.layout.names}
 
 
 def max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:

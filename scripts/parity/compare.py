@@ -13,7 +13,9 @@ order, then the lowest index, so a table of zeros points at ``fc1.weight[0]`` as
 does.
 
 The comparisons stream: traces are read a row group at a time
-(``schema.TraceReader.iter_steps``), so memory stays bounded by a few steps of data.
+(``schema.TraceReader.iter_steps``), so memory stays bounded by a few steps of data. A step's
+parameters arrive as one contiguous array (``StepRecord.flat``, the trace's flat layout),
+so a whole-step maximum is a few numpy passes over it rather than a few per tensor.
 
 This module is longer than the others on purpose: it is the one place for the comparison
 maths (per step, the float64 split, the diagnosis and the first steps each criterion
@@ -84,31 +86,62 @@ def check_comparable(readers: Sequence[TraceReader], fixture_sha256: str | None 
                 )
 
 
+#: Threads that read the traces of a comparison ahead: each trace's next step is one task,
+#: so the four traces of a split are read two at a time while the caller works (reading,
+#: its page checksums included, costs about twice the comparison maths; measured:
+#: bench/compare_throughput.py, docs/performance.md).
+READ_THREADS = 2
+
+
 def aligned(readers: Sequence[TraceReader]) -> Iterator[tuple[StepRecord, ...]]:
     """Yield one record per trace for each recorded step, streaming all traces together.
 
-    The next step is read in a background thread while the caller works on this one
-    (pyarrow and numpy release the GIL), so at most two steps of data are held at once.
-    Raises :class:`ComparisonError` when the traces are out of step or of unequal length.
+    The next step of every trace is read in background threads (:data:`READ_THREADS`,
+    one task per trace; pyarrow and numpy release the GIL) while the caller works on this
+    one, so at most two steps of data are held at once. Raises :class:`ComparisonError`
+    when the traces are out of step or of unequal length, and what the readers raise
+    (``schema.TraceError`` for a corrupt page).
     """
     iters = [r.iter_steps() for r in readers]
+    threads = min(READ_THREADS, len(iters))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="trace-reader") as pool:
 
-    def fetch():
-        return tuple(next(it, None) for it in iters)
+        def fetch():
+            # each generator is advanced by one task at a time: the next round is only
+            # submitted once every task of this one has finished
+            return [pool.submit(next, it, None) for it in iters]
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-reader") as pool:
-        pending = pool.submit(fetch)
+        pending = fetch()
         while True:
-            records = pending.result()
+            records = tuple(f.result() for f in pending)
             if all(rec is None for rec in records):
                 return
             if any(rec is None for rec in records):
                 raise ComparisonError("traces record different numbers of steps")
-            pending = pool.submit(fetch)
+            pending = fetch()
             steps = {rec.step for rec in records}
             if len(steps) != 1:
                 raise ComparisonError(f"traces are out of step: {sorted(steps)}")
             yield records
+
+
+def step_max_diff(a: StepRecord, b: StepRecord, names: Sequence[str]) -> float:
+    """max|a − b| over the ``names`` parameters of two records of one step (closeness's
+    rule, in float64): the value of ``max_abs_diff(a.tensors, b.tensors, names)``. When
+    ``names`` is every parameter in state_dict order, it is computed on the records'
+    contiguous ``flat`` parameters (the maximum of the whole is the maximum of its parts),
+    which spares a few numpy passes per tensor. Raises ``ValueError`` when sizes differ."""
+    if _whole(a, names) and _whole(b, names):
+        return max_abs_diff({"": a.flat}, {"": b.flat}, [""]).value
+    return max_abs_diff(a.tensors, b.tensors, names).value
+
+
+def _whole(rec: StepRecord, names: Sequence[str]) -> bool:
+    """Whether ``names`` are all of ``rec.flat``: the record's first tensors (the
+    parameters come first, in state_dict order) and exactly its values."""
+    if rec.flat is None or tuple(names) != tuple(rec.tensors)[: len(names)]:
+        return False
+    return sum(rec.tensors[n].size for n in names) == rec.flat.size
 
 
 def _same_loss(a: float | None, b: float | None) -> bool:
@@ -225,10 +258,10 @@ def split(
         rows.append(
             {
                 "step": r32.step,
-                "max_dparam": max_abs_diff(r32.tensors, c32.tensors, names).value,
-                "torch_f64": max_abs_diff(r32.tensors, r64.tensors, names).value,
-                "candle_f64": max_abs_diff(c32.tensors, c64.tensors, names).value,
-                "f64_f64": max_abs_diff(r64.tensors, c64.tensors, names).value,
+                "max_dparam": step_max_diff(r32, c32, names),
+                "torch_f64": step_max_diff(r32, r64, names),
+                "candle_f64": step_max_diff(c32, c64, names),
+                "f64_f64": step_max_diff(r64, c64, names),
             }
         )
     return rows

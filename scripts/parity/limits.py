@@ -7,7 +7,7 @@ lines: every limit in one place, as config.yaml lists them).
   through), and names each one's key path;
 * :func:`check_plan` estimates, for every experiment and run of a resolved config, the
   elements of its largest tensor (parameters, the fixture's inputs, one batch's
-  activations), its trace's size (recorded rows × bytes per row), every trace together,
+  activations), its trace's size (recorded steps × bytes per step), every trace together,
   its steps and its work (multiply-adds), and refuses what exceeds the limits;
 * :func:`probe_tensor_sizes` infers, from a probe file as written (before anything is
   allocated), the shape of every input and every op's output, so that ``ones: [100000,
@@ -41,7 +41,7 @@ DEFAULTS: dict[str, int | float] = {
     # Elements of any one tensor of a training run: a parameter, the fixture's inputs,
     # one batch's activations of the widest layer.
     "max_tensor_elements": 100_000_000,
-    # Tensor data of one trace (recorded rows × bytes per row, in the widest dtype run).
+    # Tensor data of one trace (recorded steps × bytes per step, in the widest dtype run).
     "max_trace_bytes": 8 << 30,
     # Tensor data of every trace of the run together.
     "max_total_trace_bytes": 64 << 30,
@@ -248,7 +248,7 @@ def check_plan(plan, limits: Mapping[str, int | float]) -> None:
         where = f"experiments.{e}.runs.{r}"
         over(
             where,
-            f"its trace ({est['rows']} rows) would hold",
+            f"its trace ({est['rows']} recorded steps) would hold",
             est["trace_bytes"],
             "max_trace_bytes",
             _bytes,

@@ -142,7 +142,8 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
             if frame.kind == "step":
                 t = frame.tensors
                 loss = float(t.pop("loss")[0]) if "loss" in t else None
-                writer.write_step(int(frame.meta["step"]), loss, t)
+                # the frame's arrays are views of its own buffer: nothing else holds them
+                writer.write_step(int(frame.meta["step"]), loss, t, handed_over=True)
             elif frame.kind == "end":
                 ended = True
                 if "train_seconds" in frame.meta:
