@@ -173,3 +173,21 @@ def candle_binary(tmp_path_factory):
 def burn_binary(tmp_path_factory):
     """The burn-parity binary (burn's ndarray backend: CPU only)."""
     return build_runner("burn-parity", tmp_path_factory.mktemp("bin"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the slow test files first: files with a Slurm test, then files with a workflow
+    test, then the rest, each in collection order (a stable sort, so a file's tests stay
+    together and its module fixtures are set up once). With ``pytest -n 2 --dist loadfile
+    --no-loadscope-reorder`` (scripts/dev/test) the two workers start on the longest files
+    and the many short unit-test files fill the end, which keeps both cores busy."""
+
+    def rank(item) -> int:
+        marks = {m.name for m in item.iter_markers()}
+        return 0 if "slurm" in marks else 1 if "workflow" in marks else 2
+
+    by_file: dict[str, int] = {}
+    for item in items:
+        f = item.nodeid.split("::", 1)[0]
+        by_file[f] = min(by_file.get(f, 2), rank(item))
+    items.sort(key=lambda item: by_file[item.nodeid.split("::", 1)[0]])

@@ -38,8 +38,10 @@ def _dotted(path: Path) -> str:
     return ".".join(["parity", *parts])
 
 
-def _imports(path: Path) -> set[Path]:
-    """The ``parity`` files one file imports directly."""
+@cache
+def _imports(path: Path) -> frozenset[Path]:
+    """The ``parity`` files one file imports directly (read once per process: the rules'
+    closures share most of their files)."""
     here = _dotted(path) if path.is_relative_to(PACKAGE) else None
     package = here if here and path.name == "__init__.py" else (here or "").rpartition(".")[0]
     found = set()
@@ -62,7 +64,7 @@ def _imports(path: Path) -> set[Path]:
             init = PACKAGE / parent / "__init__.py"
             if init.is_file() and init != f:
                 found.add(init)
-    return found
+    return frozenset(found)
 
 
 @cache

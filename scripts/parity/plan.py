@@ -106,14 +106,20 @@ class Plan:
         """Resolved settings of a run (a fault instance's run too): framework, model, loss,
         data, steps, record, optimizer, framework options and ``fault`` when it has one.
         Raises ``KeyError`` for an unknown run."""
+        return copy.deepcopy(self._settings(experiment, run))
+
+    def _settings(self, experiment: str, run: str) -> dict:
+        """:meth:`run_settings` without the copy, for the plan's own read-only uses (the
+        DAG asks for them thousands of times; a deep copy each time was a fifth of a no-op
+        rerun). Nothing may change the dict returned."""
         runs = self.experiments[experiment]["runs"]
         if run in runs:
-            return copy.deepcopy(runs[run])
-        return copy.deepcopy(self._fault_runs.get(experiment, {})[run])
+            return runs[run]
+        return self._fault_runs.get(experiment, {})[run]
 
     def config_hash(self, experiment: str, run: str) -> str:
         """Hash of everything that defines the computation of a run (not dtype/device)."""
-        return canonical_hash(self.run_settings(experiment, run))
+        return canonical_hash(self._settings(experiment, run))
 
     def fixture_settings(self, experiment: str) -> dict:
         """What the fixture depends on: model, loss and data."""
@@ -130,7 +136,7 @@ class Plan:
         that has no float64 kernel); None when it can."""
         reason = frameworks.unsupported_reason(key.framework, key.device, key.dtype)
         if reason is None:
-            settings = self.run_settings(key.experiment, key.run)
+            settings = self._settings(key.experiment, key.run)
             reason = settings.get("unsupported", {}).get(key.dtype)
         return reason
 
@@ -155,11 +161,11 @@ class Plan:
     def binary(self, key: RunKey) -> str:
         """The runner binary a Rust run's job starts: its release's build for its device
         (``versions.run_binary``). Raises ``KeyError`` for a PyTorch run."""
-        return versions.run_binary(self.run_settings(key.experiment, key.run), key.device)
+        return versions.run_binary(self._settings(key.experiment, key.run), key.device)
 
     def trace_expectation(self, key: RunKey) -> dict:
         """What a trace of ``key`` must carry (:func:`trace_expectation`)."""
-        return trace_expectation(key, self.run_settings(key.experiment, key.run))
+        return trace_expectation(key, self._settings(key.experiment, key.run))
 
     def unsupported_cells(self) -> list[tuple[RunKey, str]]:
         """Runs of the configured devices and dtypes that the validity matrix excludes,
@@ -296,7 +302,7 @@ class Plan:
             if "ref64" not in keys and self.unsupported_reason(k)
         ]
         runs = {c.reference.run, c.candidate.run}
-        data = self.run_settings(c.experiment, c.reference.run)["data"]
+        data = self._settings(c.experiment, c.reference.run)["data"]
         return {
             **self.localise,
             "settings": {r: self.run_settings(c.experiment, r) for r in sorted(runs)},
