@@ -45,6 +45,8 @@ class Plan:
         self.localise: dict = merge(LOCALISE_DEFAULTS, self.config.get("localise", {}))
         self.experiments: dict[str, dict] = {}
         self._comparisons: dict[tuple, list[Comparison]] = {}
+        #: (experiment, tag) → comparison on any device (:meth:`comparison`), made once.
+        self._by_tag: dict[tuple[str, str], Comparison] | None = None
         self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
         problems: list[ConfigError] = []
         for i, dev in enumerate(self.imported_devices):
@@ -212,6 +214,7 @@ class Plan:
         other = copy.copy(self)
         other.devices = list(devices)
         other._comparisons = {}
+        other._by_tag = None
         return other
 
     def local_devices(self) -> list[str]:
@@ -253,10 +256,15 @@ class Plan:
         """The comparison with this file-name tag, on any device (per-device targets may
         ask for devices the config does not list), fault instances' too. Raises ``KeyError``
         if none."""
-        for c in self.comparisons(DEVICES) + self.fault_comparisons(DEVICES):
-            if c.experiment == experiment and c.tag == tag:
-                return c
-        raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}")
+        if self._by_tag is None:
+            # First match wins, as a scan of the two lists in this order would find it.
+            self._by_tag = {}
+            for c in self.comparisons(DEVICES) + self.fault_comparisons(DEVICES):
+                self._by_tag.setdefault((c.experiment, c.tag), c)
+        try:
+            return self._by_tag[experiment, tag]
+        except KeyError:
+            raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}") from None
 
     def comparison_job(self, c: Comparison) -> dict:
         """What a comparison job needs besides its input files, as plain data (a rule's
