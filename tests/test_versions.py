@@ -198,6 +198,30 @@ def test_the_committed_lock_of_0_11_1_locks_both_candle_crates_there():
     assert held["burn"] == {"0.22.1"}
 
 
+@pytest.mark.parametrize("lock", ["Cargo.lock", "versions/candle-0.11.1.lock"])
+def test_a_lock_file_is_read_as_its_toml_says(lock):
+    """The line scan of a cargo-written lock gives what a TOML parse of it gives."""
+    import tomllib
+
+    path = REPO / "rust" / lock
+    parsed: dict[str, set[str]] = {}
+    for pkg in tomllib.loads(path.read_text())["package"]:
+        parsed.setdefault(pkg["name"], set()).add(pkg["version"])
+    assert versions.locked_versions(path) == parsed
+
+
+def test_a_hand_written_lock_is_parsed_as_toml_and_a_broken_one_refused(tmp_path):
+    # version before name: not cargo's order, so the scan steps aside for the TOML parser
+    lock = tmp_path / "Cargo.lock"
+    lock.write_text(
+        '[[package]]\nname = "a"\nversion = "1.0.0"\n\n[[package]]\nversion = "2.0.0"\nname = "b"\n'
+    )
+    assert versions.locked_versions(lock) == {"a": {"1.0.0"}, "b": {"2.0.0"}}
+    lock.write_text('[[package]]\nname = "a"\nversion = \n')
+    with pytest.raises(ValueError, match=r"not a readable Cargo\.lock"):
+        versions.locked_versions(lock)
+
+
 def test_the_runner_manifest_of_a_release_requires_it_exactly():
     text = (REPO / "rust" / "candle-parity" / "Cargo.toml").read_text()
     out = versions.runner_manifest(text, "candle", "0.11.1")
