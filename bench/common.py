@@ -58,6 +58,26 @@ def scale_config(**record) -> dict:
     return config
 
 
+def bench_trace_meta(steps: int) -> dict:
+    """Metadata for a trace a benchmark writes itself (``TraceWriter`` timed alone): every
+    field :class:`parity.schema.TraceWriter` requires, for ``steps`` steps of the scale
+    experiment, each recorded."""
+    return {
+        "experiment": "scale_mlp",
+        "run": "bench",
+        "framework": "none",
+        "framework_version": "none",
+        "device": "cpu",
+        "host": "bench",
+        "optimizer": {},
+        "fixture_sha256": "0" * 64,
+        "config_hash": "0" * 64,
+        "steps": steps,
+        "record_every": 1,
+        "runner": {},
+    }
+
+
 def fresh_workdir(name: str) -> Path:
     """A new, empty working folder ``WORK/{name}-{pid}``, so nothing of an earlier run is
     reused (an earlier folder of that name is removed first). The caller removes it."""

@@ -27,7 +27,7 @@ import statistics
 import time
 
 import numpy as np
-from common import fresh_workdir, machine, run_workflow, scale_config, table
+from common import bench_trace_meta, fresh_workdir, machine, run_workflow, scale_config, table
 
 from parity.keys import RunKey
 from parity.models import count_params, model_params
@@ -73,20 +73,7 @@ def trace_write_seconds(workdir, model, steps: int) -> float:
     layout = TraceLayout.of("f32", model_params(model))
     rng = np.random.default_rng(0)
     values = {n: rng.standard_normal(layout.numel(n)).astype(np.float32) for n in layout.names}
-    meta = {
-        "experiment": "scale_mlp",
-        "run": "bench",
-        "framework": "none",
-        "framework_version": "none",
-        "device": "cpu",
-        "host": "bench",
-        "optimizer": {},
-        "fixture_sha256": "0" * 64,
-        "config_hash": "0" * 64,
-        "steps": steps,
-        "record_every": 1,
-        "runner": {},
-    }
+    meta = bench_trace_meta(steps)
     path = workdir / "trace-write.parquet"
     start = time.perf_counter()
     with TraceWriter(path, layout, meta) as w:

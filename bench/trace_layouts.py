@@ -29,7 +29,7 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import fresh_workdir, machine, scale_config, table
+from common import bench_trace_meta, fresh_workdir, machine, scale_config, table
 
 from parity import integrity
 from parity.models import model_params
@@ -147,20 +147,7 @@ def write_flat(path, values):
 
 def write_trace_writer(path, values, model):
     layout = TraceLayout.of("f32", model_params(model))
-    meta = {
-        "experiment": "scale_mlp",
-        "run": "bench",
-        "framework": "none",
-        "framework_version": "none",
-        "device": "cpu",
-        "host": "bench",
-        "optimizer": {},
-        "fixture_sha256": "0" * 64,
-        "config_hash": "0" * 64,
-        "steps": STEPS,
-        "record_every": 1,
-        "runner": {},
-    }
+    meta = bench_trace_meta(STEPS)
     with TraceWriter(path, layout, meta) as w:
         for s in range(STEPS + 1):
             # fresh arrays each step, as a runner hands them over
