@@ -1,6 +1,6 @@
 # Training-step parity between PyTorch and candle: the DAG reads top to bottom.
 #   fixtures → build → train (one job per experiment × run × dtype × device)
-#   → compare: perstep, float64 (split and diagnosis), each job drawing its own figures
+#   → compare (one job per comparison: per-step, float64 split, diagnosis; their figures)
 #   → localise (same-state replay of the first differing step: the first op that differs)
 #   → summary, framework table, optimizer defaults → check
 #   probes (one job per framework × dtype × device running every probe) → probes table

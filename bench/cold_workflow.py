@@ -16,7 +16,7 @@ from common import REPO, SNAKEMAKE, machine, table, wall
 
 
 def job_group(path: Path) -> str:
-    """The row a benchmark file counts in: its folder (``perstep``, ``float64``, …), split by
+    """The row a benchmark file counts in: its folder (``compare``, ``localise``, …), split by
     framework for builds, training runs and probes (``train candle``)."""
     top = path.parts[0].removesuffix(".tsv")
     if top in ("build", "train", "probes"):

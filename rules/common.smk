@@ -82,11 +82,15 @@ LOCAL_DEVICES = "|".join(PLAN.local_devices())
 PROBE_DTYPES = "|".join(probes_module.PROBE_DTYPES)
 
 
+#: A comparison's file-name tag: its device, then "-" and its name unless it is "main".
+TAG_PATTERN = "(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?"
+
+
 wildcard_constraints:
     experiment="[a-z][a-z0-9_]*",
     dtype="f32|f64",
     device="cpu|cuda|metal",
-    tag="(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?",
+    tag=TAG_PATTERN,
     comparison="[a-z][a-z0-9_]*",
     probe="[a-z][a-z0-9_]*",
     host="[a-z][a-z0-9_]*",
@@ -102,10 +106,10 @@ def job_codes():
     """The ``code`` param of each job whose results the summary and the probe table gather:
     a result made by other code is not current."""
     return {
-        "perstep": code("compare_perstep.py"),
-        # one job (rule float64) writes both tables
-        "split": code("compare_float64.py"),
-        "diagnosis": code("compare_float64.py"),
+        # one script (rules compare and perstep) writes the three tables
+        "perstep": code("compare_tables.py"),
+        "split": code("compare_tables.py"),
+        "diagnosis": code("compare_tables.py"),
         "localise": code("localise.py"),
         "summary": code("summary.py"),
         "probes_table": code("probes_table.py"),
@@ -236,20 +240,55 @@ def localise_inputs(wildcards):
     return out
 
 
-def float64_inputs(wildcards):
-    """The float64 job's inputs: the four traces of the comparison by role, the fixture and
-    the per-step result (the diagnosis records its first step beyond the tolerance)."""
-    c = comparison(wildcards)
-    return {
-        **{role: k.trace for role, k in c.keys.items()},
-        "fixture": PLAN.fixture(c.experiment),
-        "perstep": c.result("perstep"),
-    }
+def compare_inputs(float64):
+    """The input function of rule ``compare`` (``float64``: the comparisons with float64
+    runs; their four traces by role) or ``perstep`` (those without; the two float32 traces),
+    and the fixture. Each refuses the other rule's comparisons, so Snakemake's candidate
+    search leaves one maker for every table."""
+
+    def inputs(wildcards):
+        c = comparison(wildcards)
+        if float64 and c.f64_pair is None:
+            raise WorkflowError(
+                f"{c.experiment} {c.tag} has no float64 runs (run {c.reference.run} or "
+                f"{c.candidate.run} has no float64), so no split or diagnosis table; its "
+                f"per-step table is made by rule perstep"
+            )
+        if not float64 and c.f64_pair is not None:
+            raise WorkflowError(
+                f"{c.experiment} {c.tag} has float64 runs: its tables are made by rule compare"
+            )
+        return {
+            **{role: k.trace for role, k in c.keys.items()},
+            "fixture": PLAN.fixture(c.experiment),
+        }
+
+    return inputs
+
+
+def float32_only_tag(only):
+    """The ``tag`` constraint of the comparison rules, so that every per-step file has one
+    maker: with ``only`` true (rule perstep) it matches exactly the tags of the comparisons
+    without float64 runs (Plan.float32_only), each only right after its own experiment's
+    folder and the ``perstep-`` of its file names (a lookbehind per comparison, as every
+    output of a per-step table is ``…/{experiment}/perstep-{tag}.{ext}``); with ``only``
+    false (rule compare) it matches every tag but those there, and still matches them in
+    the split and diagnosis file names, where compare_inputs names why there is none. None
+    without such comparisons: perstep then matches nothing and compare every tag."""
+    import re
+
+    at = "|".join(
+        f"(?<=/{re.escape(c.experiment)}/perstep-){re.escape(c.tag)}"
+        for c in PLAN.float32_only()
+    )
+    if not at:
+        return "(?!)" if only else TAG_PATTERN
+    return f"(?:{at})(?=\\.)" if only else f"(?!(?:{at})\\.){TAG_PATTERN}"
 
 
 def table_outputs(kind, prefix=""):
     """The outputs of one table of a comparison job, ``kind`` perstep, split or diagnosis
-    (keys prefixed with ``prefix``: the float64 job writes two tables): its CSV, Markdown
+    (keys prefixed with ``prefix``: the compare job writes three tables): its CSV, Markdown
     twin, HTML twin and figure (PNG in the report, SVG), and its machine-readable result.
     Each kind has its own captions (report/captions/{kind}.rst, {kind}_figure.rst)."""
     table = lambda ext: paths.fill(paths.TABLE, kind=kind, ext=ext)

@@ -1,17 +1,45 @@
-# Comparisons: a reference run against a candidate run, per experiment and device. Two jobs
-# per comparison: perstep, and with float64 runs float64 (the split and the diagnosis, which
-# read the same four traces). Each receives its comparison, what every trace must carry and
-# the diagnosis settings as params (Plan.comparison_job) and draws its own figures from the
-# rows it computed; the outputs of each table are table_outputs(kind).
+# Comparisons: a reference run against a candidate run, per experiment and device. One job
+# per comparison, drawing its own figures from the rows it computed: compare (the per-step
+# table, and from the four traces the float64 split and the diagnosis) for a comparison with
+# float64 runs, perstep (the per-step table alone) for one without (a run with no float64,
+# such as candle's fused norm). Their tag constraints (float32_only_tag) give every per-step
+# file one maker. Both receive the comparison, what every trace must carry and the diagnosis
+# settings as params (Plan.comparison_job); the outputs of each table are table_outputs(kind).
+
+
+rule compare:
+    """Every table of a comparison with float64 runs: per-step loss and max|dparam| with the
+    step-0 identity check and the first step beyond the tolerance; the float64 split
+    (rounding, each f32 run against its own f64 run, versus formula, f64 against f64); and
+    why the pair differs (ULP and RMSE, where f64 leaves float64 rounding, signed-error
+    agreement, the fp64-referenced rule, ReLU flips). Tables and figures."""
+    wildcard_constraints:
+        tag=float32_only_tag(only=False),
+    input:
+        unpack(compare_inputs(float64=True)),
+    output:
+        **table_outputs("perstep"),
+        **table_outputs("split", prefix="split_"),
+        **table_outputs("diagnosis", prefix="diagnosis_"),
+    log:
+        paths.fill(paths.COMPARE_LOG, kind="compare"),
+    benchmark:
+        paths.fill(paths.COMPARE_BENCHMARK, kind="compare")
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        job=comparison_job,
+        code=code("compare_tables.py"),
+    script:
+        "../scripts/compare_tables.py"
 
 
 rule perstep:
-    """Per-step loss and max|dparam| of a pair, with the step-0 identity check and the
-    first step beyond the tolerance; its table and figure."""
+    """The per-step table of a comparison without float64 runs, and its figure."""
+    wildcard_constraints:
+        tag=float32_only_tag(only=True),
     input:
-        reference=lambda wc: comparison(wc).reference.trace,
-        candidate=lambda wc: comparison(wc).candidate.trace,
-        fixture=paths.FIXTURE,
+        unpack(compare_inputs(float64=False)),
     output:
         **table_outputs("perstep"),
     log:
@@ -22,30 +50,6 @@ rule perstep:
         "../envs/analysis.yaml"
     params:
         job=comparison_job,
-        code=code("compare_perstep.py"),
+        code=code("compare_tables.py"),
     script:
-        "../scripts/compare_perstep.py"
-
-
-rule float64:
-    """The float64 split and the diagnosis of one comparison: the split (rounding, each f32
-    run against its own f64 run, versus formula, f64 against f64) and why the pair differs
-    (ULP and RMSE, where f64 leaves float64 rounding, signed-error agreement, the
-    fp64-referenced rule, ReLU flips), from the four traces read in one job; both tables
-    and figures."""
-    input:
-        unpack(float64_inputs),
-    output:
-        **table_outputs("split", prefix="split_"),
-        **table_outputs("diagnosis", prefix="diagnosis_"),
-    log:
-        paths.fill(paths.COMPARE_LOG, kind="float64"),
-    benchmark:
-        paths.fill(paths.COMPARE_BENCHMARK, kind="float64")
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        job=comparison_job,
-        code=code("compare_float64.py"),
-    script:
-        "../scripts/compare_float64.py"
+        "../scripts/compare_tables.py"

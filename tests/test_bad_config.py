@@ -412,6 +412,14 @@ TARGETS = [
         "experiment 'a3_sgd' has no comparison with file tag 'cpu-nope' (its tags: cpu,",
     ),
     (
+        # candle's fused norm has no float64: no split table, and a clear word why
+        "results/tables/transformer_fused/split-cpu.csv",
+        (
+            "transformer_fused cpu has no float64 runs (run torch or candle has no float64), "
+            "so no split or diagnosis table; its per-step table is made by rule perstep"
+        ),
+    ),
+    (
         "results/traces/a3_sgd/torch_x-f32-cpu.parquet",
         "experiment 'a3_sgd' has no run 'torch_x' (its runs: burn, candle, torch, candle_v0_11_1)",
     ),

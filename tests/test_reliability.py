@@ -134,7 +134,7 @@ def test_a_missing_fixture_is_redrawn_identically_and_the_run_completes(det_run)
     path.unlink()
     # Tables already made stay valid (nothing reruns); a comparison that is rerun needs
     # the fixture, which is drawn again, byte for byte the same.
-    proc = run_workflow(workdir, config, "--cores", "2", "--forcerun", "perstep")
+    proc = run_workflow(workdir, config, "--cores", "2", "--forcerun", "compare")
     assert "rule fixture" in proc.stdout
     assert path.read_bytes() == before
     assert summary(workdir)[("a3_sgd", "main")]["verdict"] == "pass"

@@ -33,10 +33,9 @@ def test_training_code_does_not_include_the_comparison_maths():
         assert "parity/compare.py" not in files
         assert "parity/closeness.py" not in files
         assert "parity/plan.py" not in files  # a job gets its settings, not the plan
-    for script in ("compare_perstep.py", "compare_float64.py"):
-        files = parity_files(script)
-        assert {"parity/compare.py", "parity/closeness.py", "parity/schema.py"} <= files
-        assert "parity/torch_runner.py" not in files
+    files = parity_files("compare_tables.py")
+    assert {"parity/compare.py", "parity/closeness.py", "parity/schema.py"} <= files
+    assert "parity/torch_runner.py" not in files
 
 
 def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
@@ -44,7 +43,7 @@ def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
     files = parity_files("train_rust.py")
     assert {"parity/runspec.py", "parity/models.py", "parity/frameworks/candle.py"} <= files
     # compare.diagnose imports activations inside the function.
-    assert "parity/activations.py" in parity_files("compare_float64.py")
+    assert "parity/activations.py" in parity_files("compare_tables.py")
 
 
 def test_the_hash_changes_with_any_file_it_covers(tmp_path):
@@ -62,11 +61,11 @@ def test_the_hash_changes_with_any_file_it_covers(tmp_path):
         )
         return out.stdout.strip()
 
-    before = {s: version(s) for s in ("train_torch.py", "compare_perstep.py")}
+    before = {s: version(s) for s in ("train_torch.py", "compare_tables.py")}
     assert before["train_torch.py"] == code_version(str(SCRIPTS / "train_torch.py"))
     with open(tree / "parity" / "compare.py", "a") as f:
         f.write("\n# edited\n")
-    assert version("compare_perstep.py") != before["compare_perstep.py"]
+    assert version("compare_tables.py") != before["compare_tables.py"]
     assert version("train_torch.py") == before["train_torch.py"]
 
 
@@ -133,10 +132,9 @@ def dry_run_after_edit(finished, module: str) -> dict[str, int]:
 def test_an_edit_to_the_comparison_maths_reruns_no_training_job(finished):
     jobs = dry_run_after_edit(finished, "compare.py")
     assert not any(rule.startswith(("train_", "probe_", "build_")) for rule in jobs), jobs
-    # a3_sgd has three comparisons (main, burn, burn_candle), each with three tables: a
-    # perstep job and a float64 job (the split and the diagnosis) per comparison.
-    for rule in ("perstep", "float64"):
-        assert jobs[rule] == 3, jobs
+    # a3_sgd has three comparisons (main, burn, burn_candle), each with three tables (the
+    # per-step, the split and the diagnosis) made by one compare job.
+    assert jobs["compare"] == 3 and "perstep" not in jobs, jobs
 
 
 @pytest.mark.workflow

@@ -71,7 +71,7 @@ def test_adding_a_release_schedules_only_its_build_runs_probes_and_the_tables(re
         for dt in ("f32", "f64")
     ]
     # Comparisons: only the new names (the twins with PyTorch and the one with 0.11.0).
-    compared = {out for r, out in jobs if r in ("perstep", "float64")}
+    compared = {out for r, out in jobs if r in ("perstep", "compare")}
     assert compared and all("_v0_11_1" in out for out in compared), sorted(compared)
     assert {"summary", "probes_table", "versions_table"} <= rules
 

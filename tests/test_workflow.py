@@ -167,18 +167,19 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
     assert len(runs) == 2 * sum(len(e["runs"]) for e in plan.experiments.values()) - 2
     # One build per release: candle 0.11.0 and 0.11.1, burn 0.22.1.
     assert counts["build_candle"] == 2 and counts["build_burn"] == 1
-    assert counts["perstep"] == counts["localise"] == len(comparisons)
-    assert counts["float64"] == len(with_f64)
+    assert counts["localise"] == len(comparisons)
+    assert counts["compare"] == len(with_f64) > 0
+    assert counts["perstep"] == len(comparisons) - len(with_f64) > 0
 
 
 def test_default_config_has_no_job_per_figure_or_per_table(tmp_path):
-    """Two comparison jobs per comparison, each drawing its own figures: perstep, and with
-    float64 runs one float64 job for the split and the diagnosis."""
+    """One comparison job per comparison, drawing its own figures: compare (the per-step
+    table, the split and the diagnosis) with float64 runs, perstep without."""
     counts = dry_run_counts(tmp_path)
     comparisons = Plan(load_config()).comparisons()
-    assert not {"figure", "split", "diagnosis"} & set(counts), counts
-    assert counts["perstep"] == len(comparisons)
-    assert counts["float64"] == sum(c.f64_pair is not None for c in comparisons) > 0
+    assert not {"figure", "split", "diagnosis", "float64"} & set(counts), counts
+    assert counts["compare"] + counts["perstep"] == len(comparisons)
+    assert counts["compare"] == sum(c.f64_pair is not None for c in comparisons) > 0
 
 
 def test_bad_config_is_refused_before_any_job(tmp_path):

@@ -1,10 +1,11 @@
 """The comparison jobs: per-step table, float64 split and diagnosis of one comparison,
 as plain functions of what the rule resolved and of paths.
 
-Two jobs per comparison: ``perstep`` (:func:`perstep_job`) and, with float64 runs,
-``float64`` (:func:`float64_job`: the split and the diagnosis, from the four traces opened
-once). ``scripts/compare_perstep.py`` and ``scripts/compare_float64.py`` are thin adapters
-from Snakemake's ``snakemake`` object to these functions; tests call them directly. Every
+One job per comparison (``scripts/compare_tables.py``, rule ``compare``, or ``perstep`` for
+a comparison without float64 runs): the per-step table (:func:`perstep_job`) and, with
+float64 runs, the split and the diagnosis (:func:`float64_job`, the four traces opened once),
+so a comparison pays one interpreter start and one matplotlib import. The script is a thin
+adapter from Snakemake's ``snakemake`` object to these functions; tests call them directly. Every
 job opens its traces against what the rule says they must carry (:func:`open_trace`), and
 writes per table a CSV, its Markdown twin, its figure (drawn in-process from the rows it
 computed, ``figures.comparison_figure``) and a machine-readable JSON result for the summary,
@@ -330,7 +331,7 @@ def _diagnosis(
     return rows, result
 
 
-#: What the float64 job writes per table (:func:`float64_job`).
+#: What the float64 part of a comparison job writes per table (:func:`float64_job`).
 FLOAT64_OUTPUTS = ("csv", "md", "result", "png", "svg")
 
 

@@ -77,9 +77,10 @@ def trace_expectation(key: RunKey, settings: Mapping[str, Any]) -> dict:
     return out
 
 
-#: The job (rule) that makes each table of a comparison: the float64 job writes both the
-#: split and the diagnosis, which read the same four traces.
-COMPARISON_JOBS = {"perstep": "perstep", "split": "float64", "diagnosis": "float64"}
+#: The rule that makes every table of a comparison with float64 runs (per-step, split and
+#: diagnosis, in one job), and the one that makes the per-step table of a comparison without
+#: them (a run with no float64, such as candle's fused norm); ``Comparison.job``.
+COMPARE_JOB, PERSTEP_JOB = "compare", "perstep"
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,18 @@ class Comparison:
             return self._localise(paths.LOCALISE_FIGURE, ext=ext)
         return self._fill(paths.FIGURE, kind, ext=ext)
 
+    @property
+    def job(self) -> str:
+        """The rule that makes this comparison's tables but the localisation: ``compare``
+        (per-step, split and diagnosis in one job) with float64 runs, else ``perstep``."""
+        return COMPARE_JOB if self.f64_pair is not None else PERSTEP_JOB
+
     def log(self, kind: str) -> str:
-        """Log of the job that makes this comparison's ``kind`` table
-        (:data:`COMPARISON_JOBS`)."""
+        """Log of the job that makes this comparison's ``kind`` table (:attr:`job`, or the
+        localisation's)."""
         if kind == "localise":
             return self._localise(paths.LOCALISE_LOG)
-        return self._fill(paths.COMPARE_LOG, COMPARISON_JOBS[kind])
+        return self._fill(paths.COMPARE_LOG, self.job)
 
     def result(self, kind: str) -> str:
         """Machine-readable result of one table, gathered by the summary."""

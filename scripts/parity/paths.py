@@ -26,8 +26,8 @@ BUILD_BENCHMARK = "results/benchmarks/build/{framework}-{version}-{device}.tsv"
 TABLE = "results/tables/{experiment}/{kind}-{tag}.{ext}"
 FIGURE = "results/figures/{experiment}/{kind}-{tag}.{ext}"
 COMPARE_RESULT = "results/compare/{experiment}/{kind}-{tag}.json"
-#: The log and benchmark of a comparison job (kind: the job, perstep or float64; the float64
-#: job writes the split and the diagnosis: ``keys.COMPARISON_JOBS``).
+#: The log and benchmark of a comparison job (kind: the rule, ``compare`` for a comparison
+#: with float64 runs, which writes all three tables, else ``perstep``: ``Comparison.job``).
 COMPARE_LOG = "results/logs/{kind}/{experiment}/{tag}.log"
 COMPARE_BENCHMARK = "results/benchmarks/{kind}/{experiment}/{tag}.tsv"
 

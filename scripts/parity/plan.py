@@ -47,6 +47,9 @@ class Plan:
         self._comparisons: dict[tuple, list[Comparison]] = {}
         #: (experiment, tag) → comparison on any device (:meth:`comparison`), made once.
         self._by_tag: dict[tuple[str, str], Comparison] | None = None
+        #: comparison_job's answers: a comparison's compare and localise jobs ask for the
+        #: same params, on every DAG build.
+        self._jobs: dict[Comparison, dict] = {}
         self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
         problems: list[ConfigError] = []
         for i, dev in enumerate(self.imported_devices):
@@ -215,6 +218,7 @@ class Plan:
         other.devices = list(devices)
         other._comparisons = {}
         other._by_tag = None
+        other._jobs = {}
         return other
 
     def local_devices(self) -> list[str]:
@@ -252,32 +256,47 @@ class Plan:
                     )
         return out
 
-    def comparison(self, experiment: str, tag: str) -> Comparison:
-        """The comparison with this file-name tag, on any device (per-device targets may
-        ask for devices the config does not list), fault instances' too. Raises ``KeyError``
-        if none."""
+    def _comparison_table(self) -> dict[tuple[str, str], Comparison]:
+        """Every comparison by (experiment, file-name tag), on every device, fault
+        instances' too; made once."""
         if self._by_tag is None:
             # First match wins, as a scan of the two lists in this order would find it.
             self._by_tag = {}
             for c in self.comparisons(DEVICES) + self.fault_comparisons(DEVICES):
                 self._by_tag.setdefault((c.experiment, c.tag), c)
+        return self._by_tag
+
+    def comparison(self, experiment: str, tag: str) -> Comparison:
+        """The comparison with this file-name tag, on any device (per-device targets may
+        ask for devices the config does not list), fault instances' too. Raises ``KeyError``
+        if none."""
         try:
-            return self._by_tag[experiment, tag]
+            return self._comparison_table()[experiment, tag]
         except KeyError:
             raise KeyError(f"no comparison {tag!r} in experiment {experiment!r}") from None
+
+    def float32_only(self) -> list[Comparison]:
+        """The comparisons :meth:`comparison` finds that have no float64 runs (a run with
+        no float64, such as candle's fused norm): only their per-step table is made, by
+        rule ``perstep``; every other comparison's three tables are one ``compare`` job."""
+        return [c for c in self._comparison_table().values() if c.f64_pair is None]
 
     def comparison_job(self, c: Comparison) -> dict:
         """What a comparison job needs besides its input files, as plain data (a rule's
         params, so a change reruns it): the comparison, what each of its traces must carry
         (by role, :attr:`Comparison.keys`), the reference run's model (the diagnosis
-        counts ReLU units) and the diagnosis settings."""
-        return {
+        counts ReLU units) and the diagnosis settings. Made once per comparison and shared:
+        the caller must not change it."""
+        if c in self._jobs:
+            return self._jobs[c]
+        self._jobs[c] = job = {
             "comparison": c.to_params(),
             "expectations": {role: self.trace_expectation(k) for role, k in c.keys.items()},
             "model": self.run_settings(c.experiment, c.reference.run)["model"],
             "diagnosis": self.diagnosis,
             "localise": self.localise_params(c),
         }
+        return job
 
     def replay_keys(self, c: Comparison) -> dict[str, RunKey]:
         """The replays of a localisation by role (``ref32``, ``cand32``, ``ref64``,
