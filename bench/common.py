@@ -39,12 +39,6 @@ def wall(cmd, cwd=REPO, env=None) -> tuple[float, str]:
     return seconds, proc.stdout + proc.stderr
 
 
-def median_wall(cmd, repeat=5, cwd=REPO) -> float:
-    """Median wall time of ``repeat`` runs (after one warm-up run)."""
-    wall(cmd, cwd)
-    return statistics.median(wall(cmd, cwd)[0] for _ in range(repeat))
-
-
 def scale_config(**record) -> dict:
     """The default config reduced to the scale experiment, enabled, with ``record`` merged."""
     with open(REPO / "config.yaml", encoding="utf-8") as f:
@@ -131,14 +125,29 @@ def bare_snakefile(jobs: int) -> str:
     return "\n".join(rules)
 
 
-def bare_noop_seconds(jobs: int, folder: Path, repeat: int = 5) -> float:
-    """Median no-op rerun of :func:`bare_snakefile` of ``jobs`` jobs, made in ``folder``
-    (made afresh: an earlier run's folder is removed first)."""
-    import shutil
-
+def bare_workflow(jobs: int, folder: Path) -> tuple[list[str], Path]:
+    """:func:`bare_snakefile` of ``jobs`` jobs made and run once in ``folder`` (made afresh:
+    an earlier run's folder is removed first). Returns its no-op rerun command and folder,
+    for :func:`interleaved_medians`."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "Snakefile").write_text(bare_snakefile(jobs))
-    cmd = [SNAKEMAKE, "--cores", "2", "--quiet", "all"]
-    wall(cmd, cwd=folder)
-    return median_wall([SNAKEMAKE, "--cores", "1"], repeat=repeat, cwd=folder)
+    wall([SNAKEMAKE, "--cores", "2", "--quiet", "all"], cwd=folder)
+    return [SNAKEMAKE, "--cores", "1"], folder
+
+
+def interleaved_medians(commands: dict, repeat: int = 7) -> dict[str, float]:
+    """Median wall seconds of each command (name → (argv, cwd)), timed in turns: after the
+    dirty pages are written out (``os.sync``: a run just finished writes hundreds of MB)
+    and one warm-up run of each, ``repeat`` rounds, each running every command once, in an
+    order that rotates from round to round, so a slow spell of a shared machine falls on
+    all of them alike."""
+    os.sync()
+    names = list(commands)
+    for name in names:
+        wall(*commands[name])
+    times = {name: [] for name in names}
+    for i in range(repeat):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            times[name].append(wall(*commands[name])[0])
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -21,7 +21,7 @@ import re
 import statistics
 import sys
 
-from common import REPO, SNAKEMAKE, WORK, bare_noop_seconds, machine, median_wall, table, wall
+from common import REPO, SNAKEMAKE, WORK, bare_workflow, interleaved_medians, machine, table, wall
 
 
 def plugin_import_seconds(repeat=5) -> tuple[float, float]:
@@ -77,9 +77,14 @@ if __name__ == "__main__":
     if "Nothing to be done" not in out:
         raise SystemExit("the default workflow is not complete; run `snakemake --cores 8` first")
     jobs = default_jobs()
-    version = median_wall([SNAKEMAKE, "--version"])
-    noop = median_wall([SNAKEMAKE, "--cores", "1"])
-    bare = bare_noop_seconds(jobs, WORK / "bare-noop")
+    medians = interleaved_medians(
+        {
+            "version": ([SNAKEMAKE, "--version"], REPO),
+            "noop": ([SNAKEMAKE, "--cores", "1"], REPO),
+            "bare": bare_workflow(jobs, WORK / "bare-noop"),
+        }
+    )
+    version, noop, bare = medians["version"], medians["noop"], medians["bare"]
     plugin, pandas = plugin_import_seconds()
     own = own_parsing_seconds()
     print(machine())

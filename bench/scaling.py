@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import REPO, SNAKEMAKE, bare_noop_seconds, machine, median_wall, table, wall
+from common import REPO, SNAKEMAKE, bare_workflow, interleaved_medians, machine, table, wall
 
 from parity import frameworks, versions
 
@@ -120,8 +120,13 @@ def main():
             start = time.perf_counter()
             wall(snakemake(workdir, cfg, "--cores", str(args.cores)), cwd=workdir)
             seconds = time.perf_counter() - start
-            noop = median_wall(snakemake(workdir, cfg, "--cores", "1"), cwd=workdir)
-            bare = bare_noop_seconds(jobs, workdir / "bare")
+            medians = interleaved_medians(
+                {
+                    "ours": (snakemake(workdir, cfg, "--cores", "1"), workdir),
+                    "bare": bare_workflow(jobs, workdir / "bare"),
+                }
+            )
+            noop, bare = medians["ours"], medians["bare"]
         rows.append(
             {
                 "copies": n,
