@@ -241,10 +241,11 @@ def localise_inputs(wildcards):
 
 
 def compare_inputs(float64):
-    """The input function of rule ``compare`` (``float64``: the comparisons with float64
-    runs; their four traces by role) or ``perstep`` (those without; the two float32 traces),
-    and the fixture. Each refuses the other rule's comparisons, so Snakemake's candidate
-    search leaves one maker for every table."""
+    """The input function of the comparisons with float64 runs (``float64`` true, for rule
+    ``compare``; their four traces by role) or of those without (``perstep``; the two
+    float32 traces), and the fixture. Each refuses the other's comparisons: the tag
+    constraints (float32_only_tag) already keep per-step files apart, and a split or
+    diagnosis table asked of a comparison without float64 runs gets the reason."""
 
     def inputs(wildcards):
         c = comparison(wildcards)

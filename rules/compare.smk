@@ -13,8 +13,6 @@ rule compare:
     (rounding, each f32 run against its own f64 run, versus formula, f64 against f64); and
     why the pair differs (ULP and RMSE, where f64 leaves float64 rounding, signed-error
     agreement, the fp64-referenced rule, ReLU flips). Tables and figures."""
-    wildcard_constraints:
-        tag=float32_only_tag(only=False),
     input:
         unpack(compare_inputs(float64=True)),
     output:
@@ -25,6 +23,8 @@ rule compare:
         paths.fill(paths.COMPARE_LOG, kind="compare"),
     benchmark:
         paths.fill(paths.COMPARE_BENCHMARK, kind="compare")
+    wildcard_constraints:
+        tag=float32_only_tag(only=False),
     conda:
         "../envs/analysis.yaml"
     params:
@@ -36,8 +36,6 @@ rule compare:
 
 rule perstep:
     """The per-step table of a comparison without float64 runs, and its figure."""
-    wildcard_constraints:
-        tag=float32_only_tag(only=True),
     input:
         unpack(compare_inputs(float64=False)),
     output:
@@ -46,6 +44,8 @@ rule perstep:
         paths.fill(paths.COMPARE_LOG, kind="perstep"),
     benchmark:
         paths.fill(paths.COMPARE_BENCHMARK, kind="perstep")
+    wildcard_constraints:
+        tag=float32_only_tag(only=True),
     conda:
         "../envs/analysis.yaml"
     params:
