@@ -8,9 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from parity import activations, compare, compare_jobs, fixtures
+from parity import activations, compare, compare_jobs, fixtures, tables
 from parity.fileio import sha256_file
 from parity.plan import Plan
+from parity.schema import TraceReader
 
 from conftest import write_trace
 
@@ -227,6 +228,41 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
     assert out["f64_divergence_step"] == 2 and out["f64_divergence_where"] == "fc1.bias[0]"
     assert out["fp64_rule_verdict"] == "fail"
     assert "step 3, unit `fc1[0]`, active samples 2 vs 1" in (tmp_path / "d.md").read_text()
+
+
+def test_the_float64_job_reads_once_and_writes_the_split_of_compare_split(tmp_path):
+    """The float64 job takes its split from the diagnosis pass over the four traces
+    (``compare.float64_tables``); its CSV is the one ``compare.split``'s rows give, and the
+    traces are each read once."""
+    _perstep_and_float64(tmp_path)
+    run = {"ref": "torch", "cand": "candle"}
+    readers = [
+        TraceReader(tmp_path / f"{run[k[:-2]]}-f{k[-2:]}.parquet") for k in compare_jobs.SPLIT_ROLES
+    ]
+    expected = tables.csv_text(compare.split(*readers), tables.SPLIT_COLUMNS)
+    assert (tmp_path / "s.csv").read_text() == expected
+
+    reads = []
+    original = TraceReader.iter_steps
+
+    def counted(self, *a, **k):
+        reads.append(self.path)
+        return original(self, *a, **k)
+
+    (tmp_path / "counted").mkdir()
+    plan, fixture, paths = _relu_flip_case(tmp_path / "counted")
+    job = plan.comparison_job(plan.comparison("hand", "cpu"))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(TraceReader, "iter_steps", counted)
+        compare_jobs.float64_job(
+            job,
+            paths,
+            str(fixture),
+            str(tmp_path / "p.json"),
+            _float64_outputs(tmp_path / "counted"),
+            logging.getLogger("test"),
+        )
+    assert sorted(map(str, reads)) == sorted(str(paths[k]) for k in compare_jobs.SPLIT_ROLES)
 
 
 #: Every legend label a comparison figure can have (the start of each).

@@ -456,7 +456,20 @@ def diagnose(
     x: np.ndarray,
     settings: Mapping,
 ) -> list[dict]:
-    """The diagnosis table of a pair with float64 runs, one row per recorded step.
+    """The diagnosis table of a pair with float64 runs, one row per recorded step: the
+    second table of :func:`float64_tables` (which see for the arguments)."""
+    return float64_tables(readers, model, x, settings)[1]
+
+
+def float64_tables(
+    readers: Mapping[str, TraceReader],
+    model: Mapping,
+    x: np.ndarray,
+    settings: Mapping,
+) -> tuple[list[dict], list[dict]]:
+    """The float64 split (:func:`split`) and the diagnosis table of a pair with float64
+    runs, one row per recorded step each, from one read of the four traces (the split's
+    columns are four of the distances the diagnosis computes anyway).
 
     ``readers`` holds ``ref32``, ``cand32``, ``ref64``, ``cand64`` (checked comparable by the
     caller); ``model`` is the reference run's model settings, ``x`` the fixture's inputs
@@ -477,13 +490,23 @@ def diagnose(
     relu = model.get("activation") == "relu"
     names = ordered[0].layout.names
     rule_settings = settings["fp64_rule"]
-    rows, prev = [], None
+    split_rows, rows, prev = [], [], None
     for recs in aligned(ordered):
         r32, c32, r64, c64 = (rec.tensors for rec in recs)
         step = recs[0].step
         d32 = max_abs_diff(r32, c32, names)
         d64 = max_abs_diff(r64, c64, names)
-        drift = max(max_abs_diff(r32, r64, names).value, max_abs_diff(c32, c64, names).value)
+        dref, dcand = max_abs_diff(r32, r64, names), max_abs_diff(c32, c64, names)
+        drift = max(dref.value, dcand.value)
+        split_rows.append(
+            {
+                "step": step,
+                "max_dparam": d32.value,
+                "torch_f64": dref.value,
+                "candle_f64": dcand.value,
+                "f64_f64": d64.value,
+            }
+        )
         agree = error_agreement(r32, r64, c32, c64, names)
         rule = fp64_rule(r32, c32, r64, names, rule_settings["multiplier"], rule_settings["atol"])
         row = {
@@ -524,7 +547,7 @@ def diagnose(
                 row[f"relu_counts_{kind}"] = None if ca is None else f"{ca} vs {cb}"
         rows.append(row)
         prev = (r32, c32, r64, c64)
-    return rows
+    return split_rows, rows
 
 
 def f64_headroom(rows: Sequence[Mapping]) -> float | None:

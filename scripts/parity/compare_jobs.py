@@ -228,18 +228,17 @@ def draw(
 
 def _split(
     job: Mapping,
-    readers: Mapping[str, TraceReader],
+    rows: list[dict],
     made_from: Mapping[str, dict],
     out_csv: str,
     out_md: str,
     out_result: str,
     code: str | None,
 ) -> tuple[list[dict], dict]:
-    """The float64 split table (``compare.split``) from readers already opened and checked
-    (:func:`open_split`): its rows and its sealed result."""
+    """Write the float64 split table from its ``rows`` (``compare.float64_tables``): its
+    CSV, Markdown twins and sealed result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
     keys = comp.keys
-    rows = compare.split(readers["ref32"], readers["cand32"], readers["ref64"], readers["cand64"])
     worst = {c: compare.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
     notes = [f"{k}: {keys[k].label}" for k in keys]
     notes.append(
@@ -295,8 +294,7 @@ DIAGNOSIS_COLUMNS = (
 
 def _diagnosis(
     job: Mapping,
-    readers: Mapping[str, TraceReader],
-    x,
+    rows: list[dict],
     perstep: Mapping,
     made_from: Mapping[str, dict],
     out_csv: str,
@@ -304,13 +302,11 @@ def _diagnosis(
     out_result: str,
     code: str | None,
 ) -> tuple[list[dict], dict]:
-    """Why a pair differs, per step and localised (docs/diagnosis.md), from readers already
-    opened and checked (:func:`open_split`), the fixture's inputs ``x`` and the per-step
-    result ``perstep`` (its first step beyond the tolerance): the table of
-    ``compare.diagnose``, its findings (``compare.diagnosis_findings``) in the sealed
-    result; returns the rows and the result."""
+    """Write why a pair differs, per step and localised (docs/diagnosis.md): the diagnosis
+    ``rows`` (``compare.float64_tables``), their findings (``compare.diagnosis_findings``)
+    and the per-step result ``perstep`` (its first step beyond the tolerance) in the
+    sealed result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
-    rows = compare.diagnose(readers, job["model"], x, job["diagnosis"])
     findings = compare.diagnosis_findings(rows)
     result = {
         "kind": "diagnosis",
@@ -346,9 +342,9 @@ def float64_job(
 ) -> dict[str, dict]:
     """The float64 split and the diagnosis of one comparison, in one job: the four traces
     (``ref32``, ``cand32``, ``ref64``, ``cand64`` → path) and the fixture are opened and
-    checked once, and read once for each table; the per-step result ``perstep_result``
-    gives the first step beyond the tolerance (the diagnosis records it and its figure
-    marks it) and the rounding level both figures draw.
+    checked once, and read once for both tables (``compare.float64_tables``); the per-step
+    result ``perstep_result`` gives the first step beyond the tolerance (the diagnosis
+    records it and its figure marks it) and the rounding level both figures draw.
 
     ``outputs`` has ``split`` and ``diagnosis``, each a mapping with the paths of
     :data:`FLOAT64_OUTPUTS`. Each table's sealed result records what that table was made
@@ -362,15 +358,16 @@ def float64_job(
     readers = open_split(job, traces, fixture, made_from["fixture"]["sha256"])
     perstep = read_result(perstep_result)
     scale = perstep["param_scale"]
+    x = fixtures.load(fixture)["x"]
+    split_rows, diagnosis_rows = compare.float64_tables(readers, job["model"], x, job["diagnosis"])
     out = outputs["split"]
     split_from = {k: v for k, v in made_from.items() if k != "perstep"}
-    rows, split = _split(job, readers, split_from, out["csv"], out["md"], out["result"], code)
+    rows, split = _split(job, split_rows, split_from, out["csv"], out["md"], out["result"], code)
     draw(comp, "split", rows, [out["png"], out["svg"]], scale)
     log.info("%s %s split: %s", comp.experiment, comp.tag, split["worst"])
     out = outputs["diagnosis"]
-    x = fixtures.load(fixture)["x"]
     rows, diagnosis = _diagnosis(
-        job, readers, x, perstep, made_from, out["csv"], out["md"], out["result"], code
+        job, diagnosis_rows, perstep, made_from, out["csv"], out["md"], out["result"], code
     )
     draw(comp, "diagnosis", rows, [out["png"], out["svg"]], scale, perstep, diagnosis)
     log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, diagnosis)
