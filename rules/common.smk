@@ -225,7 +225,8 @@ def localise_job(wildcards):
 
 def localise_inputs(wildcards):
     """A localisation's inputs: the comparison's per-step (and diagnosis) result, the
-    fixture, the reference trace, and the runner binary of each replay made here."""
+    fixture, the reference trace, and the runner binaries of the replays made here
+    (``binaries``, each once: the float32 and float64 replays of a run share one)."""
     c = localisation(wildcards)
     out = {
         "perstep": c.result("perstep"),
@@ -234,9 +235,13 @@ def localise_inputs(wildcards):
     }
     if c.f64_pair:
         out["diagnosis"] = c.result("diagnosis")
-    for role, key in PLAN.replay_keys(c).items():
-        if key.framework != "torch" and key.device not in PLAN.imported_devices:
-            out[f"binary_{role}"] = PLAN.binary(key)
+    binaries = {
+        PLAN.binary(key)
+        for key in PLAN.replay_keys(c).values()
+        if key.framework != "torch" and key.device not in PLAN.imported_devices
+    }
+    if binaries:
+        out["binaries"] = sorted(binaries)
     return out
 
 
@@ -616,7 +621,8 @@ def sensitivity_inputs(wildcards):
 
 def fuzz_settings():
     """The ``fuzz`` config block with every default filled in (ops: every op the
-    generator supports)."""
+    generator supports), and ``releases``: the release fuzzed of each framework, its
+    primary one (known bugs of other releases only do not cover its findings)."""
     from parity.fuzz.generate import SUPPORTED_OPS
 
     given = config.get("fuzz") or {}
@@ -636,6 +642,9 @@ def fuzz_settings():
             "invalid config (nothing was run):\n  config: fuzz.ops: the fuzzer does not "
             f"generate {', '.join(unknown)}; it generates {', '.join(SUPPORTED_OPS)}"
         )
+    settings["releases"] = {
+        fw: versions.primary(config, fw) for fw in settings["frameworks"]
+    }
     return settings
 
 

@@ -182,3 +182,35 @@ def test_known_bug_cases_read_the_layout_before_the_op():
         check.FORWARD,
         check.INPUT_GRAD,
     }
+
+
+def test_a_known_bug_of_other_releases_does_not_cover_the_release_fuzzed():
+    """conv2d_kernel_offset's known bug names candle 0.11.0 only: it is read for a campaign
+    of 0.11.0 (or one that names no release), and left out for one of 0.11.1, whose
+    findings of that kind are then new."""
+
+    def offset_bugs(releases):
+        known = report.known_bug_cases("probes", releases)
+        return [k for k in known if k["probe"] == "conv2d_kernel_offset"]
+
+    (entry,) = offset_bugs({"candle": "0.11.0"})
+    assert entry["framework"] == "candle" and entry["op"] == "conv2d"
+    assert offset_bugs(None) == [entry]
+    assert offset_bugs({"burn": "0.22.1"}) == [entry]
+    assert offset_bugs({"candle": "0.11.1"}) == []
+
+    # Exactly the cases whose candle known bug names releases without 0.11.1 drop out.
+    def candle_cases(releases):
+        known = report.known_bug_cases("probes", releases)
+        return {(k["probe"], k["case"]) for k in known if k["framework"] == "candle"}
+
+    every, newer = candle_cases(None), candle_cases({"candle": "0.11.1"})
+    older_only = {
+        (name, c["name"])
+        for name, p in probes.discover("probes").items()
+        for c in p.cases
+        if "0.11.1" not in c["known_bug_versions"].get("candle", ["0.11.1"])
+    }
+    assert ("conv2d_kernel_offset", "narrowed") in older_only
+    assert every - newer == older_only & every
+    assert ("conv1d_contiguity", "both_strided") in newer

@@ -7,7 +7,10 @@ finding's: the case's one non-layout step is the same op, a quantity its ``known
 lists has the finding's kind (``check.kind_of``), and per input position the layout steps
 between the leaf and the op (a ``contiguous`` step clears them) have the same kinds as
 the finding's minimal route. Where only op, framework and kind agree the table names the
-probe as *related* (probably the same fault reached through another layout).
+probe as *related* (probably the same fault reached through another layout). A
+``known_bug`` whose ``versions`` list leaves out the release fuzzed (the framework's
+primary release, ``settings["releases"]``) neither covers nor relates to a finding: that
+release is recorded as not having the bug.
 
 **Probe files** are the minimal case as a probe document (``generate.to_doc``) with a
 ``known_bug`` entry per framework failing on it, holding its values (or its outcome:
@@ -59,12 +62,18 @@ ROUTE_OPS = frozenset({"transpose", "narrow", "broadcast_to"})
 # ----- known bugs -------------------------------------------------------------------------
 
 
-def known_bug_cases(source: str | Path | Sequence[str | Path]) -> list[dict]:
+def known_bug_cases(
+    source: str | Path | Sequence[str | Path], releases: Mapping[str, str] | None = None
+) -> list[dict]:
     """Every case of the probes of ``source`` (a folder, or a list of probe files) with a
     ``known_bug``, as ``{"probe",
     "case", "op", "framework", "kinds", "layout"}`` (one entry per framework): ``layout``
     the per-input tuple of layout step kinds before the case's one op, ``kinds`` those of
-    its known-bug quantities. Cases with several non-layout ops are left out."""
+    its known-bug quantities. Cases with several non-layout ops are left out, and so is a
+    framework's entry whose ``versions`` list does not name that framework's release in
+    ``releases`` (framework → the release fuzzed; None or a framework missing from it:
+    every entry counts)."""
+    releases = releases or {}
     out = []
     if isinstance(source, (str, Path)):
         found = probes.discover(source)
@@ -88,6 +97,9 @@ def known_bug_cases(source: str | Path | Sequence[str | Path]) -> list[dict]:
             layout = tuple(origin.get(n, ()) for n in step["inputs"])
             leaves = {n: i for n, i in zip(step["inputs"], range(99), strict=False)}
             for fw, devices in c["known_bug"].items():
+                named = c["known_bug_versions"].get(fw)
+                if named is not None and fw in releases and releases[fw] not in named:
+                    continue
                 kinds = set()
                 for quantities in devices.values():
                     for q, v in quantities.items():
@@ -374,12 +386,13 @@ def write(
 ) -> list[dict]:
     """Write the findings table, probe files and reproductions; returns the table rows.
     ``known``: the probes whose ``known_bug`` entries findings are matched with (a folder or
-    a list of probe files).
+    a list of probe files), for the releases fuzzed (``settings["releases"]``, framework →
+    release; :func:`known_bug_cases`).
     Every probe file is read back with ``probes.load`` (a ``ProbeError`` is a bug here)."""
     probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
     probe_dir.mkdir(parents=True, exist_ok=True)
     repro_dir.mkdir(parents=True, exist_ok=True)
-    known = known_bug_cases(known)
+    known = known_bug_cases(known, settings.get("releases"))
     rows = []
     for i, f in enumerate(result.findings):
         name = probe_name(f, i)
@@ -433,7 +446,12 @@ def markdown(rows: Sequence[Mapping], result: Campaign, seed: int, settings: Map
         (
             f"Seed {seed}; {result.cases} cases ({settings.get('cases_per_op')} per op, ops: "
             f"{', '.join(settings.get('ops', []))}); "
-            f"frameworks {', '.join(settings.get('frameworks', []))}; "
+            "frameworks "
+            + ", ".join(
+                f"{fw} {settings['releases'][fw]}" if fw in settings.get("releases", {}) else fw
+                for fw in settings.get("frameworks", [])
+            )
+            + "; "
             f"dtypes {', '.join(settings.get('dtypes', []))}."
         ),
         (
