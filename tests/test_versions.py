@@ -365,7 +365,7 @@ def test_a_bug_both_releases_reproduce_and_one_a_release_fixes():
     rows = M.matrix_rows(_params(BUG), [], probe_rows)
     old, new, row = _cells(rows, "conv1d_grad/batch2")
     assert (old, new) == ("reproduced", "fixed")
-    assert row["known"] == "known bug (every release)"
+    assert row["known"] == "known bug (no release named)"
     assert row["candle 0.11.0 detail"] == ("w.grad = [220, 256] (known-bug, max|Δ| vs exact 120)")
     # The fixed release's detail gives the values it now has.
     assert row["candle 0.11.1 detail"] == (

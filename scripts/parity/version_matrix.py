@@ -218,9 +218,11 @@ def _known_quantities(bug: Mapping | None, device: str, dtype: str) -> set[str]:
 
 
 def _known_text(bug: Mapping) -> str:
-    """What the probe file says of the bug's releases."""
+    """What the probe file says of the bug's releases: the ones its ``versions`` list
+    names, or that it names none (the bug is then expected of no release in particular;
+    each release's cell says whether it reproduces it)."""
     if bug["versions"] is None:
-        return "known bug (every release)"
+        return "known bug (no release named)"
     return "known bug in " + ", ".join(bug["versions"])
 
 
