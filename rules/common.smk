@@ -2,6 +2,9 @@
 # Plan, sizes within limits) and the input functions that turn the config into file lists
 # and into the resolved data each job receives as params. What an experiment means lives
 # in scripts/parity (resolve.py, plan.py); result paths in scripts/parity/paths.py.
+# Near 800 lines: every input and params function of every rule is here, in sections by
+# the rules that use them, because Snakemake evaluates them in the workflow's namespace;
+# each is a few lines that call scripts/parity, where the logic and its tests live.
 
 import glob
 import os
