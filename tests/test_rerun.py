@@ -42,7 +42,7 @@ def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
     # rust_runner imports runspec, which imports models; frameworks/__init__ its modules.
     files = parity_files("train_rust.py")
     assert {"parity/runspec.py", "parity/models.py", "parity/frameworks/candle.py"} <= files
-    # compare.diagnose imports activations inside the function.
+    # compare.float64_tables imports activations inside the function.
     assert "parity/activations.py" in parity_files("compare_tables.py")
 
 

@@ -219,8 +219,8 @@ def _known_quantities(bug: Mapping | None, device: str, dtype: str) -> set[str]:
 
 def _known_text(bug: Mapping) -> str:
     """What the probe file says of the bug's releases: the ones its ``versions`` list
-    names, or that it names none (the bug is then expected of no release in particular;
-    each release's cell says whether it reproduces it)."""
+    names, or that it names none (the schema's default: the bug is matched against every
+    release, and each release's cell says whether that release reproduces it)."""
     if bug["versions"] is None:
         return "known bug (no release named)"
     return "known bug in " + ", ".join(bug["versions"])
