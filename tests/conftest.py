@@ -136,11 +136,14 @@ def run_workflow(
 
 def build_runner(crate, dest: Path) -> str:
     """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``) of the pinned
-    release, built (or found up to date) in the test target dir and copied into ``dest``;
-    returns the copy's path. The build and the copy hold the target folder's lock, as the
-    workflow's build job does (scripts/build_runner.py): a workflow run building another
-    release into the same folder cannot swap the binary between them."""
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target") / "default"
+    release, built (or found up to date) in the target folder the workflow builds it in
+    (``burn`` for burn, ``default`` for candle's CPU build: scripts/build_runner.py, so
+    their dependencies are compiled once) and copied into ``dest``; returns the copy's
+    path. The build and the copy hold the target folder's lock, as the workflow's build job
+    does: a workflow run building another release into the same folder cannot swap the
+    binary between them."""
+    root = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target")
+    target = root / ("burn" if crate == "burn-parity" else "default")
     with exclusive_lock(f"{target}.lock", 7200):
         subprocess.run(
             [
