@@ -6,6 +6,7 @@ edit to the comparison maths a dry run schedules the comparison jobs and no trai
 after an edit to the trace schema it schedules every training job, burn's included.
 """
 
+import copy
 import re
 import shutil
 import subprocess
@@ -144,6 +145,20 @@ def test_an_edit_to_the_trace_schema_reruns_every_training_job_burns_included(fi
     for rule in ("train_torch", "train_candle", "train_burn"):
         assert jobs.get(rule) == 2, jobs
     assert not any(rule.startswith("build_") for rule in jobs), jobs
+
+
+@pytest.mark.workflow
+def test_a_changed_comparison_setting_reruns_its_comparisons_and_no_training_job(finished):
+    """A setting only the comparison jobs receive (their resolved params) reruns those jobs:
+    the three comparisons and their localisations, nothing that trains, probes or builds."""
+    repo, workdir, config = finished
+    changed = copy.deepcopy(config)
+    changed.setdefault("diagnosis", {})["f64_rounding_factor"] = 999
+    proc = run_workflow(workdir, changed, "-n", "--cores", "2", snakefile=repo / "Snakefile")
+    jobs = scheduled(proc)
+    assert not any(rule.startswith(("train_", "probe_", "build_")) for rule in jobs), jobs
+    assert jobs["compare"] == 3 and jobs["localise"] == 3, jobs
+    assert "params have changed" in proc.stdout.lower(), proc.stdout[-3000:]
 
 
 @pytest.mark.workflow
