@@ -58,11 +58,7 @@ try:
         raise ConfigError.every(_version_problems)
     PLAN = Plan(config)
     limits.check_plan(PLAN, LIMITS)
-    # The probe files' schema check is skipped for documents it passed before (a JSON
-    # record under .snakemake/parity, probes.SchemaRecord).
-    PROBES = ProbePlan.from_config(
-        config, workflow.basedir, os.getcwd(), probes_module.SCHEMA_RECORD
-    )
+    PROBES = ProbePlan.from_config(config, workflow.basedir, workdir=os.getcwd())
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 

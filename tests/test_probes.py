@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import yaml
 
-from parity import probes as probes_module
 from parity import verdicts
 from parity.probe_plan import ProbeKey, ProbePlan
 from parity.probe_results import (
@@ -20,7 +19,6 @@ from parity.probe_results import (
 )
 from parity.probes import (
     ProbeError,
-    SchemaRecord,
     discover,
     load,
     op_defaults,
@@ -982,87 +980,3 @@ def test_table_number_format():
     assert values_text([1.0, 2.5, 3.0]) == "[1, 2.5, 3]"
     assert values_text(list(range(10)), limit=3) == "[0, 1, 2, … (10 values)]"
     assert values_text(None) == ""
-
-
-# ----- the schema record: documents that passed the schema skip it on a later start ------
-
-
-def _fail_schema(monkeypatch):
-    """Make the schema check itself fail, so a test sees whether it ran."""
-
-    def ran(path, doc, coerced):
-        raise AssertionError(f"the schema check ran for {path}")
-
-    monkeypatch.setattr(probes_module, "_validate", ran)
-
-
-def test_a_recorded_document_skips_the_schema_and_loads_the_same(tmp_path, monkeypatch):
-    folder = tmp_path / "probes"
-    folder.mkdir()
-    write_probe(folder, "conv1d", CONV1D)
-    record_file = tmp_path / ".snakemake" / "record.json"
-    record = SchemaRecord(record_file)
-    first = discover(folder, record=record)
-    record.save()
-    saved = json.loads(record_file.read_text())
-    assert saved["format"] == SchemaRecord.FORMAT and len(saved["valid"]) == 1
-    _fail_schema(monkeypatch)
-    again = discover(folder, record=SchemaRecord(record_file))
-    assert again["conv1d"].spec == first["conv1d"].spec
-
-
-def test_an_edited_document_or_schema_is_checked_again(tmp_path, monkeypatch):
-    folder = tmp_path / "probes"
-    folder.mkdir()
-    path = write_probe(folder, "conv1d", CONV1D)
-    record_file = tmp_path / "record.json"
-    record = SchemaRecord(record_file)
-    discover(folder, record=record)
-    record.save()
-    # An edit the schema refuses is refused, though the file name was recorded.
-    bad = copy.deepcopy(CONV1D)
-    bad["cases"]["batch2"]["compare"] = "w.grad"  # a list is required
-    path.write_text(yaml.safe_dump(bad))
-    with pytest.raises(ProbeError, match="compare"):
-        discover(folder, record=SchemaRecord(record_file))
-    assert len(json.loads(record_file.read_text())["valid"]) == 1  # the failure is not kept
-    # Another schema (here: the same with a comment) voids the record.
-    path.write_text(yaml.safe_dump(CONV1D))
-    schema = tmp_path / "probe.schema.yaml"
-    schema.write_text(probes_module.SCHEMA_PATH.read_text() + "\n# edited\n")
-    monkeypatch.setattr(probes_module, "SCHEMA_PATH", schema)
-    _fail_schema(monkeypatch)
-    with pytest.raises(AssertionError, match="the schema check ran"):
-        discover(folder, record=SchemaRecord(record_file))
-
-
-def test_a_corrupt_or_foreign_record_counts_as_empty_and_is_rewritten(tmp_path, monkeypatch):
-    folder = tmp_path / "probes"
-    folder.mkdir()
-    write_probe(folder, "conv1d", CONV1D)
-    record_file = tmp_path / "record.json"
-    for text in ("{not json", json.dumps({"key": "other", "valid": ["x"]}), "[1, 2]"):
-        record_file.write_text(text)
-        record = SchemaRecord(record_file)
-        assert record.known == set()
-        discover(folder, record=record)
-        record.save()
-        assert json.loads(record_file.read_text())["key"] == record.key
-    # A record that cannot be written is not kept; loading still works.
-    unwritable = SchemaRecord(tmp_path / "file" / "record.json")
-    (tmp_path / "file").write_text("a file where a folder would be")
-    discover(folder, record=unwritable)
-    unwritable.save()
-    assert (tmp_path / "file").read_text().startswith("a file")
-
-
-def test_the_workflow_plan_reads_probes_through_the_record(tmp_path, monkeypatch):
-    record_file = tmp_path / "record.json"
-    cfg = load_config()
-    first = ProbePlan.from_config(cfg, REPO, schema_record=record_file)
-    assert len(json.loads(record_file.read_text())["valid"]) == len(first.probes)
-    _fail_schema(monkeypatch)
-    again = ProbePlan.from_config(cfg, REPO, schema_record=record_file)
-    assert {n: p.spec for n, p in again.probes.items()} == {
-        n: p.spec for n, p in first.probes.items()
-    }

@@ -15,7 +15,7 @@ from . import limits as size_limits
 from . import paths, versions
 from .devices import DEVICES
 from .frameworks import PROBE_DTYPES, probe_unsupported_reason
-from .probes import Probe, SchemaRecord, discover
+from .probes import Probe, discover
 
 #: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
 #: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
@@ -119,11 +119,7 @@ class ProbePlan:
 
     @classmethod
     def from_config(
-        cls,
-        config: Mapping[str, Any],
-        basedir: str | Path,
-        workdir: str | Path | None = None,
-        schema_record: str | Path | None = None,
+        cls, config: Mapping[str, Any], basedir: str | Path, workdir: str | Path | None = None
     ) -> ProbePlan:
         """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``,
         ``dtypes``: default every one of ``frameworks.PROBE_DTYPES``, independent of the
@@ -134,9 +130,7 @@ class ProbePlan:
         like its scripts). With ``workdir`` (the jobs' working directory), each probe's
         :attr:`Probe.path` is relative to it (``probes/x.yaml`` when it is ``basedir``): a
         job's input then does not name the folder the project lies in, so a copy of the
-        project with its results stays up to date. With ``schema_record`` (a JSON file,
-        ``probes.SCHEMA_RECORD`` in the workflow), probe documents that passed the schema
-        before skip it (``probes.SchemaRecord``). Raises ``probes.ProbeError`` for a missing
+        project with its results stays up to date. Raises ``probes.ProbeError`` for a missing
         folder or selected probe, or a malformed probe file.
         """
         settings = config.get("probes") or {}
@@ -144,12 +138,7 @@ class ProbePlan:
         folder = folder if folder.is_absolute() else Path(basedir) / folder
         enabled = settings.get("enabled", True)
         limits = size_limits.settings(config)
-        probes = {}
-        if enabled:
-            record = SchemaRecord(schema_record) if schema_record is not None else None
-            probes = discover(folder, settings.get("select"), limits, record)
-            if record is not None:
-                record.save()
+        probes = discover(folder, settings.get("select"), limits) if enabled else {}
         if workdir is not None:
             probes = {
                 n: replace(p, path=os.path.relpath(p.path, workdir)) for n, p in probes.items()

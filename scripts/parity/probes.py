@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -74,9 +72,6 @@ VALUES, ERROR = "values", "error"
 NON_FINITE_TEXT = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 #: Keys whose values stay text even when they look like a number.
 _TEXT_KEYS = ("description", "note")
-#: Where the workflow records the probe documents the schema has accepted
-#: (:class:`SchemaRecord`), relative to its working directory.
-SCHEMA_RECORD = ".snakemake/parity/probes-schema-valid.json"
 
 
 class ProbeError(ValueError):
@@ -192,85 +187,6 @@ def _validator():
     import jsonschema
 
     return jsonschema.Draft202012Validator(schema())
-
-
-class SchemaRecord:
-    """The sha256 of the probe documents that passed the schema, kept in a JSON file so
-    that a later Snakemake start skips the schema (most of the time it takes to read the
-    probe files; jsonschema is not even imported) for a document it has seen pass.
-
-    Only the schema check is skipped: every other check of :func:`parse` runs each time.
-    The record holds the digest of what decides the schema's verdict (the schema file, this
-    module's source, jsonschema's version) and is void when any of them differs, so an
-    edited schema or a new jsonschema validates every file again. A document is keyed by
-    the sha256 of its canonical JSON after YAML reading and number coercion; a document
-    that fails is never recorded. The file is read as JSON only; a missing, unreadable or
-    foreign file counts as empty, and :meth:`save` writes it atomically with the entries
-    this start used (concurrent starts: the last one wins, the other's entries are merely
-    validated again).
-    """
-
-    FORMAT = 1
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.key = self._key()
-        self.known: set[str] = set()
-        self.used: set[str] = set()
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and data.get("key") == self.key:
-                self.known = {d for d in data.get("valid", []) if isinstance(d, str)}
-        except (OSError, ValueError):
-            pass
-
-    @staticmethod
-    def _key() -> str:
-        # jsonschema's release from its dist-info folder's name (jsonschema-4.25.1.dist-info),
-        # found without importing it or importlib.metadata (each costs more than it saves).
-        from importlib.util import find_spec
-
-        spec = find_spec("jsonschema")
-        site = Path(spec.origin).parent.parent if spec and spec.origin else None
-        dists = sorted(p.name for p in site.glob("jsonschema-*.dist-info")) if site else []
-        h = hashlib.sha256(f"{SchemaRecord.FORMAT} {dists}".encode())
-        h.update(SCHEMA_PATH.read_bytes())
-        h.update(Path(__file__).read_bytes())
-        return h.hexdigest()
-
-    @staticmethod
-    def digest(doc: Any) -> str:
-        """The sha256 of ``doc`` as canonical JSON (sorted keys; a value JSON lacks, as its
-        repr)."""
-        text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def validate(self, path: Path, doc: Any, coerced: Mapping[tuple, str]) -> None:
-        """:func:`_validate`, unless ``doc`` passed before under the same key."""
-        d = self.digest(doc)
-        if d not in self.known:
-            _validate(path, doc, coerced)
-            self.known.add(d)
-        self.used.add(d)
-
-    def save(self) -> None:
-        """Write the record when it changed (this start validated something new, or used
-        fewer documents). A record that cannot be written (a read-only folder) is not kept,
-        which costs the next start the schema check, nothing else."""
-        from .fileio import write_text_atomic
-
-        new = {"format": self.FORMAT, "key": self.key, "valid": sorted(self.used)}
-        try:
-            old = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = None
-        if old == new:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(self.path, json.dumps(new, indent=0) + "\n")
-        except OSError:
-            pass
 
 
 def _validate(path: Path, doc: Any, coerced: Mapping[tuple, str]) -> None:
@@ -743,12 +659,7 @@ class Probe:
         }
 
 
-def parse(
-    path: str | Path,
-    doc: Any,
-    limits: Mapping[str, Any] | None = None,
-    record: SchemaRecord | None = None,
-) -> Probe:
+def parse(path: str | Path, doc: Any, limits: Mapping[str, Any] | None = None) -> Probe:
     """Validate and normalize a parsed probe document read from ``path``.
 
     Numbers written in exponent form without a dot (``1e-6``, text in YAML 1.1) are read
@@ -756,8 +667,7 @@ def parse(
     Besides the schema, every number outside input values must be finite and every tensor
     (input, op output, scratch buffer, stacked quantity) within ``limits``
     (``limits.settings``; default ``limits.DEFAULTS``), estimated before anything is
-    allocated (``limits.check_probe``, then the inferred shapes). With ``record``, a
-    document that passed the schema before skips it (:class:`SchemaRecord`). Raises
+    allocated (``limits.check_probe``, then the inferred shapes). Raises
     :class:`ProbeError` naming the file and the field.
     """
     path = Path(path)
@@ -767,10 +677,7 @@ def parse(
         raise ProbeError(path, "", f"file name {name!r} must match {NAME.pattern} plus .yaml")
     doc, coerced = _coerce(doc)
     _unknown_ops(path, doc)
-    if record is None:
-        _validate(path, doc, coerced)
-    else:
-        record.validate(path, doc, coerced)
+    _validate(path, doc, coerced)
     try:
         size_limits.check_probe(doc, lim)
     except size_limits.LimitError as e:
@@ -787,11 +694,7 @@ def parse(
     return Probe(name, spec, str(path))
 
 
-def load(
-    path: str | Path,
-    limits: Mapping[str, Any] | None = None,
-    record: SchemaRecord | None = None,
-) -> Probe:
+def load(path: str | Path, limits: Mapping[str, Any] | None = None) -> Probe:
     """Read, validate and normalize a probe file.
 
     The file is read by ``yamlfile.load`` (libyaml's safe loader: the probe files are read
@@ -802,8 +705,7 @@ def load(
     violation, a non-finite number outside input values, a tensor beyond the limits, a
     name used before it is defined, a quantity that does not exist, a step whose shapes or
     kinds do not fit (``probe_shapes``), a case expecting an error whose steps are valid,
-    reference values whose count or nesting differ from the quantity's shape. ``record``:
-    see :func:`parse`.
+    reference values whose count or nesting differ from the quantity's shape.
     """
     from . import yamlfile
 
@@ -813,17 +715,16 @@ def load(
         doc = yamlfile.load(path, lim["max_yaml_bytes"], lim["max_yaml_nodes"])
     except YamlError as e:
         raise ProbeError(path, "", e.problem) from e
-    return parse(path, doc, lim, record)
+    return parse(path, doc, lim)
 
 
 def discover(
     folder: str | Path,
     select: Sequence[str] | None = None,
     limits: Mapping[str, Any] | None = None,
-    record: SchemaRecord | None = None,
 ) -> dict[str, Probe]:
     """The probes of ``folder`` (every ``*.yaml``, or only ``select``), by name, sorted,
-    each read within ``limits`` (:func:`load`; ``record``: see :func:`parse`).
+    each read within ``limits`` (:func:`load`).
 
     Raises :class:`ProbeError` for a missing folder or selected probe, or a malformed file.
     """
@@ -836,4 +737,4 @@ def discover(
         if missing:
             raise ProbeError(folder, "", f"selected probe {missing[0]!r} has no file here")
         names = [n for n in names if n in select]
-    return {n: load(folder / f"{n}.yaml", limits, record) for n in names}
+    return {n: load(folder / f"{n}.yaml", limits) for n in names}
