@@ -25,12 +25,13 @@ include: "rules/build.smk"
 include: "rules/train.smk"
 include: "rules/compare.smk"
 include: "rules/localise.smk"
-include: "rules/summary.smk"
+include: "rules/remote.smk"
 include: "rules/probes.smk"
+include: "rules/summary.smk"
+include: "rules/report.smk"
 include: "rules/devices.smk"
 include: "rules/faults.smk"
 include: "rules/fuzz.smk"
-include: "rules/remote.smk"
 
 
 onerror:

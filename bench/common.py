@@ -24,7 +24,7 @@ WORK = REPO / "results" / "bench"
 
 def machine() -> str:
     """One line naming the machine the figures come from."""
-    from parity.provenance import cpu_model
+    from parity.trace.provenance import cpu_model
 
     return f"{platform.node()}: {cpu_model()}, {os.cpu_count()} cores, {platform.platform()}"
 
@@ -54,7 +54,7 @@ def scale_config(**record) -> dict:
 
 def bench_trace_meta(steps: int) -> dict:
     """Metadata for a trace a benchmark writes itself (``TraceWriter`` timed alone): every
-    field :class:`parity.schema.TraceWriter` requires, for ``steps`` steps of the scale
+    field :class:`parity.trace.schema.TraceWriter` requires, for ``steps`` steps of the scale
     experiment, each recorded."""
     return {
         "experiment": "scale_mlp",

@@ -22,8 +22,8 @@ import time
 import numpy as np
 from common import REPO, WORK, machine, run_workflow, scale_config, table
 
-from parity.plan import Plan
-from parity.schema import TraceReader
+from parity.plan.plan import Plan
+from parity.trace.schema import TraceReader
 
 WORKDIR = WORK / "scale"
 REPEAT = 5
@@ -31,8 +31,8 @@ REPEAT = 5
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from parity import compare
-from parity.schema import TraceReader
+from parity.compare import maths as compare
+from parity.trace.schema import TraceReader
 import numpy, pyarrow.parquet
 
 def mb(field):

@@ -51,8 +51,8 @@ start = time.perf_counter()
 with open(sys.argv[1] + "/config.yaml", encoding="utf-8") as f:
     config = yaml.load(f, Loader=yaml.CSafeLoader)
 validate(config, sys.argv[1] + "/schemas/config.schema.yaml")
-from parity.plan import Plan
-from parity.probe_plan import ProbePlan
+from parity.plan.plan import Plan
+from parity.probe.plan import ProbePlan
 Plan(config)
 ProbePlan.from_config(config, sys.argv[1])
 print(time.perf_counter() - start)

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 from common import REPO, SNAKEMAKE, machine, table, wall
 
-from parity import versions
+from parity.plan import versions
 
 FRAMEWORKS = ("torch", "candle", "burn")
 DTYPES = ("f32", "f64")

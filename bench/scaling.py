@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 from common import REPO, SNAKEMAKE, bare_workflow, interleaved_medians, machine, table, wall
 
-from parity import frameworks, versions
+from parity.plan import frameworks, versions
 
 BIN = REPO / "results" / "bin"
 

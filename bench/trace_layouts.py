@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from common import bench_trace_meta, fresh_workdir, machine, scale_config, table
 
-from parity import integrity
-from parity.models import model_params
-from parity.schema import TraceLayout, TraceReader, TraceWriter
+from parity.core import integrity
+from parity.core.models import model_params
+from parity.trace.schema import TraceLayout, TraceReader, TraceWriter
 
 STEPS = 200
 REPEAT = 3

@@ -1,3 +1,8 @@
+def fixture_settings(wildcards):
+    """What a fixture job draws from (Plan.fixture_settings)."""
+    return PLAN.fixture_settings(known_experiment(wildcards.experiment))
+
+
 rule fixture:
     """Initial weights and data, drawn in float64 and rounded to float32 once."""
     output:
@@ -10,6 +15,6 @@ rule fixture:
         "../envs/analysis.yaml"
     params:
         settings=fixture_settings,
-        code=code("make_fixture.py"),
+        code=code("fixture.py"),
     script:
-        "../scripts/make_fixture.py"
+        "../scripts/fixture.py"

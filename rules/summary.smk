@@ -2,6 +2,84 @@
 # defaults, and the check target.
 
 
+def job_codes():
+    """The ``code`` param of each job whose results the summary and the probe table gather:
+    a result made by other code is not current."""
+    return {
+        # one script (rules compare and perstep) writes the three tables
+        "perstep": code("compare.py"),
+        "split": code("compare.py"),
+        "diagnosis": code("compare.py"),
+        "localise": code("localise.py"),
+        "summary": code("summary.py"),
+        "probes_table": code("probes_table.py"),
+        "crosshost": code("crosshost.py"),
+    }
+
+
+def write_partial_summary():
+    """After a failed run (onerror): keep summary.csv and probes.csv only where they are
+    still current, else remove them and write summary.partial.* / probes.partial.* with
+    an "error" row naming the log of each comparison or probe cell without a current
+    result (parity.report.summary.after_failed_run, parity.probe.table.after_failed_run); with
+    remote hosts, each cell a host owes without a current result is an "error" row naming
+    the host, the stage that failed and its log."""
+    from parity.probe import table as probes_table
+    from parity.report import summary
+
+    codes = job_codes()
+    comparisons = [(c, PLAN.comparison_job(c)) for c in PLAN.comparisons()]
+    print(
+        summary.after_failed_run(
+            comparisons, PLAN.unsupported_params(), codes, remote_crosshost_jobs()
+        ),
+        file=sys.stderr,
+    )
+    if PROBES.probes:
+        print(
+            probes_table.after_failed_run(PROBES, codes, remote_probe_hosts()),
+            file=sys.stderr,
+        )
+
+
+def all_results():
+    """The machine-readable results the summary gathers: every comparison's, and with
+    remote hosts every cross-host job's (their rows are the hosts' cells, cpu@mac)."""
+    return [c.result(kind) for c in PLAN.comparisons() for kind in c.kinds] + [
+        j["result"] for j in remote_crosshost_jobs()
+    ]
+
+
+def check_inputs(wildcards):
+    """The tables whose verdicts the check target gates on, and their records."""
+    out = {
+        "summary": paths.SUMMARY.format(ext="csv"),
+        "summary_sources": paths.SUMMARY_SOURCES,
+    }
+    if PROBES.probes:
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+        out["probes_sources"] = paths.PROBES_SOURCES
+    return out
+
+
+def versions_table_inputs(wildcards):
+    """The release matrix reads the summary and, with probes, the probe table."""
+    out = {"summary": paths.SUMMARY.format(ext="csv")}
+    if PROBES.probes:
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+    return out
+
+
+def summary_outputs():
+    """The summary and the probe table, with their records: what the check target reads."""
+    return (
+        [paths.SUMMARY.format(ext=e) for e in ("csv", "md")]
+        + [paths.SUMMARY_SOURCES]
+        + PROBES.outputs()
+        + ([paths.PROBES_SOURCES] if PROBES.probes else [])
+    )
+
+
 rule summary:
     """One row per comparison: worst values, tolerance, verdict and expected verdict; and
     what it was made from (summary.sources.json: the run, each result's sha256)."""
@@ -67,7 +145,7 @@ rule optimizer_defaults_torch:
     conda:
         "../envs/torch.yaml"
     script:
-        "../scripts/defaults_torch.py"
+        "../scripts/optimizer_defaults_torch.py"
 
 
 rule optimizer_defaults_candle:
@@ -83,7 +161,7 @@ rule optimizer_defaults_candle:
     conda:
         "../envs/analysis.yaml"
     script:
-        "../scripts/defaults_candle.py"
+        "../scripts/optimizer_defaults_candle.py"
 
 
 rule optimizer_defaults_burn:
@@ -99,7 +177,7 @@ rule optimizer_defaults_burn:
     conda:
         "../envs/analysis.yaml"
     script:
-        "../scripts/defaults_burn.py"
+        "../scripts/optimizer_defaults_burn.py"
 
 
 rule optimizer_defaults:
@@ -124,62 +202,9 @@ rule optimizer_defaults:
     conda:
         "../envs/analysis.yaml"
     params:
-        code=code("defaults_table.py"),
+        code=code("optimizer_defaults.py"),
     script:
-        "../scripts/defaults_table.py"
-
-
-rule training_loop_page:
-    """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
-    input:
-        text=workdir_path(os.path.join(workflow.basedir, "report", "training_loop.rst")),
-        defaults=[
-            "results/defaults/torch.json",
-            "results/defaults/candle.json",
-            "results/defaults/burn.json",
-        ],
-    output:
-        html=report(
-            "results/report/training_loop.html",
-            caption="../report/captions/training_loop.rst",
-            category="4 Training loop",
-            labels={"page": "correspondence"},
-        ),
-    log:
-        "results/logs/training_loop_page.log",
-    benchmark:
-        "results/benchmarks/training_loop_page.tsv"
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        code=code("training_loop_page.py"),
-    script:
-        "../scripts/training_loop_page.py"
-
-
-rule provenance:
-    """Where and with what every trace was made, read from the traces."""
-    input:
-        lambda wc: [k.trace for k in PLAN.runs()],
-    output:
-        csv="results/tables/provenance.csv",
-        md="results/tables/provenance.md",
-        html=report(
-            "results/tables/provenance.html",
-            caption="../report/captions/provenance.rst",
-            category="5 Provenance",
-            labels={"table": "traces"},
-        ),
-    log:
-        "results/logs/provenance.log",
-    benchmark:
-        "results/benchmarks/provenance.tsv"
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        code=code("provenance_table.py"),
-    script:
-        "../scripts/provenance_table.py"
+        "../scripts/optimizer_defaults.py"
 
 
 rule check:

@@ -2,6 +2,26 @@
 # Each job receives its run's resolved settings as params (Plan.run_settings).
 
 
+def run_settings(wildcards):
+    """The resolved settings a training job receives (Plan.run_settings)."""
+    known_experiment(wildcards.experiment)
+    try:
+        return PLAN.run_settings(wildcards.experiment, wildcards.run)
+    except KeyError:
+        runs = PLAN.experiments[wildcards.experiment]["runs"]
+        raise WorkflowError(
+            f"experiment {wildcards.experiment!r} has no run {wildcards.run!r} "
+            f"(its runs: {', '.join(runs)})"
+        ) from None
+
+
+def run_binary(wildcards):
+    """The binary a Rust run's job starts: its release's build for the device."""
+    return PLAN.binary(
+        RunKey(wildcards.experiment, wildcards.run, wildcards.dtype, wildcards.device)
+    )
+
+
 rule train_torch:
     """A PyTorch run, written as a Parquet trace."""
     input:

@@ -3,8 +3,8 @@ expectation."""
 
 import sys
 
-from parity import summary
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.report import summary
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

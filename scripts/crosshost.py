@@ -1,7 +1,7 @@
-"""Snakemake job: one experiment's cross-host table (see parity.crosshost.crosshost_job)."""
+"""Snakemake job: one experiment's cross-host table (see parity.remote.crosshost.crosshost_job)."""
 
-from parity import crosshost
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.remote import crosshost
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

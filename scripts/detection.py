@@ -1,7 +1,7 @@
-"""Snakemake job: the detection and false-alarm tables and figure (see parity.detection)."""
+"""Snakemake job: the detection and false-alarm tables and figure (see parity.detection.table)."""
 
-from parity import detection
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.detection import table as detection
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -1,8 +1,8 @@
 """Snakemake job: the study's framework table, computed from the runs (see
-parity.summary.framework_summary_job)."""
+parity.report.summary.framework_summary_job)."""
 
-from parity import summary
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.report import summary
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

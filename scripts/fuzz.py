@@ -6,7 +6,7 @@ import platform
 import shutil
 import time
 
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
 from parity.fuzz import campaign, check, report
 
 sm = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
-"""Snakemake job: localise one comparison, or skip it (see parity.localise_job)."""
+"""Snakemake job: localise one comparison, or skip it (see parity.localise.job)."""
 
-from parity import localise_job
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.localise import job as localise_job
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

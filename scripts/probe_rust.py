@@ -2,11 +2,12 @@
 binary, candle-parity or burn-parity of one release (the rule's param ``release``: the
 framework and "" for its primary release, else the version), run ONCE on the whole
 batch, each probe's result from the content cache when it holds it (see
-parity.probe_batch and parity.rust_probe)."""
+parity.probe.batch and parity.probe.rust)."""
 
-from parity import probe_batch, rust_probe
-from parity.fileio import job_logger, sha256_file
-from parity.probes import Probe
+from parity.core.fileio import job_logger, sha256_file
+from parity.probe import batch as probe_batch
+from parity.probe import rust as rust_probe
+from parity.probe.format import Probe
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -1,12 +1,13 @@
 """Snakemake job: a batch of probes (every probe of one dtype and device) with PyTorch, in
 this one interpreter (torch imported once), each probe's result from the content cache when
-it holds it (see parity.probe_batch; the interpreter is parity.probe_torch)."""
+it holds it (see parity.probe.batch; the interpreter is parity.probe.torch)."""
 
 import torch
 
-from parity import probe_batch, probe_torch
-from parity.fileio import job_logger
-from parity.probes import Probe
+from parity.core.fileio import job_logger
+from parity.probe import batch as probe_batch
+from parity.probe import torch as probe_torch
+from parity.probe.format import Probe
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
@@ -19,7 +20,7 @@ if w.device == "cuda" and torch.cuda.is_available():
 
 
 def compute(todo):
-    """Every probe of ``todo`` run by parity.probe_torch, one after the other."""
+    """Every probe of ``todo`` run by parity.probe.torch, one after the other."""
     for probe in todo:
         log.info("probe %s", probe.name)
         outcomes = probe_torch.run(probe, batch.dtype, batch.device, sm.threads, log)

@@ -1,9 +1,9 @@
 """Snakemake job: the probe table and its Markdown twin (see
-parity.probes_table.probes_table_job)."""
+parity.probe.table.probes_table_job)."""
 
-from parity import probes_table
-from parity.fileio import job_logger
-from parity.probe_plan import ProbePlan
+from parity.core.fileio import job_logger
+from parity.probe import table as probes_table
+from parity.probe.plan import ProbePlan
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -1,9 +1,9 @@
-"""Snakemake job: one remote host's run and transfer (see parity.remote.fetch_job)."""
+"""Snakemake job: one remote host's run and transfer (see parity.remote.fetch.fetch_job)."""
 
 from pathlib import Path
 
-from parity import remote
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.remote import fetch as remote
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -1,7 +1,7 @@
-"""Snakemake job: the learning-rate sensitivity search (see parity.sensitivity)."""
+"""Snakemake job: the learning-rate sensitivity search (see parity.detection.sensitivity)."""
 
-from parity import sensitivity
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.detection import sensitivity
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -1,7 +1,7 @@
-"""Snakemake job: the summary of every comparison (see parity.summary.summary_job)."""
+"""Snakemake job: the summary of every comparison (see parity.report.summary.summary_job)."""
 
-from parity import summary
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.report import summary
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

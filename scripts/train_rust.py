@@ -1,9 +1,9 @@
 """Snakemake job: one run of a Rust runner binary (candle-parity, burn-parity) with the
-settings its rule resolved (see parity.rust_runner)."""
+settings its rule resolved (see parity.run.rust)."""
 
-from parity import rust_runner
-from parity.fileio import job_logger
-from parity.keys import RunKey
+from parity.core.fileio import job_logger
+from parity.plan.keys import RunKey
+from parity.run import rust as rust_runner
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

@@ -1,9 +1,9 @@
 """Snakemake job: one PyTorch run with the settings its rule resolved (see
-parity.torch_runner)."""
+parity.run.torch)."""
 
-from parity import torch_runner
-from parity.fileio import job_logger
-from parity.keys import RunKey
+from parity.core.fileio import job_logger
+from parity.plan.keys import RunKey
+from parity.run import torch as torch_runner
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

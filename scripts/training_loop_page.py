@@ -1,8 +1,8 @@
 """Snakemake job: the report's training-loop page (see
-parity.report_pages.training_loop_page_job)."""
+parity.report.pages.training_loop_page_job)."""
 
-from parity import report_pages
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.report import pages as report_pages
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

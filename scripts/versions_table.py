@@ -1,8 +1,8 @@
 """Snakemake job: the release matrix, which releases of candle and burn have each known
-fault (see parity.version_matrix.versions_job)."""
+fault (see parity.report.matrix.versions_job)."""
 
-from parity import version_matrix
-from parity.fileio import job_logger
+from parity.core.fileio import job_logger
+from parity.report import matrix as version_matrix
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

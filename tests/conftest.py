@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import yaml
 
-from parity import versions
-from parity.fileio import exclusive_lock
-from parity.schema import TraceLayout, TraceWriter
+from parity.core.fileio import exclusive_lock
+from parity.plan import versions
+from parity.trace.schema import TraceLayout, TraceWriter
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -137,7 +137,7 @@ def run_workflow(
 def build_runner(crate, dest: Path) -> str:
     """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``) of the pinned
     release, built (or found up to date) in the target folder the workflow builds it in
-    (``burn`` for burn, ``default`` for candle's CPU build: scripts/build_runner.py, so
+    (``burn`` for burn, ``default`` for candle's CPU build: scripts/build.py, so
     their dependencies are compiled once) and copied into ``dest``; returns the copy's
     path. The build and the copy hold the target folder's lock, as the workflow's build job
     does: a workflow run building another release into the same folder cannot swap the

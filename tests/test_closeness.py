@@ -1,13 +1,13 @@
 """The closeness rule: the difference with NaN and Inf, the tolerance, the scaling and the
-mismatch message (``parity.closeness``)."""
+mismatch message (``parity.compare.closeness``)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from parity import closeness
-from parity.closeness import abs_diff, max_abs_diff, mismatch, scaled_tolerance, within
+from parity.compare import closeness
+from parity.compare.closeness import abs_diff, max_abs_diff, mismatch, scaled_tolerance, within
 
 NAN, INF = math.nan, math.inf
 

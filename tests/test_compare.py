@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from parity import compare
-from parity.schema import TraceReader
+from parity.compare import maths as compare
+from parity.trace.schema import TraceReader
 
 from conftest import write_trace
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parity.devices import DEVICES, DTYPES
-from parity.frameworks import FRAMEWORKS, unsupported_reason
-from parity.plan import Plan
-from parity.schema import TraceReader
+from parity.core.devices import DEVICES, DTYPES
+from parity.plan.frameworks import FRAMEWORKS, unsupported_reason
+from parity.plan.plan import Plan
+from parity.trace.schema import TraceReader
 
 from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
 

@@ -8,10 +8,14 @@ import re
 import numpy as np
 import pytest
 
-from parity import activations, compare, compare_jobs, fixtures, tables
-from parity.fileio import sha256_file
-from parity.plan import Plan
-from parity.schema import TraceReader
+from parity.compare import activations
+from parity.compare import job as compare_jobs
+from parity.compare import maths as compare
+from parity.core.fileio import sha256_file
+from parity.plan.plan import Plan
+from parity.render import tables
+from parity.trace import fixtures
+from parity.trace.schema import TraceReader
 
 from conftest import write_trace
 

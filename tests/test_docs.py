@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -59,14 +60,27 @@ def module_map_rows(text: str) -> list[str]:
     return rows
 
 
+def docstring_only(init: Path) -> bool:
+    """Whether a package's ``__init__.py`` holds nothing but its docstring."""
+    body = ast.parse(init.read_text(encoding="utf-8")).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+
+
 def modules_on_disk() -> set[str]:
-    """What the module map must list, as repository-relative paths."""
+    """What the module map must list, as repository-relative paths: every module, every
+    subpackage folder (``scripts/parity/core/``, written without the slash), an
+    ``__init__.py`` only where it holds more than its docstring, rule files, crates."""
     parity = REPO / "scripts" / "parity"
-    found = {
-        p.relative_to(REPO).as_posix()
-        for p in parity.rglob("*.py")
-        if p != parity / "__init__.py" and "__pycache__" not in p.parts
-    }
+    found = set()
+    for p in parity.rglob("*.py"):
+        if p == parity / "__init__.py" or "__pycache__" in p.parts:
+            continue
+        if p.name == "__init__.py":
+            if p.parent.parent == parity:
+                found.add(p.parent.relative_to(REPO).as_posix())
+            if docstring_only(p):
+                continue
+        found.add(p.relative_to(REPO).as_posix())
     found |= {p.relative_to(REPO).as_posix() for p in (REPO / "rules").glob("*.smk")}
     rust = REPO / "rust"
     for manifest in rust.rglob("Cargo.toml"):
@@ -86,6 +100,21 @@ def test_module_map_lists_every_module_rule_file_and_crate():
         "docs/architecture.md module map is out of date: "
         f"add rows for {missing or 'nothing'}; remove rows for {extra or 'nothing'}"
     )
+
+
+def test_module_map_lists_each_module_under_its_subpackage():
+    """Each Python module row follows its own subpackage's folder row (the map is grouped
+    by stage), and every subpackage has a section of its own."""
+    rows = module_map_rows(ARCHITECTURE.read_text(encoding="utf-8"))
+    group, misplaced = None, []
+    for row in rows:
+        if not row.startswith("scripts/parity/"):
+            group = None
+        elif not row.endswith(".py"):
+            group = row
+        elif group is None or not row.startswith(group + "/"):
+            misplaced.append(f"{row} (under {group or 'no subpackage'})")
+    assert not misplaced, f"docs/architecture.md module map: misplaced rows {misplaced}"
 
 
 def test_module_map_parser_reads_paths_and_stops_at_the_next_section():

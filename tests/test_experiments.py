@@ -4,12 +4,12 @@ import copy
 
 import pytest
 
-from parity.config import ConfigError
-from parity.frameworks import framework_of, unsupported_reason
-from parity.keys import RunKey
-from parity.models import count_params
-from parity.plan import Plan
-from parity.runspec import runner_spec
+from parity.core.config import ConfigError
+from parity.core.models import count_params
+from parity.plan.frameworks import framework_of, unsupported_reason
+from parity.plan.keys import RunKey
+from parity.plan.plan import Plan
+from parity.plan.runspec import runner_spec
 
 from conftest import load_config
 

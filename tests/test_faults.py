@@ -10,13 +10,18 @@ import pytest
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from parity import compare, detection, fixtures, rust_runner, sensitivity, torch_runner
-from parity.config import ConfigError
-from parity.faults import perturbed_settings
-from parity.keys import RunKey
-from parity.plan import Plan
-from parity.runspec import runner_spec
-from parity.schema import TraceReader
+from parity.compare import maths as compare
+from parity.core.config import ConfigError
+from parity.detection import sensitivity
+from parity.detection import table as detection
+from parity.plan.faults import perturbed_settings
+from parity.plan.keys import RunKey
+from parity.plan.plan import Plan
+from parity.plan.runspec import runner_spec
+from parity.run import rust as rust_runner
+from parity.run import torch as torch_runner
+from parity.trace import fixtures
+from parity.trace.schema import TraceReader
 
 from conftest import REPO, load_config
 

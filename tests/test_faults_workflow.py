@@ -5,9 +5,9 @@ import csv
 
 import pytest
 
-from parity.detection import DETECTION_COLUMNS, FALSE_ALARM_COLUMNS
-from parity.plan import Plan
-from parity.sensitivity import SENSITIVITY_COLUMNS
+from parity.detection.sensitivity import SENSITIVITY_COLUMNS
+from parity.detection.table import DETECTION_COLUMNS, FALSE_ALARM_COLUMNS
+from parity.plan.plan import Plan
 
 from conftest import enabled_experiments, load_config, load_test_config, run_workflow
 

@@ -8,11 +8,12 @@ import stat
 import numpy as np
 import pytest
 
-from parity import figures, fixtures, tables
-from parity.fileio import atomic_path, current_umask, write_text_atomic
-from parity.probe_plan import ProbeKey
-from parity.probe_results import Outcome, write_results
-from parity.probes import load
+from parity.core.fileio import atomic_path, current_umask, write_text_atomic
+from parity.probe.format import load
+from parity.probe.plan import ProbeKey
+from parity.probe.results import Outcome, write_results
+from parity.render import figures, tables
+from parity.trace import fixtures
 from test_probes import CONV1D, write_probe
 
 from conftest import write_trace

@@ -3,8 +3,8 @@
 import numpy as np
 from safetensors.numpy import load_file
 
-from parity import fixtures
-from parity.plan import Plan
+from parity.plan.plan import Plan
+from parity.trace import fixtures
 
 from conftest import load_config
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from parity.frames import FrameError, read_frames
+from parity.trace.frames import FrameError, read_frames
 
 
 def frame(meta, tensors=None):

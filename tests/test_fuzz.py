@@ -5,9 +5,11 @@ and the written probe files' validity (parity.fuzz)."""
 import numpy as np
 import pytest
 
-from parity import probe_shapes, probes
 from parity.fuzz import campaign, check, generate, report, shrink
 from parity.fuzz.generate import Case, Route
+from parity.probe import format as probes
+from parity.probe import ops as probe_ops
+from parity.probe import shapes as probe_shapes
 
 
 def test_same_seed_same_cases_byte_for_byte():
@@ -40,7 +42,7 @@ def test_every_generated_case_loads_and_its_shapes_infer():
             assert all(1 <= n <= 6 for n in inp.shape)
             kinds.update(inp.route.kinds())
         out, _ = probe_shapes.infer(
-            case.op, probes.op_args(case.op, case.args), [list(i.shape) for i in case.inputs]
+            case.op, probe_ops.op_args(case.op, case.args), [list(i.shape) for i in case.inputs]
         )
         assert tuple(out) == case.out_shape
         # Exactly representable values: small integers or multiples of 1/8.

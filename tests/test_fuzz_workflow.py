@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from parity import probes
+from parity.probe import format as probes
 
 from conftest import load_test_config, run_workflow
 

@@ -9,11 +9,13 @@ import time
 import numpy as np
 import pytest
 
-from parity import fileio, fixtures, integrity, paths, summary
-from parity.probe_plan import ProbeKey
-from parity.probe_results import Outcome, ProbeResultError, read_results, write_results
-from parity.probes import load
-from parity.schema import TraceError, TraceReader
+from parity.core import fileio, integrity, paths
+from parity.probe.format import load
+from parity.probe.plan import ProbeKey
+from parity.probe.results import Outcome, ProbeResultError, read_results, write_results
+from parity.report import summary
+from parity.trace import fixtures
+from parity.trace.schema import TraceError, TraceReader
 from test_probes import CONV1D, write_probe
 
 from conftest import write_trace

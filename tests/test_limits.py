@@ -7,11 +7,13 @@ import time
 
 import pytest
 
-from parity import limits, yamlfile
-from parity.config import ConfigError, merge
-from parity.plan import Plan
-from parity.probes import ProbeError, load
-from parity.rust_runner import RunnerError, spec_json
+from parity.core import yamlfile
+from parity.core.config import ConfigError, merge
+from parity.plan import limits
+from parity.plan.plan import Plan
+from parity.probe import limits as probe_limits
+from parity.probe.format import ProbeError, load
+from parity.run.rust import RunnerError, spec_json
 from test_probes import CONV1D, write_probe
 
 from conftest import REPO, load_config
@@ -124,7 +126,7 @@ def test_the_default_and_the_scale_configs_are_within_the_limits():
 
 
 def test_recorded_rows_are_counted_without_listing_them():
-    from parity.schema import recorded_steps
+    from parity.trace.schema import recorded_steps
 
     for steps, every in [(1, 1), (10, 3), (12, 4), (100, 10), (7, 100)]:
         assert limits.recorded_rows(steps, every) == len(recorded_steps(steps, every))
@@ -156,7 +158,7 @@ def probe(tmp_path, inputs, steps, compare=("y",)):
 
 
 def sizes(doc):
-    return {(w, what): n for w, what, n in limits.probe_tensor_sizes(doc)}
+    return {(w, what): n for w, what, n in probe_limits.probe_tensor_sizes(doc)}
 
 
 def test_probe_shapes_are_inferred_through_every_kind_of_op():
@@ -222,15 +224,15 @@ def test_matmul_broadcasts_batches_as_pytorch_does():
 
 
 def test_every_probe_op_has_its_output_shape_inferred():
-    from parity.probes import op_names
+    from parity.probe.ops import op_names
 
-    assert set(op_names()) == limits.SHAPE_OPS
+    assert set(op_names()) == probe_limits.SHAPE_OPS
 
 
 def test_repository_probes_are_small():
     for path in sorted((REPO / "probes").glob("*.yaml")):
         doc = yamlfile.load(path)
-        assert max(n for _, _, n in limits.probe_tensor_sizes(doc)) <= 1000, path.name
+        assert max(n for _, _, n in probe_limits.probe_tensor_sizes(doc)) <= 1000, path.name
 
 
 @pytest.mark.parametrize(

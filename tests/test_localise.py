@@ -1,6 +1,6 @@
-"""The localisation walk (scripts/parity/localise.py) on hand-made replay records whose
-culprit is known, the choice of the replayed step (scripts/parity/replay.py) and the job
-(scripts/parity/localise_job.py)."""
+"""The localisation walk (scripts/parity/localise/walk.py) on hand-made replay records whose
+culprit is known, the choice of the replayed step (scripts/parity/localise/replay.py) and the job
+(scripts/parity/localise/job.py)."""
 
 import math
 from pathlib import Path
@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity import localise, localise_job, replay
+from parity.localise import job as localise_job
+from parity.localise import replay
+from parity.localise import walk as localise
 
 MLP = {"family": "mlp", "sizes": [3, 5, 2], "activation": "relu"}
 CNN = {
@@ -209,8 +211,9 @@ def test_the_replayed_step(perstep, diagnosis, setting, want):
 def _job(tmp_path, monkeypatch, config, experiment, comparison):
     """Plan.comparison_job of one comparison, a sealed per-step result that says it failed
     at step 1, and the fixture, in ``tmp_path`` (the working directory)."""
-    from parity import fixtures, integrity
-    from parity.plan import Plan
+    from parity.core import integrity
+    from parity.plan.plan import Plan
+    from parity.trace import fixtures
 
     monkeypatch.chdir(tmp_path)
     plan = Plan(config)
@@ -229,7 +232,7 @@ def _job(tmp_path, monkeypatch, config, experiment, comparison):
 def _run_job(params, perstep, out, tmp_path):
     import logging
 
-    from parity import integrity
+    from parity.core import integrity
 
     result = localise_job.localise_job(
         params, perstep, None, out, logging.getLogger("test"), str(tmp_path / "log")
@@ -260,7 +263,7 @@ def test_an_imported_device_is_not_replayed(tmp_path, monkeypatch):
     c, params, perstep, out = _job(tmp_path, monkeypatch, config, "a3_sgd", "main")
     assert c.device == "cpu"  # the cpu comparison replays; take the cuda one instead
     plan_cuda = params["localise"]
-    from parity.plan import Plan
+    from parity.plan.plan import Plan
 
     cuda = next(
         x
@@ -275,7 +278,7 @@ def test_an_imported_device_is_not_replayed(tmp_path, monkeypatch):
 
 
 def test_a_diverged_reference_state_is_refused(tmp_path):
-    from parity.keys import RunKey
+    from parity.plan.keys import RunKey
 
     settings = {
         "model": MLP,
@@ -285,7 +288,7 @@ def test_a_diverged_reference_state_is_refused(tmp_path):
 
     key = RunKey("e", "torch", "f32", "cpu")
     # k = 1 takes the fixture; a NaN there is a state that cannot be replayed either.
-    from parity import fixtures
+    from parity.trace import fixtures
 
     fx_settings = {"model": MLP, "loss": "mse", "data": {"seed": 1, "batches": 1, "batch_size": 4}}
     fx = fixtures.draw(fx_settings)
@@ -297,7 +300,7 @@ def test_a_diverged_reference_state_is_refused(tmp_path):
 
 
 def test_skip_reason():
-    from parity.keys import Comparison, RunKey
+    from parity.plan.keys import Comparison, RunKey
 
     ref, cand = RunKey("e", "torch", "f32", "cpu"), RunKey("e", "candle", "f32", "cpu")
     passing = Comparison("e", "main", "cpu", ref, cand, "pass", 1e-6, None)
@@ -347,10 +350,11 @@ def test_the_transformer_walk_brackets_the_op_between_two_parameter_gradients():
 #: Run in a fresh interpreter: the skipped job's outputs and which heavy modules it loaded.
 SKIPPED_JOB = """
 import json, logging, sys
-from parity import localise_job
+from parity.localise import job as localise_job
 a = json.load(open(sys.argv[1]))
 r = localise_job.localise_job(a["params"], a["perstep"], None, a["out"], logging.getLogger(), None)
-heavy = ("matplotlib", "torch", "parity.replay", "parity.localise", "pyarrow", "safetensors")
+heavy = ("matplotlib", "torch", "parity.localise.replay", "parity.localise.walk", "pyarrow",
+         "safetensors")
 print(json.dumps({"status": r["status"], "loaded": [m for m in heavy if m in sys.modules]}))
 """
 
@@ -363,7 +367,7 @@ def test_a_skipped_localisation_writes_every_output_without_the_replay_or_matplo
     import subprocess
     import sys
 
-    from parity import integrity
+    from parity.core import integrity
 
     from conftest import REPO, load_config
 

@@ -1,4 +1,4 @@
-"""Probe batches (parity.probe_batch, parity.rust_probe.run_batch): one job per (framework,
+"""Probe batches (parity.probe.batch, parity.probe.rust.run_batch): one job per (framework,
 dtype, device), a content cache so a rerun recomputes only the probes that changed, the
 Rust runners' batch frame stream, and the batch jobs in the workflow's DAG."""
 
@@ -15,12 +15,15 @@ import pytest
 import yaml
 from safetensors.numpy import save
 
-from parity import paths, probe_batch, rust_probe, versions
-from parity.frames import Frame, read_frames
-from parity.probe_plan import ProbePlan
-from parity.probe_results import Outcome, ProbeResultError, read_results
-from parity.probes import Probe, load
-from parity.rust_runner import RunnerError
+from parity.core import paths
+from parity.plan import versions
+from parity.probe import batch as probe_batch
+from parity.probe import rust as rust_probe
+from parity.probe.format import Probe, load
+from parity.probe.plan import ProbePlan
+from parity.probe.results import Outcome, ProbeResultError, read_results
+from parity.run.rust import RunnerError
+from parity.trace.frames import Frame, read_frames
 
 from conftest import REPO, load_test_config, run_workflow
 
@@ -192,7 +195,7 @@ def corrupt_truncate(path):
 def corrupt_other_cell(path):
     # A valid result, but of another cell (the f64 run) stored under this key.
     p = load(REPO / "probes" / f"{path.name.split('-')[0]}.yaml")
-    from parity.probe_results import write_results
+    from parity.probe.results import write_results
 
     write_results(path, p, probe_batch.Batch("candle", "f64", "cpu").key(p.name),
                   outcomes(p), metadata())  # fmt: skip
@@ -201,7 +204,7 @@ def corrupt_other_cell(path):
 def corrupt_other_code(path):
     # A valid result of this very cell, made by other code (another cache key).
     p = load(REPO / "probes" / f"{path.name.split('-')[0]}.yaml")
-    from parity.probe_results import write_results
+    from parity.probe.results import write_results
 
     meta = {**metadata(), probe_batch.CACHE_KEY_FIELD: "0" * 16}
     write_results(path, p, BATCH.key(p.name), outcomes(p), meta)

@@ -9,10 +9,13 @@ import logging
 import pytest
 import yaml
 
-from parity import probe_torch, rust_probe, verdicts
-from parity.probe_plan import ProbeKey
-from parity.probe_results import judge_probe_row, read_results
-from parity.probes import load, op_names
+from parity.compare import verdicts
+from parity.probe import rust as rust_probe
+from parity.probe import torch as probe_torch
+from parity.probe.format import load
+from parity.probe.ops import op_names
+from parity.probe.plan import ProbeKey
+from parity.probe.results import judge_probe_row, read_results
 
 from conftest import REPO
 

@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from parity import devices, frameworks, probes, verdicts
-from parity.probe_plan import FP64_RULE_DEFAULTS, ProbeKey, ProbePlan
-from parity.probe_results import (
+from parity.compare import verdicts
+from parity.core import devices
+from parity.plan import frameworks
+from parity.probe import format as probes
+from parity.probe.format import Probe
+from parity.probe.plan import FP64_RULE_DEFAULTS, ProbeKey, ProbePlan
+from parity.probe.results import (
     Outcome,
     fp64_check,
     integer_quantity,
@@ -21,9 +25,8 @@ from parity.probe_results import (
     same_shape,
     ulp,
 )
-from parity.probes import Probe
-from parity.probes_table import table_rows, write_table
-from parity.tables import PROBE_COLUMNS
+from parity.probe.table import table_rows, write_table
+from parity.render.tables import PROBE_COLUMNS
 
 from conftest import REPO, load_config
 

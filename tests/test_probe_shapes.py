@@ -1,10 +1,10 @@
-"""Shape and kind inference of the probe ops (parity.probe_shapes), against hand-checked
+"""Shape and kind inference of the probe ops (parity.probe.shapes), against hand-checked
 sizes from PyTorch's formulas; no framework needed."""
 
 import pytest
 
-from parity import probe_shapes as ps
-from parity.probes import op_args, op_names, op_support
+from parity.probe import shapes as ps
+from parity.probe.ops import op_args, op_names, op_support
 
 F, INT = ps.FLOAT, ps.INT64
 

@@ -1,4 +1,4 @@
-"""The PyTorch probe interpreter (``parity.probe_torch``) on hand-built normalized probes.
+"""The PyTorch probe interpreter (``parity.probe.torch``) on hand-built normalized probes.
 
 Every expected value is computed here by hand or with plain numpy (never torch), from small
 integer inputs, so the interpreter is checked against the semantics the probe language
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-from parity import probe_torch
-from parity.probes import Probe
+from parity.probe import torch as probe_torch
+from parity.probe.format import Probe
 
 LOG = logging.getLogger("test")
 

@@ -8,24 +8,18 @@ import numpy as np
 import pytest
 import yaml
 
-from parity import verdicts
-from parity.probe_plan import ProbeKey, ProbePlan
-from parity.probe_results import (
+from parity.compare import verdicts
+from parity.probe.format import ProbeError, discover, load, parse
+from parity.probe.ops import op_defaults, op_names
+from parity.probe.plan import ProbeKey, ProbePlan
+from parity.probe.results import (
     Outcome,
     ProbeResultError,
     judge_probe_row,
     read_results,
     write_results,
 )
-from parity.probes import (
-    ProbeError,
-    discover,
-    load,
-    op_defaults,
-    op_names,
-    parse,
-)
-from parity.tables import number, values_text
+from parity.render.tables import number, values_text
 
 from conftest import REPO, load_config
 
@@ -106,7 +100,7 @@ def test_defaults_come_from_the_schema():
 
 
 def test_torch_implements_exactly_the_schema_ops():
-    from parity.probe_torch import OPS
+    from parity.probe.torch import OPS
 
     assert set(OPS) == set(op_names())
 

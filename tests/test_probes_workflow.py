@@ -7,7 +7,7 @@ import csv
 import pytest
 import yaml
 
-from parity.tables import PROBE_COLUMNS
+from parity.render.tables import PROBE_COLUMNS
 
 from conftest import REPO, load_test_config, run_workflow
 

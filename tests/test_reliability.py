@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from parity import compare_jobs, fixtures
-from parity.compare import ComparisonError
-from parity.plan import Plan
-from parity.schema import TraceReader
+from parity.compare import job as compare_jobs
+from parity.compare.maths import ComparisonError
+from parity.plan.plan import Plan
+from parity.trace import fixtures
+from parity.trace.schema import TraceReader
 
 from conftest import (
     REPO,

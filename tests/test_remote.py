@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from parity import remote
-from parity.configcheck import schema_errors
-from parity.crosshost import crosshost_params, here_traces
-from parity.fileio import sha256_file
-from parity.plan import Plan
-from parity.schema import TraceReader
+from parity.core.configcheck import schema_errors
+from parity.core.fileio import sha256_file
+from parity.plan.plan import Plan
+from parity.remote import fetch as remote
+from parity.remote.crosshost import crosshost_params, here_traces
+from parity.trace.schema import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
 from local_sshd import LocalSshd, SshdStartError, install_reason

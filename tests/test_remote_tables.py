@@ -13,11 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity import crosshost, integrity, paths, probes_table, remote, summary, verdicts
-from parity.plan import Plan
-from parity.probe_plan import ProbeKey, ProbePlan
-from parity.probe_results import Outcome, judge_probe_row
-from parity.probes import Probe
+from parity.compare import verdicts
+from parity.core import hosts, integrity, paths
+from parity.plan.plan import Plan
+from parity.probe import table as probes_table
+from parity.probe.format import Probe
+from parity.probe.plan import ProbeKey, ProbePlan
+from parity.probe.results import Outcome, judge_probe_row
+from parity.remote import crosshost
+from parity.remote import fetch as remote
+from parity.report import summary
 
 from conftest import load_test_config
 
@@ -117,11 +122,11 @@ def test_crosshost_rows_become_summary_rows_and_check_gates_on_them(in_tmp):
 
 def test_a_failed_host_is_error_rows_naming_the_host_stage_log_and_missing_traces(in_tmp):
     p = params()
-    status = in_tmp / remote.REMOTE_STATUS.format(host="mac")
+    status = in_tmp / hosts.REMOTE_STATUS.format(host="mac")
     status.parent.mkdir(parents=True)
     status.write_text(json.dumps({"stage": "rsync", "error": "remote mac: the transfer stopped"}))
     # one trace came back whole before the cut
-    here = in_tmp / remote.remote_file("mac", f"results/traces/{EXPERIMENT}/torch-f32-cpu.parquet")
+    here = in_tmp / hosts.remote_file("mac", f"results/traces/{EXPERIMENT}/torch-f32-cpu.parquet")
     here.parent.mkdir(parents=True)
     here.write_bytes(b"x")
     job = {
@@ -157,7 +162,7 @@ def test_a_failed_host_is_error_rows_naming_the_host_stage_log_and_missing_trace
 
 
 def test_host_status_says_not_run_when_no_attempt_recorded_a_failure(in_tmp):
-    s = remote.host_status("mac")
+    s = hosts.host_status("mac")
     assert s == {
         "stage": "not run",
         "error": "its job did not run (an earlier job failed)",
@@ -165,7 +170,7 @@ def test_host_status_says_not_run_when_no_attempt_recorded_a_failure(in_tmp):
     }
     Path("results/remote/mac").mkdir(parents=True)
     Path(remote.REMOTE_MANIFEST.format(host="mac")).write_text("{}")
-    assert remote.host_status("mac") is None
+    assert hosts.host_status("mac") is None
 
 
 # ----- the probe table ------------------------------------------------------------------------
@@ -255,7 +260,7 @@ def test_remote_probe_rows_are_judged_against_this_hosts_cpu(tmp_path):
 
 def test_a_host_without_results_is_an_error_row_per_cell_naming_host_and_log(in_tmp):
     plan = ProbePlan({"p": _probe()}, ["cpu"], ["f32"])
-    status = in_tmp / remote.REMOTE_STATUS.format(host="mac")
+    status = in_tmp / hosts.REMOTE_STATUS.format(host="mac")
     status.parent.mkdir(parents=True)
     status.write_text(json.dumps({"stage": "bootstrap", "error": "remote mac: bootstrap failed"}))
     got, made_from = probes_table.gather_remote(plan, {"mac": ["cpu"]})
@@ -279,7 +284,7 @@ def test_a_remote_probe_result_not_in_the_manifest_is_not_read(in_tmp):
     manifest = Path(remote.REMOTE_MANIFEST.format(host="mac"))
     manifest.parent.mkdir(parents=True)
     key = plan.jobs()[0]
-    path = Path(remote.remote_file("mac", key.result))
+    path = Path(hosts.remote_file("mac", key.result))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not the manifest's")
     manifest.write_text(json.dumps({"files": {str(path): "0" * 64}}))

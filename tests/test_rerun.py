@@ -1,7 +1,7 @@
 """Code-change reruns: an edit reruns exactly the jobs whose code it changes.
 
 Each rule's ``code`` param hashes its script and the parity modules that script imports
-(``parity.codeversion``). Checked here on a real run of a copy of this checkout: after an
+(``parity.core.codeversion``). Checked here on a real run of a copy of this checkout: after an
 edit to the comparison maths a dry run schedules the comparison jobs and no training job;
 after an edit to the trace schema it schedules every training job, burn's included.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from parity import versions
-from parity.codeversion import closure, code_version
+from parity.core.codeversion import closure, code_version
+from parity.plan import versions
 
 from conftest import REPO, load_test_config, run_workflow
 
@@ -30,21 +30,29 @@ def parity_files(script: str) -> set[str]:
 def test_training_code_does_not_include_the_comparison_maths():
     for script in ("train_torch.py", "train_rust.py"):
         files = parity_files(script)
-        assert "parity/schema.py" in files  # the trace writer shapes a trace
-        assert "parity/compare.py" not in files
-        assert "parity/closeness.py" not in files
-        assert "parity/plan.py" not in files  # a job gets its settings, not the plan
-    files = parity_files("compare_tables.py")
-    assert {"parity/compare.py", "parity/closeness.py", "parity/schema.py"} <= files
-    assert "parity/torch_runner.py" not in files
+        assert "parity/trace/schema.py" in files  # the trace writer shapes a trace
+        assert "parity/compare/maths.py" not in files
+        assert "parity/compare/closeness.py" not in files
+        assert "parity/plan/plan.py" not in files  # a job gets its settings, not the plan
+    files = parity_files("compare.py")
+    assert {
+        "parity/compare/maths.py",
+        "parity/compare/closeness.py",
+        "parity/trace/schema.py",
+    } <= files
+    assert "parity/run/torch.py" not in files
 
 
 def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
-    # rust_runner imports runspec, which imports models; frameworks/__init__ its modules.
+    # run/rust imports runspec, which imports models; frameworks/__init__ its modules.
     files = parity_files("train_rust.py")
-    assert {"parity/runspec.py", "parity/models.py", "parity/frameworks/candle.py"} <= files
-    # compare.float64_tables imports activations inside the function.
-    assert "parity/activations.py" in parity_files("compare_tables.py")
+    assert {
+        "parity/plan/runspec.py",
+        "parity/core/models.py",
+        "parity/plan/frameworks/candle.py",
+    } <= files
+    # compare.maths.float64_tables imports activations inside the function.
+    assert "parity/compare/activations.py" in parity_files("compare.py")
 
 
 def test_the_hash_changes_with_any_file_it_covers(tmp_path):
@@ -53,7 +61,10 @@ def test_the_hash_changes_with_any_file_it_covers(tmp_path):
     cmd = [
         sys.executable,
         "-c",
-        "import sys; from parity.codeversion import code_version; print(code_version(sys.argv[1]))",
+        (
+            "import sys; from parity.core.codeversion import code_version; "
+            "print(code_version(sys.argv[1]))"
+        ),
     ]
 
     def version(script):
@@ -62,11 +73,11 @@ def test_the_hash_changes_with_any_file_it_covers(tmp_path):
         )
         return out.stdout.strip()
 
-    before = {s: version(s) for s in ("train_torch.py", "compare_tables.py")}
+    before = {s: version(s) for s in ("train_torch.py", "compare.py")}
     assert before["train_torch.py"] == code_version(str(SCRIPTS / "train_torch.py"))
-    with open(tree / "parity" / "compare.py", "a") as f:
+    with open(tree / "parity" / "compare" / "maths.py", "a") as f:
         f.write("\n# edited\n")
-    assert version("compare_tables.py") != before["compare_tables.py"]
+    assert version("compare.py") != before["compare.py"]
     assert version("train_torch.py") == before["train_torch.py"]
 
 
@@ -131,7 +142,7 @@ def dry_run_after_edit(finished, module: str) -> dict[str, int]:
 
 @pytest.mark.workflow
 def test_an_edit_to_the_comparison_maths_reruns_no_training_job(finished):
-    jobs = dry_run_after_edit(finished, "compare.py")
+    jobs = dry_run_after_edit(finished, "compare/maths.py")
     assert not any(rule.startswith(("train_", "probe_", "build_")) for rule in jobs), jobs
     # a3_sgd has three comparisons (main, burn, burn_candle), each with three tables (the
     # per-step, the split and the diagnosis) made by one compare job.
@@ -140,7 +151,7 @@ def test_an_edit_to_the_comparison_maths_reruns_no_training_job(finished):
 
 @pytest.mark.workflow
 def test_an_edit_to_the_trace_schema_reruns_every_training_job_burns_included(finished):
-    jobs = dry_run_after_edit(finished, "schema.py")
+    jobs = dry_run_after_edit(finished, "trace/schema.py")
     # torch, candle and burn, each in f32 and f64
     for rule in ("train_torch", "train_candle", "train_burn"):
         assert jobs.get(rule) == 2, jobs

@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parity import integrity, schema
-from parity.schema import (
+from parity.core import integrity
+from parity.trace import schema
+from parity.trace.schema import (
     INDEX_KEY,
     METADATA_KEY,
     TraceError,

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from parity import paths, summary
-from parity.plan import Plan
-from parity.probe_plan import ProbePlan
-from parity.schema import TraceReader
+from parity.core import paths
+from parity.plan.plan import Plan
+from parity.probe.plan import ProbePlan
+from parity.report import summary
+from parity.trace.schema import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from parity.configcheck import schema_errors
-from parity.plan import Plan
-from parity.probe_plan import ProbePlan
+from parity.core.configcheck import schema_errors
+from parity.plan.plan import Plan
+from parity.probe.plan import ProbePlan
 
 from conftest import REPO, TEST_CONFIGS, load_config, load_test_config
 

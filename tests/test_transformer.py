@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from parity import compare, fixtures, models, torch_runner
-from parity.config import ConfigError
-from parity.plan import Plan
-from parity.schema import TraceReader
+from parity.compare import maths as compare
+from parity.core import models
+from parity.core.config import ConfigError
+from parity.plan.plan import Plan
+from parity.run import torch as torch_runner
+from parity.trace import fixtures
+from parity.trace.schema import TraceReader
 
 from conftest import load_config, write_trace
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from parity import verdicts as v
+from parity.compare import verdicts as v
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
-"""The version axis (config candle.versions, burn.versions; parity.versions): which runs,
+"""The version axis (config candle.versions, burn.versions; parity.plan.versions): which runs,
 comparisons, binaries and probe cells each release adds, what is refused before the DAG,
-and the release matrix (parity.version_matrix) on hand-made probe and summary rows. The
+and the release matrix (parity.report.matrix) on hand-made probe and summary rows. The
 real two-release run is tests/test_versions_workflow.py."""
 
 import copy
@@ -10,11 +10,12 @@ import shutil
 
 import pytest
 
-from parity import version_matrix, versions
-from parity.config import ConfigError
-from parity.keys import RunKey
-from parity.plan import Plan
-from parity.probe_plan import ProbeKey, ProbePlan
+from parity.core.config import ConfigError
+from parity.plan import versions
+from parity.plan.keys import RunKey
+from parity.plan.plan import Plan
+from parity.probe.plan import ProbeKey, ProbePlan
+from parity.report import matrix as version_matrix
 
 from conftest import REPO, load_config
 
@@ -299,7 +300,7 @@ def test_a_further_release_probes_every_probe_in_a_batch_of_its_own(config):
 
 
 def test_a_known_bug_may_name_the_releases_it_is_in(tmp_path):
-    from parity import probes
+    from parity.probe import format as probes
 
     path = tmp_path / "p.yaml"
     path.write_text(
@@ -581,7 +582,8 @@ def test_the_matrix_files_and_their_markdown(tmp_path):
 def test_a_release_that_did_not_build_is_named_in_the_partial_summary_and_probe_table(
     config, tmp_path, monkeypatch
 ):
-    from parity import probes_table, summary
+    from parity.probe import table as probes_table
+    from parity.report import summary
 
     for name, exp in config["experiments"].items():
         exp["enabled"] = name == "a3_sgd"

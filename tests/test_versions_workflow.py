@@ -7,8 +7,8 @@ import csv
 
 import pytest
 
-from parity import versions
-from parity.schema import TraceReader
+from parity.plan import versions
+from parity.trace.schema import TraceReader
 
 from conftest import load_test_config, run_workflow
 

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from parity import burn_adam
-from parity.plan import Plan
-from parity.schema import TraceReader
-from parity.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
+from parity.analysis import burn_adam
+from parity.plan.plan import Plan
+from parity.render.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
+from parity.trace.schema import TraceReader
 
 from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
 

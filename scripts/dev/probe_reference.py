@@ -21,7 +21,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from parity import probes  # noqa: E402
+from parity.probe import ops as probe_ops  # noqa: E402
 
 OUTPUT = REPO / "docs" / "probe-reference.md"
 FRAMEWORKS = ("torch", "candle", "burn")
@@ -41,10 +41,10 @@ def _type(node: Mapping) -> str:
     if "enum" in node:
         return " \\| ".join(f"`{v}`" for v in node["enum"])
     if "oneOf" in node:
-        return " or ".join(_type(probes._resolve(n)) for n in node["oneOf"])
+        return " or ".join(_type(probe_ops.resolve_ref(n)) for n in node["oneOf"])
     kind = node.get("type")
     if kind == "array":
-        items = probes._resolve(node.get("items", {}))
+        items = probe_ops.resolve_ref(node.get("items", {}))
         n = node.get("minItems")
         size = f" of {n}" if n is not None and n == node.get("maxItems") else ""
         return f"list{size} of {_type(items)}s"
@@ -80,7 +80,7 @@ def _arguments(node: Mapping) -> list[str]:
     for arg, spec in node["properties"].items():
         if arg in ("in", "out"):
             continue
-        spec = probes._resolve(spec)
+        spec = probe_ops.resolve_ref(spec)
         desc = spec.get("description", "")
         if spec.get("x-normalized-as"):
             desc = f"{desc} (normalized as `{spec['x-normalized-as']}`)".strip()
@@ -108,16 +108,16 @@ def _mark(text: str) -> str:
 def _fields(node: Mapping) -> list[str]:
     rows = []
     for key, spec in node["properties"].items():
-        spec = probes._resolve(spec)
+        spec = probe_ops.resolve_ref(spec)
         rows.append(f"| `{key}` | {_text(spec.get('description', ''))} |")
     return ["| field | meaning |", "|---|---|", *rows, ""]
 
 
 def render() -> str:
     """The reference page, from the schema."""
-    schema = probes.schema()
+    schema = probe_ops.schema()
     defs = schema["$defs"]
-    ops = probes.op_names()
+    ops = probe_ops.op_names()
     out = [
         "# Probe reference",
         "",

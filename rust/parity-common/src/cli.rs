@@ -1,6 +1,6 @@
 //! The command line every Rust runner shares (`candle-parity`, `burn-parity`): the same
-//! subcommands, which the workflow calls alike (`scripts/parity/rust_runner.py`,
-//! `scripts/build_runner.py`, the defaults rule). A runner says what its framework does for
+//! subcommands, which the workflow calls alike (`scripts/parity/run/rust.py`,
+//! `scripts/build.py`, the defaults rule). A runner says what its framework does for
 //! each through [`Runner`] and calls [`run`] from its `main`.
 
 use std::io::Write;

@@ -16,7 +16,7 @@
 //!   [`crate::probe_spec::result_meta`].
 //! * `end`: the last frame; metadata `status` is `complete` or `diverged`.
 //!
-//! The reader is `scripts/parity/frames.py`.
+//! The reader is `scripts/parity/trace/frames.py`.
 
 use std::collections::HashMap;
 use std::io::Write;

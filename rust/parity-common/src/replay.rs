@@ -1,5 +1,5 @@
 //! Same-state replay of one training step, for localising the operation at fault
-//! (`scripts/parity/localise.py`; docs/localisation.md).
+//! (`scripts/parity/localise/walk.py`; docs/localisation.md).
 //!
 //! The workflow hands every framework the same state: the reference run's parameters after
 //! step k − 1 and, for Adam and AdamW, its moments (`exp_avg`, `exp_avg_sq`) with the step
@@ -166,7 +166,7 @@ impl ReplayState {
 /// `conv.out` (`[batch, channels, length − kernel + 1]`, bias included), `relu.out` (same
 /// shape), `fc.out` (`[batch, classes]`); for the transformer only its logits `head.out`
 /// (`[batch, seq_len, vocab]`). The names follow the PyTorch model's module paths;
-/// `scripts/parity/localise.py` defines the same list and the dataflow between them.
+/// `scripts/parity/localise/walk.py` defines the same list and the dataflow between them.
 pub fn forward_names(model: &Model) -> Vec<String> {
     let act = |a: &Activation| match a {
         Activation::Relu => "relu",

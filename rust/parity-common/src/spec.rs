@@ -1,6 +1,6 @@
 //! The run specification: one training run, as resolved by the workflow from `config.yaml`.
 //!
-//! The workflow writes it as JSON (`scripts/parity/runspec.py`, `runner_spec`); every
+//! The workflow writes it as JSON (`scripts/parity/plan/runspec.py`, `runner_spec`); every
 //! field is explicit there, so nothing here has a default. Unknown fields are an error.
 //! The model families are [`crate::model`]'s, re-exported here. Just over 500 lines with its
 //! tests: every field and every check of what a runner may be asked to run stays in one

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import check, generate, shrink
+from parity.fuzz import check, generate, shrink
 
 log = logging.getLogger("fuzz")
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import verdicts
-from ..probe_plan import ProbeKey
-from ..probe_results import OK, Outcome, judge_probe_row
-from ..probes import Probe
-from .generate import WEIGHTED_OPS, Case, Route, input_name, to_probe
+from parity.compare import verdicts
+from parity.fuzz.generate import WEIGHTED_OPS, Case, Route, input_name, to_probe
+from parity.probe.format import Probe
+from parity.probe.plan import ProbeKey
+from parity.probe.results import OK, Outcome, judge_probe_row
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input gradient", "weight gradient"
 ERROR, MISSING_GRAD = "error", "missing gradient"
@@ -88,7 +88,7 @@ class Runners:
 
     def torch(self, probes: Sequence[Probe], dtype: str) -> dict[str, list[Outcome]]:
         """PyTorch outcomes of every probe in ``dtype`` on the CPU, by probe name."""
-        from .. import probe_torch
+        from parity.probe import torch as probe_torch
 
         quiet = logging.getLogger("fuzz.quiet")
         quiet.setLevel(logging.WARNING)
@@ -96,7 +96,7 @@ class Runners:
 
     def rust(self, probes: Sequence[Probe], framework: str, dtype: str) -> dict[str, list[Outcome]]:
         """One runner invocation for every probe: outcomes by probe name."""
-        from .. import rust_probe
+        from parity.probe import rust as rust_probe
 
         quiet = logging.getLogger("fuzz.quiet")
         quiet.setLevel(logging.WARNING)
@@ -191,7 +191,7 @@ def control(
     reference, with float64 through the same routes) against the contiguous case
     (framework label ``torch-contiguous``), its input gradients carried back through each
     route. Returns the failures by case name (expected: none)."""
-    from .generate import route_adjoint
+    from parity.fuzz.generate import route_adjoint
 
     routed = [to_probe(n, c) for n, c in cases]
     flat = [to_probe(n, contiguous(c)) for n, c in cases]

@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import probe_shapes, probes
+from parity.probe import format as probes
+from parity.probe import ops as probe_ops
+from parity.probe import shapes as probe_shapes
 
 #: A layout step: (op, YAML arguments), applied forward from the stored leaf.
 LayoutStep = tuple[str, dict]
@@ -114,7 +116,7 @@ def route_adjoint(route: Route, grad: np.ndarray, stored_shape: Sequence[int]) -
 
 def _step_shape(shape: tuple[int, ...], step: LayoutStep) -> tuple[int, ...]:
     op, a = step
-    return tuple(probe_shapes.infer(op, probes.op_args(op, a), [list(shape)])[0])
+    return tuple(probe_shapes.infer(op, probe_ops.op_args(op, a), [list(shape)])[0])
 
 
 def random_route(rng: np.random.Generator, shape: Sequence[int]) -> tuple[Route, tuple]:
@@ -330,7 +332,7 @@ def out_shape(op: str, args: dict, shapes: Sequence[Sequence[int]]) -> tuple[int
     """The output shape of ``op`` (YAML ``args``) on ``shapes``, or None when
     ``probe_shapes.infer`` refuses them or a dimension leaves 1…6 … 0 elements."""
     try:
-        out, _ = probe_shapes.infer(op, probes.op_args(op, args), shapes)
+        out, _ = probe_shapes.infer(op, probe_ops.op_args(op, args), shapes)
     except probe_shapes.ShapeError:
         return None
     if any(n < 1 for n in out) or math.prod(out) > 4096:

@@ -34,10 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import probe_shapes, probes
-from .campaign import Campaign, Finding
-from .check import ERROR, MISSING_GRAD, kind_of
-from .generate import Case, dump, input_name, to_doc
+from parity.fuzz.campaign import Campaign, Finding
+from parity.fuzz.check import ERROR, MISSING_GRAD, kind_of
+from parity.fuzz.generate import Case, dump, input_name, to_doc
+from parity.probe import format as probes
+from parity.probe import ops as probe_ops
+from parity.probe import shapes as probe_shapes
 
 COLUMNS = (
     "op",
@@ -139,7 +141,7 @@ def classify(f: Finding, known: Sequence[Mapping]) -> tuple[list[str], list[str]
     or missing gradient in a backward pass that the op's ``x-support`` documents for the
     framework ("no backward") is known as ``x-support``."""
     same, related = [], []
-    support = probes.op_support(f.op).get(f.framework, "").lower()
+    support = probe_ops.op_support(f.op).get(f.framework, "").lower()
     note = " ".join(x.note.lower() for x in f.failures)
     if f.kind in (ERROR, MISSING_GRAD) and "no backward" in support and "backward" in note:
         same.append("x-support")
@@ -269,7 +271,7 @@ def _tuple(v) -> str:
 
 
 def _candle_op(c: Case, x: list[str]) -> str:
-    a = {**probes.op_defaults(c.op), **c.args}
+    a = {**probe_ops.op_defaults(c.op), **c.args}
     a0 = x[0]
     r = lambda i: f"&{x[i]}" if not x[i].endswith(")") else x[i]  # noqa: E731
     if c.op == "conv1d":
@@ -348,7 +350,7 @@ def burn_source(f: Finding, name: str) -> str:
 
 
 def _burn_op(c: Case, x: list[str]) -> str:
-    a = {**probes.op_defaults(c.op), **c.args}
+    a = {**probe_ops.op_defaults(c.op), **c.args}
     if c.op == "conv1d":
         return (
             f"burn::tensor::module::conv1d({x[0]}, {x[1]}, None, burn::tensor::ops::"

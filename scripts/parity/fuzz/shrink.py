@@ -24,8 +24,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .check import Checker, Failure
-from .generate import Case, Input, Route, apply_route, out_shape
+from parity.fuzz.check import Checker, Failure
+from parity.fuzz.generate import Case, Input, Route, apply_route, out_shape
 
 #: Argument → its simplest value (tried in this order).
 SIMPLEST = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0, "keepdim": False}

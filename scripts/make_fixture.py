@@ -1,8 +1,0 @@
-"""Snakemake job: draw one experiment's fixture (see parity.fixtures)."""
-
-from parity import fixtures
-from parity.fileio import job_logger
-
-log = job_logger(snakemake.log[0])  # noqa: F821
-tensors = fixtures.write(snakemake.output[0], snakemake.params.settings)  # noqa: F821
-log.info("wrote %s: %s", snakemake.output[0], {k: list(v.shape) for k, v in tensors.items()})  # noqa: F821

@@ -1,0 +1,204 @@
+"""Integrity of the files a later job reads: every reader detects a corrupted file.
+
+* **Parquet outputs** (traces, probe results): CRC-32 page checksums are written
+  (:data:`PARQUET_WRITE`) and verified on every read (:func:`open_parquet`); the
+  workflow's own metadata JSON lives in the file's footer, which page checksums do not
+  cover, so it is sealed with its sha256 under a second key (:func:`seal`,
+  :func:`unseal`). The rest of the footer (schema, row-group offsets, row counts) is what
+  the readers check anyway: an exact schema, every expected step, and pages that must
+  parse and pass their checksums at the offsets it gives.
+* **JSON results** (a comparison's result, a framework's optimizer defaults): a top-level
+  ``sha256`` of the rest (:func:`write_sealed_json`, :func:`read_sealed_json`).
+* **Tables a later job reads** (a comparison's CSV, ``summary.csv``, ``probes.csv``):
+  their sha256 is recorded in the sealed JSON of the job that wrote them, and the reader
+  checks it (:func:`check_file`).
+
+Every table over many results records what it was made from (:func:`write_record`):
+the run that made it, and each input's path and sha256, so that a reader (``check``, the
+partial summary after a failed run) can tell a current table from one made of results
+that have changed or gone since (:func:`changed`).
+
+Measured size cost of the page checksums: docs/bad-input.md. pyarrow is imported on first
+use, so that importing this stays cheap.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from parity.core.fileio import sha256_file, write_text_atomic
+
+#: ParquetWriter / write_table settings of every Parquet output: CRC-32 page checksums.
+PARQUET_WRITE = {"write_page_checksum": True}
+#: The key under which a sealed JSON result keeps the sha256 of the rest.
+JSON_SEAL = "sha256"
+#: The environment variable holding the id of the Snakemake run (set in rules/common.smk;
+#: jobs inherit it), recorded with every table over many results.
+RUN_ID_ENV = "PARITY_RUN_ID"
+
+
+class IntegrityError(ValueError):
+    """A file whose contents are not what was written; the message names the file."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+def digest(data: bytes | str) -> str:
+    """Hex sha256 of ``data`` (text as UTF-8)."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def open_parquet(path: str | os.PathLike, **kw: Any):
+    """``pq.ParquetFile`` that verifies every page's CRC-32 as it reads it (a corrupt page
+    then raises ``OSError``). Raises what ``pq.ParquetFile`` raises."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, page_checksum_verification=True, **kw)
+
+
+def seal(key: bytes, text: str) -> dict[bytes, str]:
+    """File key-value metadata holding ``text`` under ``key`` and its sha256 under
+    ``key + b".sha256"``."""
+    return {key: text, key + b".sha256": digest(text)}
+
+
+def unseal(path: str | os.PathLike, kv: Mapping[bytes, bytes] | None, key: bytes) -> bytes | None:
+    """The value of ``key`` in a file's key-value metadata ``kv``, checked against its seal.
+
+    Returns None when ``key`` is absent (not a file of this kind). Raises
+    :class:`IntegrityError` when the seal is missing or does not match: the footer was
+    altered after it was written.
+    """
+    kv = kv or {}
+    raw = kv.get(key)
+    if raw is None:
+        return None
+    want = kv.get(key + b".sha256")
+    if want is None:
+        raise IntegrityError(
+            path, f"metadata {key.decode()!r} has no checksum: written by an older version; rerun"
+        )
+    if digest(raw) != want.decode(errors="replace"):
+        raise IntegrityError(
+            path,
+            f"metadata {key.decode()!r} does not match its sha256: the file is corrupt; "
+            "delete it and rerun",
+        )
+    return raw
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def sealed_json_text(obj: Mapping[str, Any]) -> str:
+    """``obj`` as indented JSON with :data:`JSON_SEAL`, the sha256 of its canonical JSON."""
+    if JSON_SEAL in obj:
+        raise ValueError(f"a sealed JSON object may not hold its own {JSON_SEAL!r} key")
+    return json.dumps({**obj, JSON_SEAL: digest(_canonical(obj))}, indent=1, sort_keys=True)
+
+
+def write_sealed_json(path: str | os.PathLike, obj: Mapping[str, Any]) -> None:
+    """Write ``obj`` atomically as sealed JSON (:func:`sealed_json_text`)."""
+    write_text_atomic(path, sealed_json_text(obj))
+
+
+def read_sealed_json(path: str | os.PathLike) -> dict:
+    """Read a JSON object written by :func:`write_sealed_json` and check its seal.
+
+    Returns the object without the seal. Raises :class:`IntegrityError` naming the file
+    when it is not JSON, has no seal, or its contents no longer match the seal."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise IntegrityError(path, f"not valid JSON ({e}): the file is corrupt; rerun") from e
+    if not isinstance(obj, dict) or JSON_SEAL not in obj:
+        raise IntegrityError(path, "no sha256 seal: written by an older version or by hand; rerun")
+    want = obj.pop(JSON_SEAL)
+    if digest(_canonical(obj)) != want:
+        raise IntegrityError(
+            path, "contents do not match their sha256: the file is corrupt; delete it and rerun"
+        )
+    return obj
+
+
+def check_file(path: str | os.PathLike, sha256: str, recorded_in: str) -> None:
+    """Refuse ``path`` unless its sha256 is ``sha256``, the digest ``recorded_in`` (the
+    sealed file that recorded it) holds. Raises :class:`IntegrityError`."""
+    got = sha256_file(path)
+    if got != sha256:
+        raise IntegrityError(
+            path,
+            f"sha256 {got[:12]}… differs from the {sha256[:12]}… that {recorded_in} recorded "
+            "when it was written: the file is corrupt or was edited; rerun the job that "
+            "writes it",
+        )
+
+
+def read_sealed_json_digest(path: str | os.PathLike) -> tuple[dict, str]:
+    """(:func:`read_sealed_json` of ``path``, the sha256 of the bytes that were read)."""
+    obj = read_sealed_json(path)
+    return obj, sha256_file(path)
+
+
+def file_record(path: str | os.PathLike) -> dict[str, str]:
+    """``{"path", "sha256"}`` of a file a job reads, taken before it reads it."""
+    return {"path": str(path), "sha256": sha256_file(path)}
+
+
+def changed(records: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Which of the files ``records`` describe (:func:`file_record`) are gone or no longer
+    hold what was read: one line each, empty when every one is as it was."""
+    out = []
+    for r in records.values():
+        if not os.path.exists(r["path"]):
+            out.append(f"{r['path']} is gone")
+        elif sha256_file(r["path"]) != r["sha256"]:
+            out.append(f"{r['path']} changed since")
+    return out
+
+
+def run_id() -> str:
+    """The id of this Snakemake run (:data:`RUN_ID_ENV`), or a new one outside a run."""
+    return os.environ.get(RUN_ID_ENV) or new_run_id()
+
+
+def new_run_id() -> str:
+    """A run id: UTC time and a random suffix, ``20261201T005500Z-1a2b3c4d``."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{now}-{uuid.uuid4().hex[:8]}"
+
+
+def write_record(
+    path: str | os.PathLike,
+    table: str,
+    made_from: Mapping[str, Mapping[str, str]],
+    written: Mapping[str, str | os.PathLike],
+    **more: Any,
+) -> dict:
+    """Write the sealed record of a table over many results: which ``table`` it is, the run
+    and host that made it and when, each input it was made from (``made_from``, path →
+    :func:`file_record`), the sha256 of every file it wrote (``written``, kind → path) and
+    ``more`` (the job's params and code hashes, whether it is partial). Returns it."""
+    record = {
+        "table": table,
+        "run_id": run_id(),
+        "made_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "made_from": dict(made_from),
+        "tables": {k: file_record(p) for k, p in written.items()},
+        **more,
+    }
+    write_sealed_json(path, record)
+    return record

@@ -1,0 +1,337 @@
+"""The version axis of the Rust frameworks: which releases run, what each is built from,
+and the names of the runs, comparisons and probe results each release adds.
+
+Config ``candle.versions`` and ``burn.versions`` list releases (default: the release the
+workspace pins, ``frameworks.<name>.PINNED_VERSION``). The first listed is the *primary*
+release: its runs keep the run names (``candle``), comparisons and paths of a config
+without versions. Each further release ``v`` adds, per experiment:
+
+* a run ``<run>_v<v>`` (``candle_v0_11_1``) for every run of the framework, the same
+  settings with ``version: v``;
+* a twin ``<comparison>_v<v>`` of every comparison of a PyTorch run with a run of the
+  framework, the framework's side replaced by its ``_v<v>`` run; ``expect`` and
+  ``tolerance`` are the comparison's unless its ``versions: {v: {...}}`` overrides them;
+* a comparison ``<run>_v<v>_vs_primary``: the primary release's run against the new one,
+  at the config's ``tolerance``; expected to pass unless an override above makes a twin
+  expect otherwise than its comparison (then the releases must differ).
+
+Probe results of a further release are ``results/probes/{probe}/candle_v0_11_1-…``.
+
+Building a release (``scripts/build.py``): the primary or pinned release from the
+workspace itself (``rust/Cargo.lock``); any other from a copy of the workspace whose
+runner manifest requires ``=v`` of each of the framework's crates, with the committed lock
+file ``rust/versions/<framework>-<v>.lock`` (``cargo build --locked``). A release without
+that file is refused before any job runs; ``scripts/dev/lock-version`` makes it.
+
+Pure Python: it runs while the DAG is built.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from parity.core import paths
+from parity.core.config import ConfigError
+from parity.plan import frameworks
+
+#: A release as the config spells it: semantic version, optionally with a pre-release part
+#: (``0.12.0-alpha.1``); the build rule's wildcard holds the same.
+VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?"
+VERSION_RE = re.compile(rf"^{VERSION_PATTERN}$")
+#: The folder of the further releases' lock files, relative to the Rust workspace.
+LOCK_FOLDER = "versions"
+#: How the ``<run>_v<v>`` against primary comparison is named after the run.
+VS_PRIMARY = "_vs_primary"
+
+
+def pinned(framework: str) -> str:
+    """The release the workspace's Cargo.toml and Cargo.lock pin for ``framework``."""
+    return frameworks.definition(framework).PINNED_VERSION
+
+
+def configured(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each Rust framework's releases, the primary first (config ``<framework>.versions``,
+    default ``[PINNED_VERSION]``)."""
+    return {
+        fw: list((config.get(fw) or {}).get("versions") or [pinned(fw)])
+        for fw in frameworks.RUST_FRAMEWORKS
+    }
+
+
+def primary(config: Mapping[str, Any], framework: str) -> str:
+    """The primary release of a Rust framework: the first one listed."""
+    return configured(config)[framework][0]
+
+
+def suffix(version: str) -> str:
+    """The run and comparison name suffix of a further release: ``0.11.1`` → ``_v0_11_1``,
+    ``0.12.0-alpha.1`` → ``_v0_12_0_alpha_1``."""
+    return "_v" + re.sub(r"[^0-9a-z]+", "_", version.lower()).strip("_")
+
+
+def label(framework: str, version: str, config: Mapping[str, Any]) -> str:
+    """The name a release's probe results and binaries go by: the framework's name for the
+    primary release, ``candle_v0_11_1`` for a further one."""
+    return framework if version == primary(config, framework) else framework + suffix(version)
+
+
+def runner_binary(framework: str, version: str, device: str) -> str:
+    """The binary of ``framework``'s runner built from release ``version`` for ``device``
+    (``paths.RUNNER_BINARY``)."""
+    return paths.fill(paths.RUNNER_BINARY, framework=framework, version=version, device=device)
+
+
+def run_binary(settings: Mapping[str, Any], device: str) -> str:
+    """The binary a Rust run with resolved ``settings`` (``framework``, ``version``) runs on
+    ``device``."""
+    return runner_binary(settings["framework"], settings["version"], device)
+
+
+def build_log(framework: str, version: str, device: str) -> str:
+    """The log of the build of ``framework``'s runner from ``version`` for ``device``
+    (``paths.BUILD_LOG``): cargo's own output, its error messages included."""
+    return paths.fill(paths.BUILD_LOG, framework=framework, version=version, device=device)
+
+
+#: Lines of cargo's output that :func:`cargo_errors` picks: rustc's and cargo's errors.
+_CARGO_ERROR = re.compile(r"^error(\[E[0-9]+\])?: ")
+
+
+def cargo_errors(log_path: str | Path, limit: int = 3) -> list[str]:
+    """The first ``limit`` distinct error lines of a build log (``error: …``,
+    ``error[E0599]: …``), cargo's summary line ("could not compile") last among them;
+    [] when the log is missing or has none."""
+    try:
+        lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    found = [ln.strip() for ln in lines if _CARGO_ERROR.match(ln.strip())]
+    found = list(dict.fromkeys(found))
+    first = [ln for ln in found if "could not compile" not in ln]
+    return (first + [ln for ln in found if "could not compile" in ln])[:limit]
+
+
+def build_failure(framework: str, version: str, device: str) -> str | None:
+    """Why a run or probe of ``framework`` ``version`` on ``device`` has no result when its
+    runner did not build: "the candle 0.11.1 runner for cpu did not build (cargo: error…);
+    see results/logs/build/candle-0.11.1-cpu.log". None while the binary is there, or
+    when no build was tried (no log)."""
+    binary, log = runner_binary(framework, version, device), build_log(framework, version, device)
+    if Path(binary).exists() or not Path(log).exists():
+        return None
+    errors = cargo_errors(log)
+    why = f" (cargo: {'; '.join(errors)})" if errors else ""
+    return f"the {framework} {version} runner for {device} did not build{why}; see {log}"
+
+
+def lock_file(framework: str, version: str) -> str:
+    """The lock file a release builds from, relative to the Rust workspace: ``Cargo.lock``
+    for the pinned release, else ``versions/<framework>-<version>.lock``."""
+    if version == pinned(framework):
+        return "Cargo.lock"
+    return f"{LOCK_FOLDER}/{framework}-{version}.lock"
+
+
+#: A ``[[package]]`` entry as cargo writes it: its ``name`` and ``version`` lines first.
+_LOCKED_PACKAGE = re.compile(
+    r'^\[\[package\]\]\r?\nname = "([^"\n]*)"\r?\nversion = "([^"\n]*)"', re.MULTILINE
+)
+
+
+def locked_versions(lock: Path) -> dict[str, set[str]]:
+    """Package name → the versions a Cargo.lock holds. Raises ``ValueError`` naming the
+    file when it is not a lock file.
+
+    Cargo writes every ``[[package]]`` entry with its ``name`` and ``version`` lines first,
+    and those are read with one regular expression (every no-op rerun reads the lock files,
+    and a full TOML parse of three of them took a quarter of a second); a file with an entry
+    that does not start that way (written by hand) is parsed as TOML instead."""
+    try:
+        text = lock.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{lock}: not a readable Cargo.lock ({e})") from None
+    out: dict[str, set[str]] = {}
+    found = _LOCKED_PACKAGE.findall(text)
+    if found and len(found) == text.count("[[package]]"):
+        for name, version in found:
+            out.setdefault(name, set()).add(version)
+        return out
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{lock}: not a readable Cargo.lock ({e})") from None
+    for pkg in data.get("package", []):
+        out.setdefault(pkg.get("name", ""), set()).add(pkg.get("version", ""))
+    return out
+
+
+def check(config: Mapping[str, Any], rust_dir: str | Path) -> list[ConfigError]:
+    """Every problem of the config's ``<framework>.versions``: a malformed or repeated
+    release, one without its lock file (with the command that makes it), a lock file that
+    does not lock each of the framework's crates at that release."""
+    problems = []
+    rust_dir = Path(rust_dir)
+    for fw, versions in configured(config).items():
+        crates = frameworks.definition(fw).CRATES
+        for i, v in enumerate(versions):
+            where = f"{fw}.versions[{i}]"
+            if not VERSION_RE.match(v):
+                problems.append(ConfigError(where, f"{v!r} is not a release (e.g. 0.11.1)"))
+                continue
+            if v in versions[:i]:
+                problems.append(ConfigError(where, f"{v} is listed twice"))
+                continue
+            lock = rust_dir / lock_file(fw, v)
+            if not lock.is_file():
+                problems.append(
+                    ConfigError(
+                        where,
+                        f"{fw} {v} has no lock file rust/{lock_file(fw, v)}: pin it with "
+                        f"`scripts/dev/lock-version {fw} {v}` (cargo refuses a release the "
+                        "registry lacks) and commit the file",
+                    )
+                )
+                continue
+            try:
+                held = locked_versions(lock)
+            except ValueError as e:
+                problems.append(ConfigError(where, str(e)))
+                continue
+            for crate in crates:
+                if v not in held.get(crate, set()):
+                    problems.append(
+                        ConfigError(
+                            where,
+                            f"rust/{lock_file(fw, v)} locks {crate} "
+                            f"{', '.join(sorted(held.get(crate, ()))) or 'not at all'}, not {v}",
+                        )
+                    )
+    return problems
+
+
+def runner_manifest(text: str, framework: str, version: str) -> str:
+    """A runner's Cargo.toml (``rust/<framework>-parity/Cargo.toml``) requiring ``=version``
+    of each of the framework's crates instead of the pinned release. Raises ``ValueError``
+    when a crate's ``="<pinned>"`` requirement is not found exactly once (the manifest
+    changed shape: this function must follow it)."""
+    old = pinned(framework)
+    for crate in frameworks.definition(framework).CRATES:
+        line = re.compile(
+            rf'^({re.escape(crate)}\s*=\s*(?:\{{[^}}\n]*?version\s*=\s*)?")={re.escape(old)}"',
+            re.MULTILINE,
+        )
+        text, n = line.subn(rf'\g<1>={version}"', text)
+        if n != 1:
+            raise ValueError(f'{framework}-parity/Cargo.toml: {n} requirements {crate} = "={old}"')
+    return text
+
+
+def stage(
+    rust_dir: str | Path, files: Iterable[str], framework: str, version: str, dest: str | Path
+) -> Path:
+    """A copy of the workspace that builds ``version`` of ``framework``: ``files`` (paths
+    relative to ``rust_dir``) copied into ``dest``, the runner's manifest requiring the
+    release (:func:`runner_manifest`) and the release's lock file as ``Cargo.lock``.
+    Files of ``dest`` whose content is already the same are left alone (cargo's
+    fingerprints use their times). Returns the copy's ``Cargo.toml``. Raises ``ValueError``
+    (see :func:`runner_manifest`) and ``OSError``."""
+    rust_dir, dest = Path(rust_dir), Path(dest)
+    runner = f"{framework}-parity/Cargo.toml"
+    for rel in files:
+        if rel == "Cargo.lock":
+            continue
+        data = (rust_dir / rel).read_bytes()
+        if rel == runner:
+            data = runner_manifest(data.decode(), framework, version).encode()
+        _write_if_changed(dest / rel, data)
+    _write_if_changed(dest / "Cargo.lock", (rust_dir / lock_file(framework, version)).read_bytes())
+    return dest / "Cargo.toml"
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if path.is_file() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def add_release_runs(where: str, exp: dict, config: Mapping[str, Any]) -> list[ConfigError]:
+    """Add to a resolved experiment (``runs`` resolved, ``comparisons`` with ``expect`` and
+    ``tolerance``) the runs and comparisons of each further release (module docstring), in
+    place. Returns the problems: a generated name the config already uses, an override for
+    a release the config does not list."""
+    problems: list[ConfigError] = []
+    base_runs = dict(exp["runs"])
+    base_comparisons = dict(exp["comparisons"])
+    releases = configured(config)
+    for cname, comp in base_comparisons.items():
+        for v in comp.get("versions", {}):
+            fws = {frameworks.framework_of(comp[s]) for s in ("reference", "candidate")}
+            if not any(v in releases[fw][1:] for fw in fws if fw in releases):
+                problems.append(
+                    ConfigError(
+                        f"{where}.comparisons.{cname}.versions",
+                        f"{v} is not a further release of "
+                        f"{' or '.join(sorted(fws & set(releases))) or 'a Rust framework'} "
+                        f"here ({_listing(releases)})",
+                    )
+                )
+
+    def add(release: str, what: str, name: str, value: dict) -> None:
+        table = exp[what]
+        if name in table:
+            problems.append(
+                ConfigError(
+                    f"{where}.{what}.{name}",
+                    f"the name is taken by {release}'s generated {what[:-1]}: rename it",
+                )
+            )
+        table[name] = value
+
+    for fw, versions in releases.items():
+        fw_runs = [r for r, s in base_runs.items() if s["framework"] == fw]
+        for v in versions[1:]:
+            sfx, release = suffix(v), f"{fw} {v}"
+            for r in fw_runs:
+                settings = copy.deepcopy(base_runs[r])
+                settings["version"] = v
+                add(release, "runs", r + sfx, settings)
+            differs = set()
+            for cname, comp in base_comparisons.items():
+                sides = {s: frameworks.framework_of(comp[s]) for s in ("reference", "candidate")}
+                if sorted(sides.values()) != sorted(["torch", fw]) or fw == "torch":
+                    continue
+                twin = {k: val for k, val in comp.items() if k != "versions"}
+                twin.update(comp.get("versions", {}).get(v, {}))
+                for side, side_fw in sides.items():
+                    if side_fw == fw:
+                        twin[side] = comp[side] + sfx
+                        if twin["expect"] != comp["expect"]:
+                            differs.add(comp[side])
+                add(release, "comparisons", cname + sfx, twin)
+            for r in fw_runs:
+                add(
+                    release,
+                    "comparisons",
+                    r + sfx + VS_PRIMARY,
+                    {
+                        "reference": r,
+                        "candidate": r + sfx,
+                        "expect": "fail" if r in differs else "pass",
+                        "tolerance": float(config["tolerance"]),
+                    },
+                )
+    for comp in exp["comparisons"].values():
+        comp.pop("versions", None)
+    return problems
+
+
+def _listing(releases: Mapping[str, list[str]]) -> str:
+    return "; ".join(f"{fw}: {', '.join(vs)}" for fw, vs in releases.items())

@@ -1,0 +1,531 @@
+"""Remote hosts (config ``remote``): run a device's jobs on another machine over SSH, bring
+its traces and probe results back, and compare them here.
+
+Just over 500 lines: one host's job from commit to checked manifest, each step a function
+below; the cross-host comparison is ``crosshost``.
+
+One job per host (``rules/remote.smk``, :func:`fetch_job`):
+
+1. the remote checkout is put at this checkout's commit: ``git push`` of the commit over
+   the same SSH connection to ``refs/parity/sync`` of the remote repository (made with
+   ``git init`` when the folder has none), then ``git checkout --detach``; a remote working
+   tree with uncommitted changes to tracked files is refused, nothing is run there;
+2. the config this run uses is written there (``results/remote-config.yaml``: the merged
+   config with ``devices`` the host's devices), then ``scripts/dev/bootstrap`` and
+   ``.venv/bin/snakemake --cores N --configfile results/remote-config.yaml <device…>``
+   run there (the repository's own per-device targets, so finished results are reused);
+3. rsync brings back exactly the files the plan names for the host (``--files-from``),
+   into ``results/remote/{host}/``; a file being copied lives in a ``.rsync-partial``
+   folder until every file of the transfer is complete (``--delay-updates``), so a cut
+   transfer leaves no half-copied file under a trace's name, and a rerun resumes it;
+4. every file brought back is opened by its reader (sealed metadata and page checksums),
+   and the manifest (``results/remote/{host}/manifest.json``, the job's only output) is
+   written last, atomically: what came back, its sha256, the remote's commit, host, CPU.
+
+Transport and credentials are OpenSSH's and rsync's: the config names a destination
+(``user@host`` or an ``ssh_config`` alias), optionally a port, an identity file and an
+``ssh_config`` file; every value reaches a program as one argument of an argument list,
+and the one command line the remote shell reads is built with :func:`shlex.quote`.
+
+Pure Python apart from the subprocesses :func:`fetch_job` starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parity.core import paths
+from parity.core.fileio import sha256_file, write_text_atomic
+from parity.core.hosts import REMOTE_STATUS, device_label, host_runs, host_status, remote_file
+from parity.plan.keys import RunKey
+
+#: Where a host's files come back (relative to the working directory): the remote's
+#: ``results/`` layout below it (``traces/…``, ``probes/…``).
+REMOTE_DIR = paths.REMOTE_DIR
+REMOTE_MANIFEST = paths.REMOTE_MANIFEST
+#: What the last failed attempt of a host left: the stage that failed, the error and the
+#: missing cells (read by the partial summary after a failed run).
+REMOTE_LOG = paths.REMOTE_LOG
+#: rsync's folder for files not yet complete (in each destination folder).
+PARTIAL_DIR = ".rsync-partial"
+#: The config the remote runs with, inside the remote checkout.
+REMOTE_CONFIG = "results/remote-config.yaml"
+#: The ref of the remote repository the commit is pushed to.
+SYNC_REF = "refs/parity/sync"
+
+
+class RemoteError(RuntimeError):
+    """A remote step failed; the message names the host and what to do."""
+
+    def __init__(self, host: str, stage: str, message: str, missing: Sequence[str] = ()):
+        self.host, self.stage, self.missing = host, stage, list(missing)
+        super().__init__(f"remote {host}: {message}")
+
+
+# ----- what a host makes ---------------------------------------------------------------
+
+
+def remote_config(config: Mapping[str, Any], devices: Sequence[str]) -> dict:
+    """The config the remote runs: this run's merged config with the host's devices, none
+    imported, and no remote hosts of its own."""
+    out = json.loads(json.dumps(dict(config)))
+    out["devices"] = list(devices)
+    out["imported_devices"] = []
+    out.pop("remote", None)
+    return out
+
+
+# ----- commands --------------------------------------------------------------------------
+
+
+def ssh_options(host: Mapping[str, Any]) -> list[str]:
+    """ssh's options for a host (no destination): batch mode (never a password prompt),
+    a connect timeout, and the config's ``ssh_config``, ``port`` and ``identity``."""
+    opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15"]
+    if host.get("ssh_config"):
+        opts += ["-F", str(Path(host["ssh_config"]).expanduser())]
+    if host.get("port"):
+        opts += ["-p", str(int(host["port"]))]
+    if host.get("identity"):
+        opts += ["-i", str(Path(host["identity"]).expanduser()), "-o", "IdentitiesOnly=yes"]
+    return opts
+
+
+def ssh_argv(host: Mapping[str, Any], command: str) -> list[str]:
+    """``ssh [options] -- destination command``: ``command`` is the one line the remote
+    shell reads (build it with :func:`shell_line`)."""
+    return ["ssh", *ssh_options(host), "--", host["ssh"], command]
+
+
+def quote_path(path: str) -> str:
+    """A remote path for the remote shell: quoted, with a leading ``~/`` left to the shell
+    as ``"$HOME"/…``."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def shell_line(*words: str) -> str:
+    """One command line, every word quoted."""
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def env_prefix(host: Mapping[str, Any]) -> str:
+    """``env NAME=value …`` for the host's ``env`` settings (quoted), or ``""``."""
+    env = host.get("env") or {}
+    if not env:
+        return ""
+    return shell_line("env", *(f"{k}={v}" for k, v in sorted(env.items()))) + " "
+
+
+def in_checkout(path: str, line: str) -> str:
+    """``cd <path> && <line>``: ``line`` run in the remote checkout."""
+    return f"cd {quote_path(path)} && {line}"
+
+
+def rsync_argv(host: Mapping[str, Any], remote_path: str, files_from: str, dest: str) -> list[str]:
+    """rsync pulling the listed files (relative to the remote's ``results/``) into
+    ``dest``: times kept, files not yet complete in :data:`PARTIAL_DIR` until the whole
+    transfer is (``--delay-updates``), statistics for the log."""
+    argv = [
+        "rsync",
+        "--recursive",
+        "--times",
+        "--itemize-changes",
+        "--stats",
+        f"--partial-dir={PARTIAL_DIR}",
+        "--delay-updates",
+        f"--files-from={files_from}",
+        "-e",
+        shlex.join(["ssh", *ssh_options(host)]),
+    ]
+    if host.get("bwlimit"):
+        argv.append(f"--bwlimit={int(host['bwlimit'])}")
+    if host.get("rsync_path"):
+        argv.append(f"--rsync-path={host['rsync_path']}")
+    return [*argv, "--", f"{host['ssh']}:{remote_path.rstrip('/')}/results/", dest + "/"]
+
+
+def transferred(stats: str) -> int | None:
+    """Files rsync copied, from its ``--stats`` output (None when it printed none)."""
+    m = re.search(r"Number of regular files transferred: ([\d,]+)", stats)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+# ----- the job -----------------------------------------------------------------------------
+
+
+@dataclass
+class FetchJob:
+    """What a host's job receives as params (plain data)."""
+
+    host: str
+    settings: dict
+    commit: str
+    config: dict
+    traces: dict[str, dict] = field(default_factory=dict)  # local path → expectation
+    probes: list[str] = field(default_factory=list)  # local paths of probe results
+    labels: dict[str, str] = field(default_factory=dict)  # local path → cell label
+
+
+def cell_label(key: RunKey, host: str) -> str:
+    """``a3_sgd torch f32 cpu@mac``."""
+    return f"{key.experiment} {key.run} {key.dtype} {device_label(key.device, host)}"
+
+
+def fetch_params(
+    plan, probe_results: Sequence[str], host: str, settings: Mapping, commit: str, config: Mapping
+) -> dict:
+    """The params of a host's job: the host's settings, this checkout's commit, the remote
+    config, every trace it must bring back with what that trace must carry, and the probe
+    results."""
+    keys = host_runs(plan, settings["devices"])
+    return {
+        "host": host,
+        "settings": dict(settings),
+        "commit": commit,
+        "config": remote_config(config, settings["devices"]),
+        "traces": {k.trace: plan.trace_expectation(k) for k in keys},
+        "probes": list(probe_results),
+        "labels": {k.trace: cell_label(k, host) for k in keys},
+    }
+
+
+class Runner:
+    """Runs the steps of one host, logging each command and its output."""
+
+    def __init__(self, host: str, settings: Mapping, log: logging.Logger, basedir: str):
+        self.host, self.settings, self.log, self.basedir = host, settings, log, basedir
+
+    def run(
+        self,
+        argv: Sequence[str],
+        stage: str,
+        input: str | None = None,
+        check: bool = True,
+        capture: bool = False,
+    ) -> subprocess.CompletedProcess:
+        self.log.info("%s: %s", stage, shlex.join(argv))
+        proc = subprocess.run(
+            list(argv),
+            input=input,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=self.basedir,
+        )
+        if proc.stdout and not capture:
+            self.log.info("%s output:\n%s", stage, proc.stdout.rstrip())
+        if check and proc.returncode != 0:
+            raise RemoteError(
+                self.host,
+                stage,
+                f"{stage} failed (exit {proc.returncode}): {_last_lines(proc.stdout)}",
+            )
+        return proc
+
+    def ssh(self, line: str, stage: str, **kw) -> subprocess.CompletedProcess:
+        return self.run(ssh_argv(self.settings, line), stage, **kw)
+
+
+def _last_lines(text: str, n: int = 5) -> str:
+    lines = [x for x in (text or "").strip().splitlines() if x.strip()]
+    return " | ".join(lines[-n:]) or "(no output)"
+
+
+def sync_checkout(r: Runner, commit: str) -> str:
+    """Put the remote checkout at ``commit``; returns its absolute path there. Refuses a
+    remote working tree with uncommitted changes to tracked files."""
+    path = r.settings["path"]
+    line = (
+        f"mkdir -p {quote_path(path)} && cd {quote_path(path)} && "
+        "{ test -e .git || git init -q; } && pwd -P"
+    )
+    proc = r.ssh(line, "connect", check=False)
+    if proc.returncode == 255:
+        raise RemoteError(r.host, "connect", f"unreachable: {_last_lines(proc.stdout)}")
+    if proc.returncode != 0:
+        raise RemoteError(
+            r.host, "connect", f"cannot make a checkout at {path}: {_last_lines(proc.stdout)}"
+        )
+    abs_path = proc.stdout.strip().splitlines()[-1]
+    status = r.ssh(
+        in_checkout(abs_path, "git status --porcelain --untracked-files=no"), "status"
+    ).stdout
+    if status.strip():
+        raise RemoteError(
+            r.host,
+            "status",
+            f"the checkout {abs_path} has uncommitted changes ({_last_lines(status, 3)}); "
+            "commit or stash them there; nothing was run",
+        )
+    has = r.ssh(
+        in_checkout(abs_path, shell_line("git", "cat-file", "-e", f"{commit}^{{commit}}")),
+        "has-commit",
+        check=False,
+    )
+    if has.returncode != 0:
+        url = f"ssh://{r.settings['ssh']}{abs_path}"
+        env_ssh = shlex.join(["ssh", *ssh_options(r.settings)])
+        r.run(
+            [
+                "git",
+                "-c",
+                f"core.sshCommand={env_ssh}",
+                "push",
+                "--quiet",
+                "--force",
+                url,
+                f"{commit}:{SYNC_REF}",
+            ],
+            "push",
+        )
+    head = r.ssh(
+        in_checkout(abs_path, "git rev-parse HEAD 2>/dev/null || true"), "head", capture=True
+    ).stdout.strip()
+    if head != commit:
+        r.ssh(
+            in_checkout(abs_path, shell_line("git", "checkout", "--quiet", "--detach", commit)),
+            "checkout",
+        )
+    return abs_path
+
+
+def describe_host(r: Runner, abs_path: str) -> dict:
+    """The remote's host name, system and CPU, as it reports them."""
+    line = in_checkout(
+        abs_path,
+        "hostname; uname -srm; "
+        "(sysctl -n machdep.cpu.brand_string 2>/dev/null || "
+        "sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)",
+    )
+    out = [*r.ssh(line, "describe", capture=True).stdout.strip().splitlines(), "", "", ""]
+    return {"hostname": out[0], "system": out[1], "cpu": out[2]}
+
+
+def run_remote(r: Runner, abs_path: str, job: FetchJob) -> subprocess.CompletedProcess:
+    """Write the config there, bootstrap, run the device targets (not raising: what it
+    finished is brought back either way)."""
+    import yaml
+
+    r.ssh(
+        in_checkout(abs_path, f"mkdir -p results && cat > {shlex.quote(REMOTE_CONFIG)}"),
+        "config",
+        input=yaml.safe_dump(job.config, sort_keys=True),
+    )
+    env = env_prefix(job.settings)
+    if job.settings.get("bootstrap", True):
+        r.ssh(in_checkout(abs_path, env + "scripts/dev/bootstrap"), "bootstrap")
+    cores = str(job.settings.get("cores", "all"))
+    # the targets first: --configfile takes every word after it
+    line = env + shell_line(
+        ".venv/bin/snakemake",
+        *job.settings["devices"],
+        "--cores",
+        cores,
+        "--configfile",
+        REMOTE_CONFIG,
+    )
+    return r.ssh(in_checkout(abs_path, line), "snakemake", check=False)
+
+
+def fetch(r: Runner, abs_path: str, job: FetchJob, dest: str) -> tuple[int, str]:
+    """rsync the job's files into ``dest``; returns (rsync's exit status, its output)."""
+    rels = [str(Path(p).relative_to("results")) for p in [*job.traces, *job.probes]]
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".files", delete=False) as f:
+        f.write("\n".join(sorted(rels)) + "\n")
+        files_from = f.name
+    try:
+        proc = r.run(
+            rsync_argv(job.settings, abs_path, files_from, str(Path(dest).resolve())),
+            "rsync",
+            check=False,
+        )
+    finally:
+        Path(files_from).unlink(missing_ok=True)
+    return proc.returncode, proc.stdout
+
+
+def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
+    """Open every file that came back with its reader (checksums, sealed metadata, what a
+    trace must carry). Returns (local path → sha256 of the good files, labels of the
+    missing or bad cells)."""
+    import pyarrow as pa
+
+    from parity.core import integrity
+    from parity.probe.results import METADATA_KEY as PROBE_KEY
+    from parity.trace.schema import TraceError, TraceReader
+
+    good, missing = {}, []
+    for path, expect in job.traces.items():
+        local = remote_file(job.host, path)
+        if not Path(local).is_file():
+            missing.append(job.labels.get(path, path))
+            continue
+        try:
+            TraceReader(local, expect=expect)
+        except TraceError as e:
+            missing.append(f"{job.labels.get(path, path)} ({e})")
+            continue
+        good[local] = sha256_file(local)
+    for path in job.probes:
+        local = remote_file(job.host, path)
+        if not Path(local).is_file():
+            missing.append(f"probe {path}")
+            continue
+        try:
+            pf = integrity.open_parquet(local)
+            if integrity.unseal(local, pf.metadata.metadata, PROBE_KEY) is None:
+                raise ValueError("no probe metadata")
+            pf.read()  # every page against its checksum
+        except (OSError, ValueError, pa.ArrowException, integrity.IntegrityError) as e:
+            missing.append(f"probe {path} ({e})")
+            continue
+        good[local] = sha256_file(local)
+    return good, missing
+
+
+def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str) -> dict:
+    """A host's job (see the module docstring). Writes the manifest on success; on failure
+    writes ``status.json`` naming the stage and the missing cells and raises
+    :class:`RemoteError`."""
+    job = FetchJob(**params)
+    status_path = REMOTE_STATUS.format(host=job.host)
+    r = Runner(job.host, job.settings, log, basedir)
+    Path(REMOTE_DIR.format(host=job.host)).mkdir(parents=True, exist_ok=True)
+    local_changes = r.run(
+        ["git", "-C", basedir, "status", "--porcelain", "--untracked-files=no"],
+        "local-status",
+        capture=True,
+    ).stdout.strip()
+    if local_changes:
+        log.warning(
+            "this checkout has uncommitted changes (%s): the remote runs commit %s without them",
+            _last_lines(local_changes, 3),
+            job.commit[:12],
+        )
+    try:
+        abs_path = sync_checkout(r, job.commit)
+        described = describe_host(r, abs_path)
+        proc = run_remote(r, abs_path, job)
+        failed_remote = proc.returncode != 0
+        code, out = fetch(r, abs_path, job, REMOTE_DIR.format(host=job.host))
+        good, missing = verify(job)
+        if code not in (0, 23, 24):  # 23/24: some files missing on the remote
+            raise RemoteError(
+                job.host,
+                "rsync",
+                f"the transfer stopped (rsync exit {code}: {_last_lines(out, 2)}); files "
+                "not yet complete wait in .rsync-partial folders and are never read; rerun "
+                "to resume",
+                missing,
+            )
+        if missing:
+            why = "its snakemake run failed" if failed_remote else "they did not come back"
+            raise RemoteError(
+                job.host,
+                "snakemake" if failed_remote else "rsync",
+                f"{len(missing)} cells are missing ({why}; see {REMOTE_LOG.format(host=job.host)}"
+                f"): {'; '.join(missing)}",
+                missing,
+            )
+        if failed_remote:
+            # every trace and probe result is here and whole: what failed there made none
+            # of them (a figure, a table), so the comparisons here are complete
+            log.warning(
+                "remote %s: its snakemake run failed, but every file this host compares came "
+                "back whole; see the snakemake output above",
+                job.host,
+            )
+    except RemoteError as e:
+        if not e.missing:
+            e.missing = [
+                job.labels.get(p, p)
+                for p in job.traces
+                if not Path(remote_file(job.host, p)).is_file()
+            ]
+        Path(status_path).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(
+            status_path,
+            json.dumps(
+                {"host": job.host, "stage": e.stage, "error": str(e), "missing": e.missing},
+                indent=1,
+            ),
+        )
+        log.error("%s", e)
+        raise
+    record = {
+        "host": job.host,
+        "ssh": job.settings["ssh"],
+        "path": abs_path,
+        "commit": job.commit,
+        "local_changes": bool(local_changes),
+        "remote_run_failed": failed_remote,
+        "remote": described,
+        "devices": list(job.settings["devices"]),
+        "transferred": transferred(out),
+        "files": {p: good[p] for p in sorted(good)},
+    }
+    Path(status_path).unlink(missing_ok=True)
+    write_text_atomic(manifest, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    log.info(
+        "remote %s: %d files here, %s copied this time", job.host, len(good), record["transferred"]
+    )
+    return record
+
+
+# ----- after a failed run -------------------------------------------------------------------
+
+
+def failed_hosts_report(
+    hosts: Mapping[str, Mapping], labels: Mapping[str, Mapping[str, str]]
+) -> list[dict]:
+    """One row per cell of a host without a current manifest: host, cell, stage, error
+    (from the host's ``status.json`` when its job failed, :func:`host_status`), log."""
+    rows = []
+    for host in hosts:
+        # a host whose job finished, or that no run has tried yet (its folder is made by
+        # its job's first step), is not reported
+        status = host_status(host)
+        if status is None or not Path(REMOTE_DIR.format(host=host)).is_dir():
+            continue
+        missing = [
+            lab
+            for p, lab in labels.get(host, {}).items()
+            if not Path(remote_file(host, p)).is_file()
+        ]
+        for cell in missing or ["(every cell came back; its job did not finish)"]:
+            rows.append({"host": host, "cell": cell, **status})
+    return rows
+
+
+def write_failed_hosts(rows: Sequence[Mapping], out: str = paths.REMOTE_PARTIAL) -> str:
+    """Write the rows of :func:`failed_hosts_report` as CSV; returns a message for
+    stderr naming each host and its missing cells."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, ["host", "cell", "stage", "error", "log"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(out, buf.getvalue())
+    by_host: dict[str, list[str]] = {}
+    for row in rows:
+        by_host.setdefault(row["host"], []).append(row["cell"])
+    lines = [f"remote hosts without results (written to {out}):"]
+    for host, cells in by_host.items():
+        lines.append(f"  {host}: {len(cells)} cells missing: {'; '.join(cells)}")
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""The Rust side of training: runs a runner binary (``candle-parity``, ``burn-parity``) and
+writes its frames as a trace. Its op probes are :mod:`parity.probe.rust`.
+
+The binary gets a JSON spec (``runspec.runner_spec``) and streams
+frames on standard output (``rust/parity-common/src/frames.rs``); its standard error
+(progress, errors) goes to the job's log. No shell is involved: arguments are passed
+as a list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parity.core.models import model_params
+from parity.plan.keys import RunKey
+from parity.plan.limits import non_finite
+from parity.plan.runspec import runner_spec
+from parity.trace import fixtures
+from parity.trace.frames import Frame, FrameError, read_frames
+from parity.trace.provenance import trace_metadata
+from parity.trace.schema import TraceLayout, TraceWriter, extra_column
+
+
+class RunnerError(RuntimeError):
+    """The binary failed; the message carries its exit status and the tail of its stderr."""
+
+
+def log_tail(path: str, lines: int = 20) -> str:
+    try:
+        return "".join(Path(path).read_text(errors="replace").splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
+def spec_json(spec: Mapping[str, Any]) -> str:
+    """The JSON text of a spec for a Rust runner. JSON has no NaN or Infinity (serde refuses
+    them with a message that names no field), so a spec holding one is refused here, naming
+    its fields. Raises :class:`RunnerError`."""
+    bad = [f"{where} = {value}" for where, value in non_finite(spec)]
+    if bad:
+        raise RunnerError(f"the runner spec holds non-finite numbers: {', '.join(bad)}")
+    return json.dumps(spec, indent=1, allow_nan=False)
+
+
+@contextlib.contextmanager
+def invocation(spec: dict, threads: int, log_path: str | None):
+    """One runner invocation's spec file (temporary JSON), environment
+    (``RAYON_NUM_THREADS``: the Rust runners' CPU thread pool) and stderr sink (the job's
+    log); the file is removed afterwards."""
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    text = spec_json(spec)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(text)
+    stderr = open(log_path, "ab") if log_path else None  # noqa: SIM115
+    try:
+        yield f.name, env, stderr
+    finally:
+        os.unlink(f.name)
+        if stderr:
+            stderr.close()
+
+
+def train(
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    binary: str,
+    out: str,
+    threads: int,
+    log: logging.Logger,
+    log_path: str | None,
+) -> None:
+    """Run ``key``, with resolved ``settings`` (``resolve.resolve_run``), by its framework's
+    binary from the fixture ``fixture`` and write its trace to ``out``.
+
+    ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
+    :class:`RunnerError` when the binary exits non-zero or its stream is malformed, and
+    ``fixtures.FixtureError`` for a fixture that does not match its checksum; the trace is
+    then not written.
+    """
+    s = settings
+    fixtures.load(fixture)  # the binary reads it itself: refuse a corrupt one here first
+    spec = runner_spec(key, s, fixture)
+    names = spec["record"]["tensors"] or [n for n, _ in model_params(s["model"])]
+    extras = []
+    if spec["record"]["grads"]:
+        extras += [extra_column("grad", n) for n in names]
+    if spec["record"]["moments"]:
+        extras += [extra_column(k, n) for n in names for k in ("exp_avg", "exp_avg_sq")]
+    shapes = dict(model_params(s["model"]))
+    layout = TraceLayout.of(key.dtype, [(n, shapes[n]) for n in names], extras)
+
+    log.info("run spec %s", json.dumps(spec, sort_keys=True))
+    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
+        proc = subprocess.Popen(
+            [binary, "train", "--spec", spec_path, "--out", "-"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
+        try:
+            _consume(key, settings, fixture, proc, layout, out, log, binary)
+        except RunnerError as e:
+            proc.kill()
+            proc.wait()
+            tail = log_tail(log_path) if log_path else ""
+            raise RunnerError(f"{e}; last lines of its log:\n{tail}") from None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+
+
+def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
+    # A step frame holds at most one row of the layout (and its loss) plus its header, so
+    # a corrupted length cannot make this read gigabytes.
+    frames = read_frames(proc.stdout, max_frame=2 * layout.row_bytes() + (1 << 20))
+    writer = None
+    try:
+        header = next(frames, None)
+        if header is None or header.kind != "header":
+            proc.wait()
+            raise RunnerError(f"{binary} exited with status {proc.returncode} before its header")
+        m = header.meta
+        runner = {k: m[k] for k in ("compiler", "device_detail", "features", "optimizer_impl")}
+        runner["threads"] = int(m["threads"])
+        meta = trace_metadata(key, settings, fixture, m["framework_version"], runner)
+        writer = TraceWriter(out, layout, meta)
+        ended = False
+        for frame in frames:
+            if frame.kind == "step":
+                t = frame.tensors
+                loss = float(t.pop("loss")[0]) if "loss" in t else None
+                # the frame's arrays are views of its own buffer: nothing else holds them
+                writer.write_step(int(frame.meta["step"]), loss, t, handed_over=True)
+            elif frame.kind == "end":
+                ended = True
+                if "train_seconds" in frame.meta:
+                    writer.meta["runner"]["train_seconds"] = float(frame.meta["train_seconds"])
+        status = proc.wait()
+        if status != 0 or not ended:
+            raise RunnerError(
+                f"{binary} exited with status {status}"
+                + ("" if ended else " without finishing its stream")
+            )
+        writer.close()
+        log.info("wrote %s (%s)", out, writer.meta["status"])
+    except BaseException as e:
+        if writer is not None:
+            writer.abort(type(e), e, None)
+        if isinstance(e, FrameError):
+            raise RunnerError(f"malformed frame stream from {binary}: {e}") from e
+        raise
+
+
+def run_frames(
+    binary: str, subcommand: list[str], spec: dict, threads: int, log_path: str | None
+) -> list[Frame]:
+    """Run ``binary`` with ``subcommand`` (``["probe"]``, ``["replay", "--step", "3", …]``)
+    and ``--spec`` (``spec`` in a temporary file), its frames written to standard output and
+    its standard error to the job's log; returns the decoded frames. Raises
+    :class:`RunnerError` when it exits non-zero (with the last lines of its log) or its
+    stream is malformed."""
+    name = f"{Path(binary).name} {subcommand[0]}"
+    with invocation(spec, threads, log_path) as (spec_path, env, stderr):
+        cmd = [binary, *subcommand, "--spec", spec_path, "--out", "-"]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
+    if proc.returncode != 0:
+        tail = log_tail(log_path) if log_path else ""
+        raise RunnerError(
+            f"{name} exited with status {proc.returncode}; last lines of its log:\n{tail}"
+        )
+    try:
+        return list(read_frames(io.BytesIO(proc.stdout)))
+    except FrameError as e:
+        raise RunnerError(f"malformed frame stream from {name}: {e}") from e
+
+
+def replay(
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    binary: str,
+    state_path: str,
+    step: int,
+    threads: int,
+    log_path: str | None,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Same-state replay of step ``step`` of run ``key`` by its framework's binary
+    (``replay`` subcommand; ``rust/parity-common/src/replay.rs``), from the state file
+    ``state_path`` (parameters after step − 1, Adam/AdamW moments).
+
+    Returns (tensors, header): the ``replay`` frame's flat arrays in the run dtype, and the
+    header's metadata with the frame's ``missing`` list (``name: reason; …``) added.
+    Raises :class:`RunnerError` as :func:`run_frames` does, or for a stream other than a
+    header, one replay frame and an end frame.
+    """
+    spec = runner_spec(key, settings, fixture)
+    args = ["replay", "--state", state_path, "--step", str(step)]
+    frames = run_frames(binary, args, spec, threads, log_path)
+    kinds = [f.kind for f in frames]
+    if kinds != ["header", "replay", "end"]:
+        raise RunnerError(f"{binary} replay wrote frames {kinds}, not header, replay, end")
+    header = dict(frames[0].meta)
+    header["missing"] = frames[1].meta.get("missing", "")
+    return dict(frames[1].tensors), header

@@ -1,0 +1,364 @@
+"""The PyTorch side: one training run, written as a trace.
+
+The loop is the study's: parameters are plain tensors with ``requires_grad`` loaded from
+the fixture, the model is functional (``F.linear``, ``F.conv1d``), and each step is
+``loss = f(model(x), y); opt.zero_grad(); loss.backward(); opt.step()``.
+
+A run may carry the PyTorch-side fault of the detection-power suite
+(``frameworks.pytorch.FAULTS``): ``relu_grad_at_zero``, a ReLU whose derivative at
+exactly 0 is 1 (:class:`ReluGradOneAtZero`). Without it nothing here changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from parity.core.devices import TORCH_DEVICE
+from parity.core.models import model_params
+from parity.plan.frameworks import pytorch
+from parity.plan.keys import RunKey
+from parity.trace import fixtures
+from parity.trace.provenance import trace_metadata
+from parity.trace.schema import TraceLayout, TraceWriter, extra_column
+
+TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64}
+
+#: ``optimizer_path`` → keyword arguments selecting PyTorch's optimizer implementation.
+#: single_tensor is the per-parameter loop (CPU default), foreach the multi-tensor one,
+#: fused the single-kernel one.
+OPTIMIZER_PATHS = {
+    "single_tensor": {"foreach": False, "fused": False},
+    "foreach": {"foreach": True, "fused": False},
+    "fused": {"foreach": False, "fused": True},
+}
+
+
+class ReluGradOneAtZero(torch.autograd.Function):
+    """max(h, 0) whose derivative at h = 0 is taken as 1, candle 0.11.0's convention
+    (probe ``relu_abs_at_zero``), where PyTorch's ``relu`` takes 0.
+
+    Forward: ``torch.relu(h)``. Backward: the incoming gradient where h ≥ 0, +0 elsewhere;
+    for h ≠ 0 that is exactly what ``torch.relu``'s backward (``threshold_backward``) gives,
+    so the fault changes a run only where a pre-activation is exactly 0.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(h)
+        return torch.relu(h)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (h,) = ctx.saved_tensors
+        return torch.where(h >= 0, grad, torch.zeros_like(grad))
+
+
+def forward(
+    model: Mapping[str, Any],
+    p: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    fault: Mapping[str, Any] | None = None,
+    taps: dict[str, torch.Tensor] | None = None,
+):
+    """Forward pass of a model family (see ``models.model_params``).
+
+    ``x``: ``[batch, *input]``; returns ``[batch, outputs]``. ``fault``: the run's fault
+    setting, or None (see :func:`activation`). ``taps``, when given, receives every forward
+    intermediate under its localisation name (``localise.forward_names``: ``fc1.out``,
+    ``relu1.out``, …; ``conv.out``, ``relu.out``, ``fc.out``) with ``retain_grad()`` called,
+    so its gradient is kept after ``backward``; the computation is the same either way.
+    """
+
+    def tap(name: str, h: torch.Tensor) -> torch.Tensor:
+        if taps is not None:
+            h.retain_grad()
+            taps[name] = h
+        return h
+
+    act = model.get("activation")
+    if model["family"] == "mlp":
+        layers = len(model["sizes"]) - 1
+        h = x
+        for i in range(1, layers + 1):
+            h = tap(f"fc{i}.out", F.linear(h, p[f"fc{i}.weight"], p[f"fc{i}.bias"]))
+            if i < layers:
+                h = tap(f"{act}{i}.out", activation(h, act, fault))
+        return h
+    if model["family"] == "transformer":
+        return tap("head.out", transformer(model, p, x))
+    if model["family"] == "cnn1d":
+        h = tap("conv.out", F.conv1d(x, p["conv.weight"], p["conv.bias"]))
+        h = tap(f"{act}.out", activation(h, act, fault)).flatten(1)
+        return tap("fc.out", F.linear(h, p["fc.weight"], p["fc.bias"]))
+    raise ValueError(f"unknown model family {model['family']!r}")
+
+
+#: Layer-norm ε of the transformer family (``nn.LayerNorm``'s default).
+LN_EPS = 1e-5
+
+
+def _layer_norm(h: torch.Tensor, p: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+    return F.layer_norm(h, (h.shape[-1],), p[f"{name}.weight"], p[f"{name}.bias"], LN_EPS)
+
+
+def transformer(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torch.Tensor):
+    """The transformer family (``parity_common::spec::Model::Transformer``) in functional
+    form: token ids ``x`` ``[B, T]`` int64 → logits ``[B, T, vocab]``.
+
+    Attention (``model["attention"]``): ``explicit`` computes (q·kᵀ)·(1/√d_head) (the scale
+    a Python float, applied in the tensor's dtype), fills the future keys with −∞
+    (``masked_fill``) and takes ``torch.softmax`` over the keys, then p·v; ``sdpa`` calls
+    ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, PyTorch's fused path. GELU
+    is ``F.gelu`` (exact erf), layer norm ``F.layer_norm`` (ε 1e-5).
+    """
+    b_, t = x.shape
+    d, heads = model["d_model"], model["heads"]
+    dh = d // heads
+    positions = torch.arange(t, device=x.device)
+    h = F.embedding(x, p["tok_emb.weight"]) + F.embedding(positions, p["pos_emb.weight"])
+    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+
+    def split(z: torch.Tensor) -> torch.Tensor:
+        return z.view(b_, t, heads, dh).transpose(1, 2)
+
+    for i in range(model["blocks"]):
+        blk = f"blocks.{i}."
+        a = _layer_norm(h, p, blk + "ln1")
+        q = split(F.linear(a, p[blk + "attn.q.weight"], p[blk + "attn.q.bias"]))
+        k = split(F.linear(a, p[blk + "attn.k.weight"]))  # no key bias
+        v = split(F.linear(a, p[blk + "attn.v.weight"], p[blk + "attn.v.bias"]))
+        if model.get("attention", "explicit") == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
+            o = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1) @ v
+        o = o.transpose(1, 2).reshape(b_, t, d)
+        h = h + F.linear(o, p[blk + "attn.out.weight"], p[blk + "attn.out.bias"])
+        m = _layer_norm(h, p, blk + "ln2")
+        m = F.gelu(F.linear(m, p[blk + "mlp.fc1.weight"], p[blk + "mlp.fc1.bias"]))
+        h = h + F.linear(m, p[blk + "mlp.fc2.weight"], p[blk + "mlp.fc2.bias"])
+    return F.linear(_layer_norm(h, p, "ln_f"), p["head.weight"])
+
+
+def activation(h: torch.Tensor, name: str, fault: Mapping[str, Any] | None = None) -> torch.Tensor:
+    """Apply a named activation; with fault ``relu_grad_at_zero``, :class:`ReluGradOneAtZero`."""
+    if name == "relu":
+        if fault is not None and fault["kind"] == "relu_grad_at_zero":
+            return ReluGradOneAtZero.apply(h)
+        return torch.relu(h)
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def loss_fn(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Batch-mean loss: ``mse`` (F.mse_loss) or ``cross_entropy`` (F.cross_entropy); a
+    transformer's logits ``[B, T, V]`` against next tokens ``[B, T]`` are flattened to
+    ``[B·T, V]`` and ``[B·T]`` first (the mean over batch × sequence)."""
+    if out.dim() == 3:
+        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+    if name == "mse":
+        return F.mse_loss(out, y)
+    if name == "cross_entropy":
+        return F.cross_entropy(out, y)
+    raise ValueError(f"unknown loss {name!r}")
+
+
+def make_optimizer(settings: Mapping[str, Any], params: list[torch.Tensor], path: str):
+    """``torch.optim`` optimizer from resolved settings, every hyperparameter explicit.
+
+    Raises ``ValueError`` for an unknown name or path.
+    """
+    opt = settings
+    kw = dict(OPTIMIZER_PATHS[path])
+    if opt["name"] == "sgd":
+        return torch.optim.SGD(
+            params,
+            lr=opt["lr"],
+            momentum=opt.get("momentum", 0.0),
+            weight_decay=opt.get("weight_decay", 0.0),
+            **kw,
+        )
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(opt["name"])
+    if cls is None:
+        raise ValueError(f"unknown optimizer {opt['name']!r}")
+    return cls(
+        params,
+        lr=opt["lr"],
+        betas=tuple(opt["betas"]),
+        eps=opt["eps"],
+        weight_decay=opt["weight_decay"],
+        **kw,
+    )
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    return t.detach().reshape(-1).cpu().numpy().copy()
+
+
+def train(
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    out: str,
+    threads: int,
+    log: logging.Logger,
+):
+    """Run ``key`` with its resolved ``settings`` (``resolve.resolve_run``) from the fixture
+    ``fixture`` and write its trace to ``out``.
+
+    Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
+    runner does not implement; the trace is then not written.
+    """
+    torch.set_num_threads(threads)
+    s = settings
+    fault = s.get("fault")
+    if fault is not None and fault["kind"] not in pytorch.FAULTS:
+        raise ValueError(
+            f"the PyTorch runner has no fault {fault['kind']!r} (it has {list(pytorch.FAULTS)})"
+        )
+    device = torch.device(TORCH_DEVICE[key.device])
+    if key.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda requested but torch.cuda.is_available() is False")
+    if key.device == "metal" and not torch.backends.mps.is_available():
+        raise RuntimeError("device metal requested but torch.backends.mps.is_available() is False")
+    dtype = TORCH_DTYPES[key.dtype]
+    fx = fixtures.load(fixture)
+    missing = [n for n in ("x", "y") if n not in fx]
+    if missing:
+        raise RuntimeError(f"fixture {fixture} has no tensor {missing[0]!r}")
+    names = [n for n, _ in model_params(s["model"])]
+    p = {n: torch.from_numpy(fx[n]).to(device=device, dtype=dtype).requires_grad_() for n in names}
+    x = torch.from_numpy(fx["x"]).to(device=device)
+    if x.is_floating_point():  # a transformer's x holds token ids (int64)
+        x = x.to(dtype)
+    y = torch.from_numpy(fx["y"]).to(device=device)
+    if s["loss"] == "mse":
+        y = y.to(dtype)
+    opt = make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
+
+    rec = s["record"]
+    recorded = rec.get("tensors") or names
+    extras = []
+    if rec.get("grads"):
+        extras += [extra_column("grad", n) for n in recorded]
+    if rec.get("moments"):
+        extras += [extra_column(k, n) for n in recorded for k in ("exp_avg", "exp_avg_sq")]
+    layout = TraceLayout.of(key.dtype, [(n, p[n].shape) for n in recorded], extras)
+    meta = trace_metadata(
+        key,
+        settings,
+        fixture,
+        torch.__version__,
+        {
+            "threads": torch.get_num_threads(),
+            "device_detail": str(device),
+            "optimizer_impl": f"torch.optim.{type(opt).__name__}",
+            "optimizer_path": s["optimizer_path"],
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+        },
+    )
+    steps, every = s["steps"], rec["every"]
+    batches = x.shape[0]
+    with TraceWriter(out, layout, meta) as w:
+        w.write_step(0, None, {n: _host(p[n]) for n in recorded})
+        started = time.perf_counter()
+        for t in range(1, steps + 1):
+            i = (t - 1) % batches
+            loss = loss_fn(s["loss"], forward(s["model"], p, x[i], fault), y[i])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if t % every and t != steps:
+                continue
+            row = {n: _host(p[n]) for n in recorded}
+            for n in recorded if rec.get("grads") else ():
+                row[extra_column("grad", n)] = _host(p[n].grad)
+            for n in recorded if rec.get("moments") else ():
+                state = opt.state[p[n]]
+                row[extra_column("exp_avg", n)] = _host(state["exp_avg"])
+                row[extra_column("exp_avg_sq", n)] = _host(state["exp_avg_sq"])
+            value = float(loss.detach().to(torch.float64).cpu())
+            w.write_step(t, value, row)
+            if t % max(1, steps // 10) == 0 or t == steps:
+                log.info("step %d/%d loss %.8f", t, steps, value)
+        # Wall time of the steps and their recording (benchmarks read it).
+        w.meta["runner"]["train_seconds"] = time.perf_counter() - started
+    log.info("wrote %s (%s)", out, w.meta["status"])
+
+
+def replay(
+    settings: Mapping[str, Any],
+    fixture: str,
+    state: Mapping[str, np.ndarray],
+    steps_taken: int,
+    step: int,
+    device: str,
+    dtype: str,
+    threads: int,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Same-state replay of step ``step`` (see ``parity.localise.replay``): parameters from
+    ``state`` (state_dict keys, float32 or float64 values), Adam/AdamW moments from
+    ``exp_avg:<key>``/``exp_avg_sq:<key>`` with ``steps_taken`` steps already taken, loaded
+    through ``Optimizer.load_state_dict``; one step on batch ``(step − 1) mod batches`` as
+    :func:`train` runs it, the run's fault included.
+
+    Returns (tensors, header): flat arrays in the run dtype named as
+    ``parity_common::replay::intermediate_names`` (forward quantities and ``loss``,
+    ``grad:`` of each but the loss, ``grad:<key>`` and ``after:<key>`` per parameter), and
+    the replay's provenance (framework version, optimizer implementation, note).
+    """
+    torch.set_num_threads(threads)
+    s = settings
+    fault = s.get("fault")
+    tdev = torch.device(TORCH_DEVICE[device])
+    tdt = TORCH_DTYPES[dtype]
+    fx = fixtures.load(fixture)
+    names = [n for n, _ in model_params(s["model"])]
+    # Copies: the optimizer updates the parameters in place, and ``state`` is shared by
+    # every replay of a localisation.
+    p = {
+        n: torch.tensor(np.array(state[n]), device=tdev, dtype=tdt).requires_grad_() for n in names
+    }
+    i = (step - 1) % fx["x"].shape[0]
+    x = torch.from_numpy(fx["x"][i]).to(device=tdev)
+    if x.is_floating_point():  # a transformer's x holds token ids (int64)
+        x = x.to(tdt)
+    y = torch.from_numpy(fx["y"][i]).to(device=tdev)
+    if s["loss"] == "mse":
+        y = y.to(tdt)
+    opt = make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
+    if s["optimizer"]["name"] != "sgd" and steps_taken > 0:
+        sd = opt.state_dict()
+        sd["state"] = {
+            j: {
+                "step": torch.tensor(float(steps_taken)),
+                "exp_avg": torch.tensor(np.array(state[f"exp_avg:{n}"]), dtype=tdt),
+                "exp_avg_sq": torch.tensor(np.array(state[f"exp_avg_sq:{n}"]), dtype=tdt),
+            }
+            for j, n in enumerate(names)
+        }
+        opt.load_state_dict(sd)
+    taps: dict[str, torch.Tensor] = {}
+    loss = loss_fn(s["loss"], forward(s["model"], p, x, fault, taps), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    out = {n: _host(t) for n, t in taps.items()}
+    out["loss"] = _host(loss)
+    out.update({f"grad:{n}": _host(t.grad) for n, t in taps.items()})
+    for n in names:
+        out[f"grad:{n}"] = _host(p[n].grad)
+        out[f"after:{n}"] = _host(p[n])
+    header = {
+        "framework_version": torch.__version__,
+        "optimizer_impl": f"torch.optim.{type(opt).__name__} ({s['optimizer_path']})",
+        "replay_note": "",
+    }
+    return out, header

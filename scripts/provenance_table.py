@@ -1,9 +1,0 @@
-"""Snakemake job: the provenance of every trace (see parity.report_pages.provenance_job)."""
-
-from parity import report_pages
-from parity.fileio import job_logger
-
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
-rows = report_pages.provenance_job(list(sm.input), sm.output.csv, sm.output.md)
-log.info("%d traces", len(rows))
