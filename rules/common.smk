@@ -90,6 +90,19 @@ PROBE_DTYPES = "|".join(probes_module.PROBE_DTYPES)
 #: A comparison's file-name tag: its device, then "-" and its name unless it is "main".
 TAG_PATTERN = "(cpu|cuda|metal)(-[a-z][a-z0-9_]*)?"
 
+#: The experiments of a user's own model (family own, docs/own-model.md), and the
+#: constraints that keep the fixture and PyTorch rules of the built-in families and of own
+#: models (rules/own.smk) apart; "(?!)" matches nothing.
+OWN_EXPERIMENTS = [
+    e for e, x in PLAN.experiments.items() if x["model"]["family"] == "own"
+]
+OWN_EXPERIMENT = f"(?:{'|'.join(OWN_EXPERIMENTS)})" if OWN_EXPERIMENTS else "(?!)"
+BUILTIN_EXPERIMENT = (
+    f"(?!{OWN_EXPERIMENT}(?![a-z0-9_]))[a-z][a-z0-9_]*"
+    if OWN_EXPERIMENTS
+    else "[a-z][a-z0-9_]*"
+)
+
 
 wildcard_constraints:
     experiment="[a-z][a-z0-9_]*",
@@ -113,6 +126,11 @@ def known_experiment(experiment):
     (a file under results/) that names an experiment the config lacks or disables."""
     if experiment in PLAN.experiments:
         return experiment
+    if experiment in config["experiments"] and config.get("only") is not None:
+        raise WorkflowError(
+            f"experiment {experiment!r} is left out by the config's only: "
+            f"{config['only']}: add it there to make its files"
+        )
     if experiment in config["experiments"]:
         how = " (--configfile bench/scale.yaml)" if experiment == "scale_mlp" else ""
         raise WorkflowError(

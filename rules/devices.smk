@@ -2,14 +2,7 @@
 # comparisons and probes, reusing traces already present (the CPU reference runs).
 
 
-def device_outputs(device):
-    """A per-device target: that device's comparisons and probe results (with the
-    reference runs they need, which are reused where present)."""
-    require_device(device)
-    return (
-        tables_and_figures(PLAN.for_devices([device]).comparisons())
-        + PROBES.for_devices([device]).results()
-    )
+include: "functions/devices.smk"
 
 
 rule cpu:

@@ -1,6 +1,4 @@
-def fixture_settings(wildcards):
-    """What a fixture job draws from (Plan.fixture_settings)."""
-    return PLAN.fixture_settings(known_experiment(wildcards.experiment))
+include: "functions/fixtures.smk"
 
 
 rule fixture:
@@ -11,6 +9,8 @@ rule fixture:
         "results/logs/fixture/{experiment}.log",
     benchmark:
         "results/benchmarks/fixture/{experiment}.tsv"
+    wildcard_constraints:
+        experiment=BUILTIN_EXPERIMENT,
     conda:
         "../envs/analysis.yaml"
     params:

@@ -2,24 +2,7 @@
 # Each job receives its run's resolved settings as params (Plan.run_settings).
 
 
-def run_settings(wildcards):
-    """The resolved settings a training job receives (Plan.run_settings)."""
-    known_experiment(wildcards.experiment)
-    try:
-        return PLAN.run_settings(wildcards.experiment, wildcards.run)
-    except KeyError:
-        runs = PLAN.experiments[wildcards.experiment]["runs"]
-        raise WorkflowError(
-            f"experiment {wildcards.experiment!r} has no run {wildcards.run!r} "
-            f"(its runs: {', '.join(runs)})"
-        ) from None
-
-
-def run_binary(wildcards):
-    """The binary a Rust run's job starts: its release's build for the device."""
-    return PLAN.binary(
-        RunKey(wildcards.experiment, wildcards.run, wildcards.dtype, wildcards.device)
-    )
+include: "functions/train.smk"
 
 
 rule train_torch:
@@ -33,6 +16,7 @@ rule train_torch:
     benchmark:
         paths.TRAIN_BENCHMARK
     wildcard_constraints:
+        experiment=BUILTIN_EXPERIMENT,
         run="torch(_[a-z0-9]+)*",
         device=LOCAL_DEVICES,
     conda:
@@ -53,6 +37,7 @@ rule train_candle:
     input:
         fixture=paths.FIXTURE,
         binary=run_binary,
+        port_check=own_check_of_run,
     output:
         trace=paths.TRACE,
     log:
@@ -78,6 +63,7 @@ use rule train_candle as train_burn with:
     input:
         fixture=paths.FIXTURE,
         binary=run_binary,
+        port_check=own_check_of_run,
     wildcard_constraints:
         run="burn(_[a-z0-9]+)*",
         device="cpu",

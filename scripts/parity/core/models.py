@@ -28,9 +28,13 @@ def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     ``ln2.weight``, ``ln2.bias``, ``mlp.fc1.weight`` ``[4d, d]``, ``mlp.fc1.bias`` ``[4d]``,
     ``mlp.fc2.weight`` ``[d, 4d]``, ``mlp.fc2.bias`` ``[d]``; then ``ln_f.weight``,
     ``ln_f.bias`` and ``head.weight`` ``[V, d]`` (no bias, not tied to ``tok_emb``).
+    ``own`` (a user's model, ``parity.plan.own``): the resolved ``params``, read from the
+    PyTorch model itself, each tied tensor once.
     Raises ``ValueError`` for an unknown family.
     """
     family = model["family"]
+    if family == "own":
+        return [(n, tuple(s)) for n, s in model["params"]]
     if family == "mlp":
         sizes = model["sizes"]
         out = []
@@ -66,7 +70,17 @@ def model_params(model: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
 
 def model_io(model: Mapping[str, Any]) -> tuple[tuple[int, ...], int]:
     """(input shape of one sample, number of outputs) of a model; a transformer's sample is
-    ``seq_len`` token ids and its outputs are ``vocab`` logits per position."""
+    ``seq_len`` token ids and its outputs are ``vocab`` logits per position; an own model's
+    comes from its resolved ``io`` (a data file's shapes are known only to its jobs: ``()``
+    and 1 here)."""
+    if model["family"] == "own":
+        io = model["io"]
+        shape = tuple(io["input"].get("shape", ()))
+        if io["target"]["kind"] == "tokens":
+            return shape, io["input"]["vocab"]
+        if io["target"]["kind"] == "classes":
+            return shape, io["target"]["classes"]
+        return shape, math.prod(io["target"].get("shape", [1]))
     if model["family"] == "mlp":
         return (model["sizes"][0],), model["sizes"][-1]
     if model["family"] == "transformer":
@@ -82,7 +96,10 @@ def count_params(model: Mapping[str, Any]) -> int:
 def check_model(where: str, model: Mapping, loss: str) -> None:
     """What the config schema cannot say about a model: a kernel that fits the input, a
     declared ``fc_in`` that matches the convolution, enough classes for cross-entropy.
-    Raises :class:`ConfigError` at ``where`` (the model's key path)."""
+    Raises :class:`ConfigError` at ``where`` (the model's key path). An own model is checked
+    while it is resolved (``parity.plan.own``)."""
+    if model["family"] == "own":
+        return
     if model["family"] == "cnn1d" and model["kernel"] > model["length"]:
         raise ConfigError(
             f"{where}.kernel",

@@ -21,6 +21,16 @@ RUNNER_BINARY = "results/bin/{framework}-parity-{version}-{device}"
 BUILD_LOG = "results/logs/build/{framework}-{version}-{device}.log"
 BUILD_BENCHMARK = "results/benchmarks/build/{framework}-{version}-{device}.tsv"
 
+#: An own model's runner (docs/own-model.md): the crate that links the user's port, its
+#: binary for a device, its build log; the check of the port against the PyTorch model's
+#: parameters before any training job; the model card the plan was made from.
+OWN_RUNNER_CRATE = "results/own/{experiment}/{framework}-runner"
+OWN_BINARY = "results/bin/own/{experiment}-{framework}-{device}"
+OWN_BUILD_LOG = "results/logs/build/own-{experiment}-{framework}-{device}.log"
+OWN_BUILD_BENCHMARK = "results/benchmarks/build/own-{experiment}-{framework}-{device}.tsv"
+OWN_CHECK = "results/own/{experiment}/check-{framework}-{device}.json"
+OWN_CHECK_LOG = "results/logs/own_check/{experiment}-{framework}-{device}.log"
+
 #: A comparison's table (kind: perstep, split, diagnosis; ext: csv, md, html), figure (ext:
 #: png, svg) and machine-readable result (gathered by the summary).
 TABLE = "results/tables/{experiment}/{kind}-{tag}.{ext}"

@@ -29,6 +29,7 @@ failed job.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -84,11 +85,23 @@ def _state_settings(settings: Mapping, k: int) -> tuple[dict, str]:
     return s, note
 
 
+def _torch_net(settings: Mapping):
+    """The PyTorch model maker of a run: an own model's ``OwnNet``, else the built-in
+    families' functional ``Net``."""
+    from parity.run import torch as torch_runner
+
+    if settings["model"]["family"] == "own":
+        from parity.own.torch_model import OwnNet
+
+        return OwnNet
+    return torch_runner.Net
+
+
 def _train(key: RunKey, settings, fixture, out, threads, log, log_path) -> None:
     if key.framework == "torch":
         from parity.run import torch as torch_runner
 
-        torch_runner.train(key, settings, fixture, out, threads, log)
+        torch_runner.train(key, settings, fixture, out, threads, log, _torch_net(settings))
     else:
         from parity.run import rust as rust_runner
 
@@ -180,7 +193,15 @@ def run_replay(
         from parity.run import torch as torch_runner
 
         return torch_runner.replay(
-            settings, fixture, state, k - 1 if adam else 0, k, key.device, key.dtype, threads
+            settings,
+            fixture,
+            state,
+            k - 1 if adam else 0,
+            k,
+            key.device,
+            key.dtype,
+            threads,
+            _torch_net(settings),
         )
     from parity.run import rust as rust_runner
 
@@ -223,7 +244,7 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
     keys = {role: RunKey(**k) for role, k in loc["replays"].items()}
     if "ref64" not in keys:
         notes.append(f"no float64 replay ({loc['no_f64']}): judged against float32 rounding only")
-    records, missing = {}, {}
+    records, missing, dataflow = {}, {}, None
     params = [n for n, _ in model_params(ref_settings["model"])]
     flat_state = {n: state[n].reshape(-1) for n in params}
     for role, key in keys.items():
@@ -231,6 +252,8 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
             key, settings[key.run], fixture, state, state_path, k, threads, log_path
         )
         records[role] = localise.derive_updates(tensors, flat_state, params)
+        if role == "ref32" and header.get("dataflow"):
+            dataflow = json.loads(header["dataflow"])
         if header.get("replay_note"):
             notes.append(f"{role} ({key.label}): {header['replay_note']}")
         for item in filter(None, (header.get("missing") or "").split("; ")):
@@ -244,7 +267,12 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
         f64_rounding_factor=float(job["diagnosis"]["f64_rounding_factor"]),
         f32_floor_ulps=float(loc["f32_floor_ulps"]),
     )
-    w = localise.walk(ref_settings["model"], batch, records, missing, s)
+    if ref_settings["model"]["family"] == "own" and dataflow is None:
+        raise ReplayError(
+            f"{comp.reference.label}: an own model is localised through the PyTorch replay's "
+            "forward hooks; the reference is not a PyTorch run"
+        )
+    w = localise.walk(ref_settings["model"], batch, records, missing, s, dataflow)
     return {
         "step": k,
         "step_reason": why,

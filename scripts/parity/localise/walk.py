@@ -113,10 +113,53 @@ def _layers(model: Mapping) -> list[tuple[str, str | None, str | None]]:
     return [("conv", f"{act}.out", None), ("fc", None, f"{act}.out")]
 
 
-def quantities(model: Mapping) -> list[Quantity]:
+def own_quantities(params: Sequence[str], dataflow: Sequence[Mapping]) -> list[Quantity]:
+    """An own model's quantities from its PyTorch replay's ``dataflow`` (the intermediates
+    its forward hooks recorded, in the order their modules finished, each with what it is
+    computed from: ``parity.run.torch.Net.dataflow``).
+
+    Forward: each module's output ``<module path>.out``, the model's ``output``, ``loss``.
+    Backward, in reverse: ``grad:`` of each output, computed from the gradients of the
+    quantities that read it (and ``loss`` for the model's output), then the gradients of
+    the parameters of that module (``<module path>.<name>``), computed from its output's
+    gradient and its inputs; a parameter of no recorded module comes last, from the output's
+    gradient. Update: ``update:<param>`` from its gradient."""
+    forward = [d["name"] for d in dataflow]
+    inputs = {d["name"]: tuple(i for i in d["inputs"] if i in forward) for d in dataflow}
+    out: list[tuple[str, str, tuple[str, ...]]] = [("forward", n, inputs[n]) for n in forward]
+    out.append(("forward", "loss", ("output",) if "output" in forward else tuple(forward[-1:])))
+    consumers: dict[str, list[str]] = {n: [] for n in forward}
+    for n in forward:
+        for i in inputs[n]:
+            consumers[i].append(n)
+    owner = {}
+    for p in params:
+        module = p.rpartition(".")[0]
+        if f"{module}.out" in inputs:
+            owner[p] = f"{module}.out"
+    for n in reversed(forward):
+        deps = [f"grad:{c}" for c in consumers[n]]
+        if n == "output" or not consumers[n]:
+            deps.append("loss")
+        out.append(("backward", f"grad:{n}", (*deps, n)))
+        for p in params:
+            if owner.get(p) == n:
+                out.append(("backward", f"grad:{p}", (f"grad:{n}", *inputs[n])))
+    last = "grad:output" if "output" in forward else "loss"
+    for p in params:
+        if p not in owner:
+            out.append(("backward", f"grad:{p}", (last,)))
+    out += [("update", f"update:{p}", (f"grad:{p}",)) for p in params]
+    return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
+
+
+def quantities(model: Mapping, dataflow: Sequence[Mapping] | None = None) -> list[Quantity]:
     """Every quantity of one training step of ``model`` in dataflow order (forward, backward
-    in reverse, update), each with the quantities it is computed from."""
+    in reverse, update), each with the quantities it is computed from; an own model's from
+    its replay's ``dataflow`` (:func:`own_quantities`)."""
     params = [n for n, _ in model_params(model)]
+    if model["family"] == "own":
+        return own_quantities(params, dataflow or [])
     if model["family"] == "transformer":
         return _transformer_quantities(params)
     layers = _layers(model)
@@ -172,12 +215,16 @@ def _transformer_quantities(params: Sequence[str]) -> list[Quantity]:
     return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
 
 
-def shapes(model: Mapping, batch: int) -> dict[str, tuple[int, ...]]:
+def shapes(
+    model: Mapping, batch: int, dataflow: Sequence[Mapping] | None = None
+) -> dict[str, tuple[int, ...]]:
     """PyTorch shape of every quantity for a batch of ``batch`` samples (``loss`` is
-    ``()``)."""
+    ``()``); an own model's intermediates take the shapes its replay recorded."""
     p = dict(model_params(model))
     out: dict[str, tuple[int, ...]] = {"loss": ()}
-    if model["family"] == "transformer":
+    if model["family"] == "own":
+        out.update({d["name"]: tuple(d["shape"]) for d in dataflow or []})
+    elif model["family"] == "transformer":
         out["head.out"] = (batch, model["seq_len"], model["vocab"])
     elif model["family"] == "mlp":
         sizes = model["sizes"]
@@ -328,15 +375,18 @@ def walk(
     records: Mapping[str, Mapping[str, np.ndarray]],
     missing: Mapping[str, str],
     s: Settings,
+    dataflow: Sequence[Mapping] | None = None,
 ) -> Walk:
     """Judge every quantity of ``model`` in dataflow order and find the culprit.
 
     ``records``: role (:data:`ROLES`; the float64 roles may be absent) → quantity name →
     flat values, ``update:<p>`` included (:func:`derive_updates`). ``missing``: quantity →
-    why a framework did not record it. Returns one row per quantity (:data:`COLUMNS`).
+    why a framework did not record it. ``dataflow``: an own model's intermediates (the
+    reference's replay header, :func:`own_quantities`). Returns one row per quantity
+    (:data:`COLUMNS`).
     """
-    qs = quantities(model)
-    shp = shapes(model, batch)
+    qs = quantities(model, dataflow)
+    shp = shapes(model, batch, dataflow)
     verdict: dict[str, str] = {}
     by_name = {q.name: q for q in qs}
 

@@ -151,7 +151,12 @@ def recorded_rows(steps: int, every: int) -> int:
 
 
 def macs_per_sample(model: Mapping[str, Any]) -> int:
-    """Multiply-adds of one sample's forward pass (weights × positions they apply to)."""
+    """Multiply-adds of one sample's forward pass (weights × positions they apply to); for
+    an own model every parameter applied once per position (an estimate: a model whose
+    weights apply more often, a convolution, does more)."""
+    if model["family"] == "own":
+        positions = model["io"]["input"].get("shape", [1])[0] if _tokens(model) else 1
+        return positions * sum(math.prod(s) for _, s in model_params(model))
     if model["family"] == "mlp":
         sizes = model["sizes"]
         return sum(a * b for a, b in itertools.pairwise(sizes))
@@ -165,8 +170,17 @@ def macs_per_sample(model: Mapping[str, Any]) -> int:
     return conv + model["channels"] * out_len * model["classes"]
 
 
+def _tokens(model: Mapping[str, Any]) -> bool:
+    return model["io"]["input"]["kind"] == "tokens"
+
+
 def largest_activation(model: Mapping[str, Any]) -> int:
-    """Elements of one sample's widest layer output (the forward pass keeps it)."""
+    """Elements of one sample's widest layer output (the forward pass keeps it); for an own
+    model its output, or its largest parameter's leading dimension per position."""
+    if model["family"] == "own":
+        positions = model["io"]["input"].get("shape", [1])[0] if _tokens(model) else 1
+        widest = max((s[0] for _, s in model_params(model) if s), default=1)
+        return positions * max(widest, model_io(model)[1] // max(1, positions))
     if model["family"] == "mlp":
         return max(model["sizes"])
     if model["family"] == "transformer":

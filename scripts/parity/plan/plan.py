@@ -14,6 +14,7 @@ Pure Python: importing this must stay cheap.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -39,11 +40,14 @@ class Plan:
     Construct from a config dict that already passed ``schemas/config.schema.yaml``; raises
     :class:`ConfigError` for what a JSON schema cannot express (a comparison naming a run
     that does not exist, an optimizer a framework lacks, shapes that do not fit), every
-    problem of the experiments at once.
+    problem of the experiments at once. ``workdir`` is the working directory (default: the
+    current one) that an own model's factory file, crate paths and kept model card are
+    relative to (:mod:`parity.plan.own`).
     """
 
-    def __init__(self, config: Mapping[str, Any]):
+    def __init__(self, config: Mapping[str, Any], workdir: str | None = None):
         self.config = copy.deepcopy(dict(config))
+        self.workdir = workdir or os.getcwd()
         self.devices: list[str] = list(self.config["devices"])
         self.dtypes: list[str] = list(self.config["dtypes"])
         self.reference_device: str = self.config.get("reference_device", "cpu")
@@ -68,10 +72,24 @@ class Plan:
                         "its traces would not be compared",
                     )
                 )
+        only = self.config.get("only")
+        for i, name in enumerate(only or []):
+            if name not in self.config["experiments"]:
+                problems.append(
+                    ConfigError(
+                        f"only[{i}]",
+                        f"{name!r} is not an experiment of this config "
+                        f"({', '.join(self.config['experiments'])})",
+                    )
+                )
         for name, exp in self.config["experiments"].items():
+            if only is not None and name not in only:
+                continue
             if exp.get("enabled", True):
                 try:
-                    self.experiments[name] = resolve_experiment(name, exp, self.config)
+                    self.experiments[name] = resolve_experiment(
+                        name, exp, self.config, self.workdir
+                    )
                 except ConfigError as e:
                     problems.extend(e.problems)
         if problems:

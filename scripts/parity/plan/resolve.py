@@ -18,25 +18,32 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from parity.core.config import MAIN, RECORD_DEFAULTS, ConfigError, merge
 from parity.core.models import check_model, model_params
-from parity.plan import frameworks, versions
+from parity.plan import frameworks, own, versions
 from parity.plan.frameworks import candle
 
 
-def resolve_experiment(name: str, exp: Mapping, config: Mapping) -> dict:
+def resolve_experiment(
+    name: str, exp: Mapping, config: Mapping, workdir: str | None = None
+) -> dict:
     """Config ``experiments.<name>`` with defaults filled in: runs (default torch and
     candle) resolved by :func:`resolve_run`, comparisons (default ``main``: torch against
     candle) with ``expect`` and ``tolerance``, the ``record`` setting merged from the top
     level; for an experiment in ``determinism.experiments`` each run again as
     ``<run>_repeat``, compared bit for bit; the runs and comparisons of each further
-    release of a Rust framework (``versions.add_release_runs``). Raises
-    :class:`ConfigError` listing every problem of the experiment."""
+    release of a Rust framework (``versions.add_release_runs``); an own model (family
+    ``own``) resolved by :func:`parity.plan.own.resolve_model` from its model card
+    (``workdir``: what its paths are relative to). Raises :class:`ConfigError` listing every
+    problem of the experiment."""
     where = f"experiments.{name}"
     exp = copy.deepcopy(dict(exp))
+    if exp["model"]["family"] == "own":
+        exp["model"] = own.resolve_model(f"{where}.model", name, exp, workdir or os.getcwd())
     exp.setdefault("runs", {"torch": {}, "candle": {}})
     exp.setdefault("comparisons", {MAIN: {"reference": "torch", "candidate": "candle"}})
     if name in config.get("determinism", {}).get("experiments", []):
@@ -70,7 +77,9 @@ def resolve_experiment(name: str, exp: Mapping, config: Mapping) -> dict:
         comp.setdefault("tolerance", float(config["tolerance"]))
     if not problems:
         exp["runs"] = runs
-        problems.extend(versions.add_release_runs(where, exp, config))
+        if exp["model"]["family"] != "own":
+            # An own model's runner links the user's crate against the primary release.
+            problems.extend(versions.add_release_runs(where, exp, config))
     if problems:
         raise ConfigError.every(problems)
     return exp
@@ -97,6 +106,13 @@ def resolve_run(where: str, exp: Mapping, run: str, override: Mapping, config: M
         for k in ("betas", "eps", "weight_decay"):
             if k not in optimizer:
                 raise ConfigError(f"{where}.optimizer.{k}", f"{name} needs an explicit {k}")
+    own_side = exp["model"]["family"] == "own" and framework in own.RUST_SIDES
+    if own_side and framework not in exp["model"]:
+        raise ConfigError(
+            where,
+            f"the model has no {framework} port: name its crate in "
+            f"model.{framework}.crate (docs/own-model.md)",
+        )
     frameworks.definition(framework).resolve_run(where, exp, settings, override, config)
     if framework in frameworks.RUST_FRAMEWORKS:
         # The release the run's binary is built from; further releases copy the run

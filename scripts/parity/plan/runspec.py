@@ -36,6 +36,8 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
     model = dict(settings["model"])
     model.pop("fc_in", None)
     model.pop("attention", None)  # PyTorch's choice; the Rust runners have one path
+    if model["family"] == "own":
+        model = own_model(model, settings["framework"])
     record = settings["record"]
     return {
         "experiment": key.experiment,
@@ -55,4 +57,22 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
         },
         "params": [{"name": n, "shape": list(sh)} for n, sh in model_params(settings["model"])],
         "fault": dict(settings.get("fault", NO_FAULT)),
+    }
+
+
+def own_model(model: Mapping[str, Any], framework: str) -> dict:
+    """The ``model`` of an own model's run spec (``parity_common::spec::OwnModel``): what the
+    port's ``build`` receives (``config``), what a sample's input and target are (``input``:
+    ``tokens`` or ``float``; ``target``: ``tokens``, ``classes`` or ``float``), the tied
+    parameters (alias → recorded name), the buffers the fixture hands over (name, shape),
+    and the rename table of this Rust side (Rust name → state_dict key)."""
+    io = model["io"]
+    return {
+        "family": "own",
+        "config": model["rust_config"],
+        "input": io["input"]["kind"],
+        "target": io["target"]["kind"],
+        "tied": dict(model["tied"]),
+        "buffers": [{"name": n, "shape": list(s)} for n, s in model["buffers"].items()],
+        "rename": dict(model["rename"].get(framework) or {}),
     }

@@ -88,7 +88,12 @@ def runner_binary(framework: str, version: str, device: str) -> str:
 
 def run_binary(settings: Mapping[str, Any], device: str) -> str:
     """The binary a Rust run with resolved ``settings`` (``framework``, ``version``) runs on
-    ``device``."""
+    ``device``: an own model's runner (``paths.OWN_BINARY``, linking the user's crate), else
+    the framework's runner of that release."""
+    if settings["model"]["family"] == "own":
+        return paths.OWN_BINARY.format(
+            experiment=settings["model"]["name"], framework=settings["framework"], device=device
+        )
     return runner_binary(settings["framework"], settings["version"], device)
 
 

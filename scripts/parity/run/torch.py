@@ -11,6 +11,7 @@ exactly 0 is 1 (:class:`ReluGradOneAtZero`). Without it nothing here changes.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -202,6 +203,28 @@ def _host(t: torch.Tensor) -> np.ndarray:
     return t.detach().reshape(-1).cpu().numpy().copy()
 
 
+class Net:
+    """The model a run of a built-in family (mlp, cnn1d, transformer) trains: its parameters
+    by state_dict key (``params``, plain tensors with ``requires_grad`` made from ``values``,
+    the fixture's or a replay's state, in state_dict order) and its functional forward pass
+    (:func:`forward`). An own model's is ``parity.own.torch_model.OwnNet``, with the same
+    attributes; :func:`train` and :func:`replay` take either."""
+
+    #: Only an own model's forward hooks give a dataflow (``parity.localise.walk``).
+    hooks = None
+
+    def __init__(self, model: Mapping[str, Any], values, names, device, dtype):
+        self.model = model
+        self.params = {
+            n: torch.tensor(np.asarray(values[n]), device=device, dtype=dtype).requires_grad_()
+            for n in names
+        }
+
+    def forward(self, x: torch.Tensor, fault=None, taps: dict | None = None) -> torch.Tensor:
+        """The model's output for one batch ``x`` (:func:`forward`)."""
+        return forward(self.model, self.params, x, fault, taps)
+
+
 def train(
     key: RunKey,
     settings: Mapping[str, Any],
@@ -209,9 +232,11 @@ def train(
     out: str,
     threads: int,
     log: logging.Logger,
+    net: type = Net,
 ):
     """Run ``key`` with its resolved ``settings`` (``resolve.resolve_run``) from the fixture
-    ``fixture`` and write its trace to ``out``.
+    ``fixture`` and write its trace to ``out``; ``net`` makes the model (:class:`Net`, or an
+    own model's ``parity.own.torch_model.OwnNet``).
 
     Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
     runner does not implement; the trace is then not written.
@@ -234,7 +259,8 @@ def train(
     if missing:
         raise RuntimeError(f"fixture {fixture} has no tensor {missing[0]!r}")
     names = [n for n, _ in model_params(s["model"])]
-    p = {n: torch.from_numpy(fx[n]).to(device=device, dtype=dtype).requires_grad_() for n in names}
+    net = net(s["model"], fx, names, device, dtype)
+    p = net.params
     x = torch.from_numpy(fx["x"]).to(device=device)
     if x.is_floating_point():  # a transformer's x holds token ids (int64)
         x = x.to(dtype)
@@ -271,7 +297,7 @@ def train(
         started = time.perf_counter()
         for t in range(1, steps + 1):
             i = (t - 1) % batches
-            loss = loss_fn(s["loss"], forward(s["model"], p, x[i], fault), y[i])
+            loss = loss_fn(s["loss"], net.forward(x[i], fault), y[i])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -302,6 +328,7 @@ def replay(
     device: str,
     dtype: str,
     threads: int,
+    net: type = Net,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Same-state replay of step ``step`` (see ``parity.localise.replay``): parameters from
     ``state`` (state_dict keys, float32 or float64 values), Adam/AdamW moments from
@@ -323,9 +350,8 @@ def replay(
     names = [n for n, _ in model_params(s["model"])]
     # Copies: the optimizer updates the parameters in place, and ``state`` is shared by
     # every replay of a localisation.
-    p = {
-        n: torch.tensor(np.array(state[n]), device=tdev, dtype=tdt).requires_grad_() for n in names
-    }
+    net = net(s["model"], {**fx, **{n: np.array(state[n]) for n in names}}, names, tdev, tdt)
+    p = net.params
     i = (step - 1) % fx["x"].shape[0]
     x = torch.from_numpy(fx["x"][i]).to(device=tdev)
     if x.is_floating_point():  # a transformer's x holds token ids (int64)
@@ -346,19 +372,26 @@ def replay(
         }
         opt.load_state_dict(sd)
     taps: dict[str, torch.Tensor] = {}
-    loss = loss_fn(s["loss"], forward(s["model"], p, x, fault, taps), y)
+    loss = loss_fn(s["loss"], net.forward(x, fault, taps), y)
     opt.zero_grad()
     loss.backward()
     opt.step()
     out = {n: _host(t) for n, t in taps.items()}
     out["loss"] = _host(loss)
-    out.update({f"grad:{n}": _host(t.grad) for n, t in taps.items()})
+    out.update({f"grad:{n}": _host(t.grad) for n, t in taps.items() if t.grad is not None})
     for n in names:
-        out[f"grad:{n}"] = _host(p[n].grad)
+        if p[n].grad is not None:
+            out[f"grad:{n}"] = _host(p[n].grad)
         out[f"after:{n}"] = _host(p[n])
     header = {
         "framework_version": torch.__version__,
         "optimizer_impl": f"torch.optim.{type(opt).__name__} ({s['optimizer_path']})",
         "replay_note": "",
     }
+    if net.hooks is not None:
+        # An own model's intermediates and how they feed each other (parity.localise.walk).
+        header["dataflow"] = json.dumps(net.dataflow(taps))
+        missing = [f"grad:{n}: no gradient" for n, t in taps.items() if t.grad is None]
+        missing += [f"grad:{n}: no gradient" for n in names if p[n].grad is None]
+        header["missing"] = "; ".join(missing)
     return out, header

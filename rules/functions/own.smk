@@ -1,0 +1,75 @@
+# The input and params functions of rules/own.smk (Snakemake's linter keeps functions
+# out of a file of rules); included at its top.
+
+
+def own_model(experiment):
+    """An own-model experiment's resolved model (parity.plan.own.resolve_model)."""
+    return PLAN.experiments[known_experiment(experiment)]["model"]
+
+
+def own_factory_files(wildcards):
+    """What an own model's fixture is drawn from besides its settings: the factory's file
+    and the Python files beside it (parity.plan.own.card_key hashes the same), so an edit
+    there draws it again."""
+    from parity.plan.own import factory_file
+
+    f = factory_file(own_model(wildcards.experiment)["torch"], os.getcwd())
+    return [os.path.relpath(p) for p in sorted(f.parent.glob("*.py"))] if f else []
+
+
+def own_runs(experiment, framework):
+    """The runs of ``framework`` in an own-model experiment, in config order."""
+    runs = PLAN.experiments[known_experiment(experiment)]["runs"]
+    return [r for r, s in runs.items() if s["framework"] == framework]
+
+
+def own_crate_sources(wildcards):
+    """What an own runner's build reads: the user's crate (parity.own.crate.crate_files),
+    the workspace manifest and lock, parity-common and the framework's runner library.
+    """
+    from parity.own.crate import crate_files
+
+    crate = own_model(wildcards.experiment)[wildcards.framework]["crate"]
+    ours = rust_files(f"{wildcards.framework}-parity")
+    return [os.path.relpath(p) for p in crate_files(crate)] + [
+        workdir_path(RUST_DIR / p) for p in ours
+    ]
+
+
+def own_build_params(wildcards):
+    """What an own runner's build job receives (parity.run.own_build.build_own); the
+    source id hashes the runner library's sources and the user's crate."""
+    from parity.own.crate import source_id
+
+    model = own_model(wildcards.experiment)
+    fw, device = wildcards.framework, wildcards.device
+    features = (
+        config.get("candle", {}).get("features", {}).get(device, [])
+        if fw == "candle"
+        else []
+    )
+    ours = [RUST_DIR / p for p in rust_files(f"{fw}-parity")]
+    return {
+        "experiment": wildcards.experiment,
+        "framework": fw,
+        "crate": model[fw]["crate"],
+        "model": model[fw]["model"],
+        "features": features,
+        "target": (
+            ("-".join(sorted(features)) or "default") if fw == "candle" else "burn"
+        ),
+        "runner_crate": paths.fill(
+            paths.OWN_RUNNER_CRATE, experiment=wildcards.experiment, framework=fw
+        ),
+        "source_id": source_id(fw, ours, model[fw]["crate"], features),
+    }
+
+
+def own_check_settings(wildcards):
+    """The settings an own port's check builds the port with: its first run's."""
+    runs = own_runs(wildcards.experiment, wildcards.framework)
+    if not runs:
+        raise WorkflowError(
+            f"experiment {wildcards.experiment!r} has no {wildcards.framework} run"
+        )
+    return PLAN.run_settings(wildcards.experiment, runs[0])

@@ -1,0 +1,80 @@
+# The input and params functions of rules/summary.smk (Snakemake's linter keeps functions
+# out of a file of rules); included at its top.
+
+
+def job_codes():
+    """The ``code`` param of each job whose results the summary and the probe table gather:
+    a result made by other code is not current."""
+    return {
+        # one script (rules compare and perstep) writes the three tables
+        "perstep": code("compare.py"),
+        "split": code("compare.py"),
+        "diagnosis": code("compare.py"),
+        "localise": code("localise.py"),
+        "summary": code("summary.py"),
+        "probes_table": code("probes_table.py"),
+        "crosshost": code("crosshost.py"),
+    }
+
+
+def write_partial_summary():
+    """After a failed run (onerror): keep summary.csv and probes.csv only where they are
+    still current, else remove them and write summary.partial.* / probes.partial.* with
+    an "error" row naming the log of each comparison or probe cell without a current
+    result (parity.report.summary.after_failed_run, parity.probe.table.after_failed_run); with
+    remote hosts, each cell a host owes without a current result is an "error" row naming
+    the host, the stage that failed and its log."""
+    from parity.probe import table as probes_table
+    from parity.report import summary
+
+    codes = job_codes()
+    comparisons = [(c, PLAN.comparison_job(c)) for c in PLAN.comparisons()]
+    print(
+        summary.after_failed_run(
+            comparisons, PLAN.unsupported_params(), codes, remote_crosshost_jobs()
+        ),
+        file=sys.stderr,
+    )
+    if PROBES.probes:
+        print(
+            probes_table.after_failed_run(PROBES, codes, remote_probe_hosts()),
+            file=sys.stderr,
+        )
+
+
+def all_results():
+    """The machine-readable results the summary gathers: every comparison's, and with
+    remote hosts every cross-host job's (their rows are the hosts' cells, cpu@mac)."""
+    return [c.result(kind) for c in PLAN.comparisons() for kind in c.kinds] + [
+        j["result"] for j in remote_crosshost_jobs()
+    ]
+
+
+def check_inputs(wildcards):
+    """The tables whose verdicts the check target gates on, and their records."""
+    out = {
+        "summary": paths.SUMMARY.format(ext="csv"),
+        "summary_sources": paths.SUMMARY_SOURCES,
+    }
+    if PROBES.probes:
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+        out["probes_sources"] = paths.PROBES_SOURCES
+    return out
+
+
+def versions_table_inputs(wildcards):
+    """The release matrix reads the summary and, with probes, the probe table."""
+    out = {"summary": paths.SUMMARY.format(ext="csv")}
+    if PROBES.probes:
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+    return out
+
+
+def summary_outputs():
+    """The summary and the probe table, with their records: what the check target reads."""
+    return (
+        [paths.SUMMARY.format(ext=e) for e in ("csv", "md")]
+        + [paths.SUMMARY_SOURCES]
+        + PROBES.outputs()
+        + ([paths.PROBES_SOURCES] if PROBES.probes else [])
+    )

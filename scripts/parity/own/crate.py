@@ -1,0 +1,155 @@
+"""The cargo crate that links a user's Rust port to a runner (docs/own-model.md).
+
+A user's crate implements parity-common's trait for candle (``parity_common::own::candle::
+CandleModel``) or burn (``parity_common::own::burn::BurnModel``); it has no ``main``. The
+build job of an own model (rule ``build_own``) writes a runner crate of a few lines
+beside the experiment's results, ``results/own/{experiment}/{framework}-runner/``:
+
+* ``Cargo.toml``: a package of its own (an empty ``[workspace]`` keeps it out of any
+  workspace above it) depending on this checkout's runner library (``candle-parity`` or
+  ``burn-parity``, by path, with the device's features) and on the user's crate (by path,
+  renamed ``port``), with the release profile of ``rust/Cargo.toml``, so the dependencies
+  the runner shares with the workflow's own runner are the same build artifacts;
+* ``src/main.rs``: ``fn main`` calling the runner library's ``own::main`` with the user's
+  model type and the build's source id;
+* ``Cargo.lock``: started from ``rust/Cargo.lock`` the first time (cargo then adds what the
+  user's crate needs and keeps every version the workflow's runner was built with), so the
+  runner links the pinned candle or burn release and reuses its compiled dependencies.
+
+The build goes to the target folder the workflow's own runner of that framework uses
+(``default`` for candle on the CPU, ``burn``), so adding a model compiles only the user's
+crate, the runner library and this crate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+#: The runner library each Rust framework's own runner links.
+RUNNER_CRATES = {"candle": "candle-parity", "burn": "burn-parity"}
+#: What a user's crate consists of, relative to its folder: what the build job reads.
+CRATE_FILES = ("Cargo.toml", "build.rs", "src/**/*.rs")
+#: The package name of a generated runner (``{experiment}``, ``{framework}``).
+PACKAGE = "own-runner-{experiment}-{framework}"
+
+
+def crate_files(crate: str | Path) -> list[Path]:
+    """Every file of a user's crate a build reads (:data:`CRATE_FILES`; its Cargo.lock is
+    not used: the runner's lock file decides the versions), sorted."""
+    root = Path(crate)
+    out: set[Path] = set()
+    for pattern in CRATE_FILES:
+        out.update(p for p in root.glob(pattern) if p.is_file())
+    return sorted(out)
+
+
+def package_name(crate: str | Path) -> str:
+    """The ``[package] name`` of a user's crate (its Cargo.toml); ValueError without one."""
+    import tomllib
+
+    manifest = Path(crate) / "Cargo.toml"
+    with open(manifest, "rb") as f:
+        doc = tomllib.load(f)
+    name = doc.get("package", {}).get("name")
+    if not name:
+        raise ValueError(f"{manifest} has no [package] name: not a library crate")
+    return name
+
+
+def source_id(framework: str, rust_files: Sequence[Path], crate: str | Path, features) -> str:
+    """The hash a runner binary reports (``source-id``): the framework, the features, the
+    runner library's sources (``rust_files``) and every file of the user's crate, so the
+    build job can tell its binary from another's in a shared target folder."""
+    h = hashlib.sha256(" ".join([framework, *features]).encode())
+    root = Path(crate)
+    for p in [*rust_files, *crate_files(crate)]:
+        rel = p.relative_to(root) if p.is_relative_to(root) else p
+        h.update(str(rel).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def manifest(
+    experiment: str,
+    framework: str,
+    rust_dir: str | Path,
+    crate: str | Path,
+    features: Sequence[str],
+    profile: str,
+) -> str:
+    """The runner crate's Cargo.toml (module docs). ``profile``: the ``[profile.…]`` tables
+    of ``rust/Cargo.toml``, verbatim."""
+    runner = RUNNER_CRATES[framework]
+    lib = Path(rust_dir, runner).resolve()
+    feats = "".join(f', features = ["{f}"]' for f in [",".join(features)] if f)
+    return (
+        "# Written by the parity workflow (rule build_own); edits are overwritten.\n"
+        "[package]\n"
+        f'name = "{PACKAGE.format(experiment=experiment, framework=framework)}"\n'
+        'version = "0.0.0"\n'
+        'edition = "2021"\n'
+        "publish = false\n\n"
+        "[workspace]\n\n"
+        "[dependencies]\n"
+        f'{runner} = {{ path = "{_toml_path(lib)}"{feats} }}\n'
+        f'port = {{ package = "{package_name(crate)}", '
+        f'path = "{_toml_path(Path(crate).resolve())}" }}\n\n'
+        f"{profile.strip()}\n"
+    )
+
+
+def _toml_path(p: Path) -> str:
+    """A path as a TOML basic string's content (backslashes and quotes escaped)."""
+    return str(p).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def main_rs(framework: str, model_type: str, source: str) -> str:
+    """The runner's ``src/main.rs``: the runner library's ``own::main`` for the user's
+    ``model_type`` (a path inside the crate, ``TinyLlama`` or ``models::TinyLlama``)."""
+    if not re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*", model_type):
+        raise ValueError(f"{model_type!r} is not a Rust type path")
+    lib = RUNNER_CRATES[framework].replace("-", "_")
+    return (
+        "// Written by the parity workflow (rule build_own); edits are overwritten.\n"
+        f"fn main() -> std::process::ExitCode {{\n"
+        f'    {lib}::own::main::<port::{model_type}>("{source}")\n'
+        "}\n"
+    )
+
+
+def release_profile(workspace_manifest: str) -> str:
+    """The ``[profile.*]`` tables of the workspace's Cargo.toml, verbatim, so a runner
+    crate compiles its dependencies as the workflow's own runner does."""
+    out, keep = [], False
+    for line in workspace_manifest.splitlines():
+        if line.startswith("["):
+            keep = line.startswith("[profile")
+        if keep:
+            out.append(line)
+    return "\n".join(out)
+
+
+def write(
+    folder: str | Path,
+    files: Mapping[str, str],
+    seed_lock: str | Path,
+) -> Path:
+    """Write the runner crate's files (name → text) into ``folder`` where they differ (an
+    unchanged file keeps its time, so cargo rebuilds nothing for it), and a Cargo.lock
+    started from ``seed_lock`` when there is none. Returns the manifest's path."""
+    root = Path(folder)
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+    lock = root / "Cargo.lock"
+    if not lock.is_file():
+        shutil.copyfile(seed_lock, lock)
+    return root / "Cargo.toml"

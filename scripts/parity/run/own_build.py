@@ -1,0 +1,123 @@
+"""The build of an own model's runner (rule ``build_own``): the runner crate that links the
+user's Rust port (:mod:`parity.own.crate`), built by cargo into the target folder of the
+workflow's own runner of that framework, and the binary it makes checked and copied out.
+
+Before cargo runs, the user's crate is checked for what would otherwise fail far from its
+cause: a crate whose ``parity-common`` dependency is another checkout's (the trait would be
+another trait), or none. A crate that does not compile fails the job with cargo's first
+errors in the message and the whole output in the job's log
+(``results/logs/build/own-{experiment}-{framework}-{device}.log``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from parity.core.fileio import atomic_path, exclusive_lock
+from parity.own import crate as own_crate
+from parity.plan import versions
+
+
+class OwnBuildError(RuntimeError):
+    """An own model's runner that cannot be built; the message says why and where the
+    full output is."""
+
+
+def check_port(crate: str | Path, rust_dir: str | Path, framework: str) -> None:
+    """Refuse a user's crate that does not depend on this checkout's ``parity-common``
+    with the framework's feature (``features = ["candle"]``), naming what to write. Raises
+    :class:`OwnBuildError`."""
+    manifest = Path(crate) / "Cargo.toml"
+    try:
+        with open(manifest, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise OwnBuildError(f"{manifest}: not a readable Cargo.toml ({e})") from None
+    ours = (Path(rust_dir) / "parity-common").resolve()
+    want = f'parity-common = {{ path = "{ours}", features = ["{framework}"] }}'
+    dep = doc.get("dependencies", {}).get("parity-common")
+    if not isinstance(dep, dict) or "path" not in dep:
+        raise OwnBuildError(
+            f"{manifest}: the port must depend on this workflow's parity-common, for its "
+            f"{framework} trait; add to [dependencies]: {want}"
+        )
+    theirs = (Path(crate) / dep["path"]).resolve()
+    if theirs != ours:
+        raise OwnBuildError(
+            f"{manifest}: parity-common is {theirs}, another checkout's (its trait would not "
+            f"be the one this workflow's runner calls); point it at {ours}: {want}"
+        )
+    if framework not in dep.get("features", []):
+        raise OwnBuildError(f'{manifest}: parity-common needs features = ["{framework}"]')
+
+
+def build_own(
+    build: Mapping[str, Any],
+    rust_dir: str | Path,
+    out: str,
+    log: logging.Logger,
+    log_path: str,
+) -> None:
+    """Write the runner crate of ``build`` (the rule's params: ``experiment``,
+    ``framework``, ``crate``, ``model``, ``features``, ``target``, ``source_id``), build
+    it, and copy the binary to ``out`` after checking that it reports the build's source
+    id. Raises :class:`OwnBuildError`."""
+    framework, crate = build["framework"], build["crate"]
+    check_port(crate, rust_dir, framework)
+    target_root = os.environ.get("CARGO_TARGET_DIR") or os.path.join(rust_dir, "target")
+    target_dir = os.path.join(target_root, build["target"])
+    folder = Path(build["runner_crate"]).resolve()
+    workspace = Path(rust_dir, "Cargo.toml").read_text(encoding="utf-8")
+    manifest = own_crate.write(
+        folder,
+        {
+            "Cargo.toml": own_crate.manifest(
+                build["experiment"],
+                framework,
+                rust_dir,
+                crate,
+                build["features"],
+                own_crate.release_profile(workspace),
+            ),
+            "src/main.rs": own_crate.main_rs(framework, build["model"], build["source_id"]),
+        },
+        Path(rust_dir) / versions.lock_file(framework, versions.pinned(framework)),
+    )
+    package = own_crate.PACKAGE.format(experiment=build["experiment"], framework=framework)
+    binary = os.path.join(target_dir, "release", package)
+    command = [
+        "cargo",
+        "build",
+        "--release",
+        "--manifest-path",
+        str(manifest),
+        "--target-dir",
+        target_dir,
+    ]
+    log.info("%s", " ".join(command))
+    # The workflow's runner of this framework builds in the same folder: one at a time.
+    with atomic_path(out) as tmp, exclusive_lock(target_dir + ".lock", 7200):
+        with open(log_path, "ab") as sink:
+            proc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            errors = versions.cargo_errors(log_path)
+            raise OwnBuildError(
+                f"the {framework} port in {crate} does not build (cargo exit status "
+                f"{proc.returncode}): "
+                + ("; ".join(errors) or "see the log")
+                + f"; the whole output is in {log_path}"
+            )
+        shutil.copy2(binary, tmp)
+        got = subprocess.run([str(tmp), "source-id"], capture_output=True, text=True).stdout.strip()
+        if got != build["source_id"]:
+            raise OwnBuildError(
+                f"{binary} reports source id {got!r}, not this build's {build['source_id']}"
+            )
+    log.info("copied %s (source id %s) to %s", binary, build["source_id"], out)

@@ -1,0 +1,149 @@
+"""The check of an own model's Rust port before any of its training jobs (rule
+``own_check``): the port built from the fixture must have the PyTorch model's parameters.
+
+The runner's ``inspect`` subcommand builds the user's model from the fixture (as ``train``
+does), runs one forward pass and one ``backward`` on the first batch, and reports as JSON
+(``parity_common::own::Inspection``):
+
+* ``params``: what the model asked for, ``[state_dict key, shape]`` (after the config's
+  rename table), in the order it asked;
+* ``missing``: names it asked for that the fixture does not hold; ``shape_mismatch``:
+  ``[name, fixture shape, asked shape]``;
+* ``output_shape``: its output's shape on the first batch;
+* ``no_grad``: parameters without a gradient after that backward (a fused op without a
+  backward pass cuts the graph silently in candle 0.11);
+* ``forward_error`` / ``backward_error``: the framework's own error, when it could not.
+
+:func:`judge` compares that with the PyTorch model's parameters (its model card) and the
+output the loss expects. A port that asks for other parameters, misses some, has another
+shape or gives an output of another shape is refused here, every difference listed, before
+a training job starts; parameters without a gradient and a backward that fails are
+recorded (the comparison names them, and the training job reports the framework's error),
+not refused: they are findings about the port, not mistakes in the setup.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+from parity.core.fileio import write_text_atomic
+from parity.core.models import model_params
+from parity.plan.keys import RunKey
+from parity.plan.runspec import runner_spec
+from parity.run.rust import RunnerError, invocation, log_tail
+from parity.trace import fixtures
+
+
+class PortMismatch(RuntimeError):
+    """A Rust port that does not match the PyTorch model; the message lists every
+    difference."""
+
+
+def expected_output(model: Mapping[str, Any], batch: int) -> list[int] | None:
+    """The shape the loss needs of the model's output for a batch of ``batch`` samples:
+    ``[B, T, vocab]`` for tokens, ``[B, classes]`` for class labels (the class count of a
+    data file is not known: None), ``[B, *shape]`` for float targets."""
+    io = model["io"]
+    if io["target"]["kind"] == "tokens":
+        return [batch, *io["input"]["shape"], io["input"]["vocab"]]
+    if io["target"]["kind"] == "classes":
+        return None if "file" in io else [batch, io["target"]["classes"]]
+    return [batch, *io["target"]["shape"]]
+
+
+def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -> list[str]:
+    """Every difference between the port (``inspection``) and the PyTorch model (its
+    resolved ``model``), one line each; empty when they match."""
+    problems = []
+    if inspection.get("build_error"):
+        return [f"the port cannot be built from the fixture: {inspection['build_error']}"]
+    want = {n: list(s) for n, s in model_params(model)}
+    want.update({n: list(s) for n, s in model.get("buffers", {}).items()})
+    got = {n: list(s) for n, s in inspection["params"]}
+    for n in inspection.get("missing", []):
+        problems.append(f"the port asks for {n!r}, which the PyTorch model does not have")
+    for n, fixture_shape, asked in inspection.get("shape_mismatch", []):
+        problems.append(f"{n}: the port asks for shape {asked}, PyTorch's is {fixture_shape}")
+    absent = [n for n in want if n not in got and n not in model.get("buffers", {})]
+    if absent:
+        problems.append(
+            f"the port never asks for {len(absent)} of PyTorch's parameters: "
+            + ", ".join(absent)
+            + " (rename them in model.rename if the port names them differently)"
+        )
+    extra = [n for n in got if n not in want]
+    if extra and not inspection.get("missing"):
+        problems.append(f"the port asks for tensors PyTorch's model lacks: {', '.join(extra)}")
+    if inspection.get("forward_error"):
+        problems.append(f"the port's forward pass fails: {inspection['forward_error']}")
+    else:
+        shape = expected_output(model, batch)
+        out = inspection.get("output_shape")
+        if shape is not None and out is not None and list(out) != shape:
+            problems.append(
+                f"the port's output has shape {list(out)}; the loss needs {shape} "
+                f"({model['io']['target']['kind']} targets)"
+            )
+        elif out is not None and math.prod(out) == 0:
+            problems.append(f"the port's output is empty (shape {list(out)})")
+    return problems
+
+
+def own_check(
+    key: RunKey,
+    settings: Mapping[str, Any],
+    fixture: str,
+    binary: str,
+    out: str,
+    log: logging.Logger,
+    log_path: str | None,
+) -> dict:
+    """Inspect the port of run ``key`` (its framework's own-model runner ``binary``) and
+    write the inspection with the verdict to ``out`` (JSON). Raises :class:`PortMismatch`
+    listing every difference (nothing is written), :class:`RunnerError` when the binary
+    fails."""
+    fixtures.load(fixture)
+    spec = runner_spec(key, settings, fixture)
+    with invocation(spec, 1, log_path) as (spec_path, env, stderr):
+        proc = subprocess.run(
+            [binary, "inspect", "--spec", spec_path],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
+    if proc.returncode != 0:
+        tail = log_tail(log_path) if log_path else ""
+        raise RunnerError(f"{binary} inspect exited with status {proc.returncode}:\n{tail}")
+    try:
+        inspection = json.loads(proc.stdout)
+    except ValueError as e:
+        raise RunnerError(f"{binary} inspect wrote no JSON ({e})") from None
+    problems = judge(inspection, settings["model"], settings["data"]["batch_size"])
+    if problems:
+        raise PortMismatch(
+            f"{key.experiment}: the {key.framework} port does not match the PyTorch model "
+            f"(nothing was trained):\n  " + "\n  ".join(problems)
+        )
+    result = {
+        "experiment": key.experiment,
+        "framework": key.framework,
+        "inspection": inspection,
+        "no_grad": list(inspection.get("no_grad", [])),
+        "backward_error": inspection.get("backward_error"),
+    }
+    if result["no_grad"]:
+        log.warning(
+            "%d parameters get no gradient in the %s port: %s",
+            len(result["no_grad"]),
+            key.framework,
+            ", ".join(result["no_grad"]),
+        )
+    if result["backward_error"]:
+        log.warning("the %s port's backward fails: %s", key.framework, result["backward_error"])
+    write_text_atomic(out, json.dumps(result, indent=1, sort_keys=True))
+    return result

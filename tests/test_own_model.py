@@ -1,0 +1,408 @@
+"""A user's own model (docs/own-model.md), the PyTorch side and the plan: the model card
+read from the module itself, its fixture from the module's own initialisation, training
+and replay through the module, the dataflow its forward hooks give the localisation, the
+check of a Rust port's parameters, and every kind of bad input named by its key."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parity.core.config import ConfigError
+from parity.core.models import model_params
+from parity.localise import walk
+from parity.own import crate as own_crate
+from parity.own import fixture as own_fixture
+from parity.own import torch_model
+from parity.plan import own as plan_own
+from parity.plan.keys import RunKey
+from parity.plan.plan import Plan
+from parity.plan.runspec import runner_spec
+from parity.run import own_check
+from parity.run import torch as torch_runner
+from parity.trace.schema import TraceReader
+
+from conftest import REPO, load_config
+
+TEMPLATE = "examples/template/model.py:make_model"
+ADAMW = {"name": "adamw", "lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
+
+
+def own_config(tmp_path: Path, torch_spec: dict, data: dict | None = None, **exp) -> dict:
+    """The default config with one own-model experiment ``mine``, run alone."""
+    cfg = load_config()
+    cfg["only"] = ["mine"]
+    cfg["experiments"]["mine"] = {
+        "model": {"family": "own", "torch": torch_spec},
+        "loss": "mse",
+        "data": data
+        or {
+            "seed": 3,
+            "batches": 2,
+            "batch_size": 3,
+            "inputs": {"shape": [4]},
+            "targets": {"shape": [2]},
+        },
+        "optimizer": ADAMW,
+        "steps": 3,
+        "runs": {"torch": {}, "torch_foreach": {"optimizer_path": "foreach"}},
+        "comparisons": {"main": {"reference": "torch", "candidate": "torch_foreach"}},
+        **exp,
+    }
+    return cfg
+
+
+def write_factory(folder: Path, body: str, name: str = "model.py") -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("import torch\nfrom torch import nn\n\n" + body)
+    return f"{folder / name}:make"
+
+
+@pytest.fixture(scope="module")
+def template_plan(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("own")
+    spec = {"factory": str(REPO / TEMPLATE).replace(":make_model", "") + ":make_model"}
+    return Plan(own_config(tmp, spec), workdir=str(tmp)), tmp
+
+
+def test_the_model_card_lists_the_modules_own_parameters_in_state_dict_order(template_plan):
+    plan, _ = template_plan
+    m = plan.experiments["mine"]["model"]
+    assert model_params(m) == [
+        ("0.weight", (8, 4)),
+        ("0.bias", (8,)),
+        ("2.weight", (2, 8)),
+        ("2.bias", (2,)),
+    ]
+    assert m["tied"] == {} and m["rust_config"] == {}
+    assert m["io"] == {
+        "input": {"kind": "float", "shape": [4]},
+        "target": {"kind": "float", "shape": [2]},
+    }
+
+
+def test_the_model_card_is_kept_and_made_again_when_the_factory_changes(tmp_path):
+    src = "def make(n=3):\n    return nn.Linear(n, 2)\n"
+    ref = write_factory(tmp_path / "m", src)
+    spec = {"factory": ref}
+    card = plan_own.model_card("x", "mine", spec, tmp_path)
+    assert card["params"] == [["weight", [2, 3]], ["bias", [2]]]
+    kept = json.loads((tmp_path / plan_own.CARD.format(experiment="mine")).read_text())
+    assert kept["key"] == plan_own.card_key(spec, tmp_path)
+    # an edit to the factory's folder gives another key, so the card is made again
+    (tmp_path / "m" / "model.py").write_text(
+        "import torch\nfrom torch import nn\n\ndef make(n=3):\n    return nn.Linear(n, 5)\n"
+    )
+    assert plan_own.card_key(spec, tmp_path) != kept["key"]
+    assert plan_own.model_card("x", "mine", spec, tmp_path)["params"][0] == ["weight", [5, 3]]
+
+
+def test_tied_weights_are_recorded_once_under_their_first_name():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(5, 3)
+            self.head = torch.nn.Linear(3, 5, bias=False)
+            self.head.weight = self.emb.weight
+
+    params, tied = torch_model.unique_parameters(Tied())
+    assert [n for n, _ in params] == ["emb.weight"]
+    assert tied == {"head.weight": "emb.weight"}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("def make():\n    return 3\n", "returned a int, not a torch.nn.Module"),
+        ("def make():\n    raise ValueError('no')\n", "raised ValueError: no"),
+        ("import no_such_module_here\ndef make():\n    pass\n", "does not import"),
+        ("def other():\n    pass\n", "has no function 'make'"),
+    ],
+)
+def test_a_factory_that_gives_no_module_is_refused_by_its_key(tmp_path, body, message):
+    ref = write_factory(tmp_path / "m", body)
+    with pytest.raises(ConfigError) as e:
+        Plan(own_config(tmp_path, {"factory": ref}), workdir=str(tmp_path))
+    assert "experiments.mine.model.torch" in str(e.value) and message in str(e.value)
+
+
+def test_a_missing_factory_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"experiments.mine.model.torch.factory: .* not a file"):
+        Plan(own_config(tmp_path, {"factory": "nowhere.py:make"}), workdir=str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"transformers": "LlamaForCausalLMX"}, "has no model class 'LlamaForCausalLMX'"),
+        ({"transformers": "LlamaForCausalLM", "config": {"hidden_act": "nope"}}, "cannot"),
+    ],
+)
+def test_a_transformers_class_or_config_that_does_not_exist_is_refused(tmp_path, spec, message):
+    with pytest.raises(ConfigError) as e:
+        Plan(own_config(tmp_path, spec), workdir=str(tmp_path))
+    assert "experiments.mine.model.torch" in str(e.value) and message in str(e.value)
+
+
+def test_a_model_with_active_dropout_is_refused_naming_the_module(tmp_path):
+    src = (
+        "def make():\n    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.Linear(8, 2))\n"
+    )
+    ref = write_factory(tmp_path / "m", src)
+    with pytest.raises(ConfigError, match=r"random in training mode, .*: 1 \(Dropout p=0.1\)"):
+        Plan(own_config(tmp_path, {"factory": ref}), workdir=str(tmp_path))
+
+
+def test_randomness_the_module_scan_cannot_see_is_caught_by_running_twice():
+    model = torch.nn.Linear(3, 3)
+
+    class Noisy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = model
+
+        def forward(self, x):
+            return self.lin(x) + torch.randn_like(x)
+
+    with pytest.raises(torch_model.OwnModelError, match="draws random numbers"):
+        torch_model.check_deterministic(Noisy(), {"factory": "x:y"}, torch.ones(2, 3))
+
+
+def test_data_and_loss_must_fit_the_model(tmp_path):
+    ref = str(REPO / TEMPLATE)
+    cfg = own_config(tmp_path, {"factory": ref})
+    cfg["experiments"]["mine"]["loss"] = "cross_entropy"
+    with pytest.raises(ConfigError, match=r"float targets .* need loss mse"):
+        Plan(cfg, workdir=str(tmp_path))
+    cfg = own_config(tmp_path, {"factory": ref}, data={"seed": 1, "batches": 1, "batch_size": 2})
+    with pytest.raises(ConfigError, match="data: an own model's data is one of"):
+        Plan(cfg, workdir=str(tmp_path))
+
+
+def test_a_rust_side_without_its_crate_and_a_missing_buffer_are_refused(tmp_path):
+    cfg = own_config(tmp_path, {"factory": str(REPO / TEMPLATE)})
+    exp = cfg["experiments"]["mine"]
+    exp["model"]["candle"] = {"crate": "no/such/crate", "model": "Port"}
+    exp["model"]["buffers"] = ["no_buffer"]
+    with pytest.raises(ConfigError) as e:
+        Plan(cfg, workdir=str(tmp_path))
+    text = str(e.value)
+    assert "model.candle.crate: " in text and "has no Cargo.toml" in text
+    assert "model.buffers: the model has no buffer 'no_buffer'" in text
+    cfg = own_config(tmp_path, {"factory": str(REPO / TEMPLATE)})
+    cfg["experiments"]["mine"]["runs"]["burn"] = {}
+    with pytest.raises(ConfigError, match="the model has no burn port"):
+        Plan(cfg, workdir=str(tmp_path))
+
+
+def test_only_selects_the_experiments_and_refuses_an_unknown_name(template_plan):
+    plan, tmp = template_plan
+    assert list(plan.experiments) == ["mine"]
+    cfg = copy.deepcopy(plan.config)
+    cfg["only"] = ["mine", "nope"]
+    with pytest.raises(ConfigError, match=r"only\[1\]: 'nope' is not an experiment"):
+        Plan(cfg, workdir=str(tmp))
+
+
+# ----- fixture, training, replay -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def template_fixture(template_plan):
+    plan, tmp = template_plan
+    path = tmp / "fixture.safetensors"
+    tensors = own_fixture.write(str(path), plan.fixture_settings("mine"))
+    return plan, tmp, path, tensors
+
+
+def test_the_fixture_is_the_modules_own_initialisation_in_float64_rounded_once(template_fixture):
+    _plan, _, _, tensors = template_fixture
+    torch.manual_seed(3)
+    with torch_model.default_dtype(torch.float64):
+        from importlib import util
+
+        spec = util.spec_from_file_location("tmpl", REPO / "examples/template/model.py")
+        mod = util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        want = mod.make_model()
+    for n, p in want.named_parameters():
+        assert tensors[n].dtype == np.float32
+        np.testing.assert_array_equal(tensors[n], p.detach().numpy().astype(np.float32))
+    assert tensors["x"].shape == (2, 3, 4) and tensors["y"].shape == (2, 3, 2)
+
+
+def test_the_same_settings_give_the_same_fixture_bytes(template_fixture, tmp_path):
+    plan, _, path, _ = template_fixture
+    again = tmp_path / "again.safetensors"
+    own_fixture.write(str(again), plan.fixture_settings("mine"))
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_the_same_module_trains_alike_on_two_optimizer_paths_and_records_every_step(
+    template_fixture,
+):
+    plan, tmp, path, _ = template_fixture
+    log = logging.getLogger("test")
+    traces = {}
+    for run in ("torch", "torch_foreach"):
+        out = tmp / f"{run}.parquet"
+        torch_runner.train(
+            RunKey("mine", run, "f64", "cpu"),
+            plan.run_settings("mine", run),
+            str(path),
+            str(out),
+            1,
+            log,
+            torch_model.OwnNet,
+        )
+        traces[run] = TraceReader(str(out))
+    a, b = (list(traces[r].iter_steps()) for r in ("torch", "torch_foreach"))
+    assert [s.step for s in a] == [0, 1, 2, 3]
+    assert not np.array_equal(a[0].flat, a[3].flat)  # it trained
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.flat, y.flat)  # foreach equals single_tensor
+
+
+def test_the_replay_names_every_submodule_and_gives_the_walk_its_dataflow(template_fixture):
+    plan, _, path, tensors = template_fixture
+    m = plan.experiments["mine"]["model"]
+    names = [n for n, _ in model_params(m)]
+    state = {n: tensors[n] for n in names}
+    out, header = torch_runner.replay(
+        plan.run_settings("mine", "torch"),
+        str(path),
+        state,
+        0,
+        1,
+        "cpu",
+        "f32",
+        1,
+        torch_model.OwnNet,
+    )
+    flow = json.loads(header["dataflow"])
+    assert [d["name"] for d in flow] == ["0.out", "1.out", "2.out", "output"]
+    assert [d["inputs"] for d in flow] == [[], ["0.out"], ["1.out"], ["2.out"]]
+    assert {"0.out", "grad:1.out", "grad:0.weight", "after:2.bias", "loss"} <= set(out)
+    qs = walk.own_quantities(names, flow)
+    order = [q.name for q in qs]
+    # the backward pass reaches a layer's parameters right after its output's gradient
+    assert order.index("grad:2.weight") == order.index("grad:2.out") + 1
+    assert order[-4:] == [f"update:{n}" for n in names]
+    by = {q.name: q for q in qs}
+    assert by["grad:1.out"].inputs == ("grad:2.out", "1.out")
+    assert by["grad:2.weight"].inputs == ("grad:2.out", "1.out")
+
+
+def test_the_walk_names_the_module_whose_backward_differs(template_fixture):
+    """A culprit inside the model: the candidate's activation backward is wrong (its
+    gradient is scaled), everything before it agrees."""
+    plan, _, path, tensors = template_fixture
+    m = plan.experiments["mine"]["model"]
+    names = [n for n, _ in model_params(m)]
+    state = {n: tensors[n] for n in names}
+    settings = plan.run_settings("mine", "torch")
+    rec = {}
+    for role, dt in (("ref32", "f32"), ("ref64", "f64")):
+        out, header = torch_runner.replay(
+            settings, str(path), state, 0, 1, "cpu", dt, 1, torch_model.OwnNet
+        )
+        rec[role] = walk.derive_updates(out, {n: state[n].reshape(-1) for n in names}, names)
+    flow = json.loads(header["dataflow"])
+    bad = {k: dict(v) for k, v in (("cand32", rec["ref32"]), ("cand64", rec["ref64"]))}
+    for r in bad.values():
+        for q in ("grad:0.out", "grad:0.weight", "grad:0.bias", "update:0.weight", "update:0.bias"):
+            r[q] = r[q] * 1.01
+    w = walk.walk(m, 3, {**rec, **bad}, {}, walk.Settings(), flow)
+    assert w.culprit == "grad:0.out" and w.culprit_phase == "backward"
+
+
+# ----- the Rust side's contract ------------------------------------------------------
+
+
+def test_the_run_spec_hands_the_port_the_model_config_io_and_rename(tmp_path):
+    spec = {"factory": str(REPO / TEMPLATE)}
+    cfg = own_config(tmp_path, spec)
+    crate = tmp_path / "port"
+    crate.mkdir()
+    (crate / "Cargo.toml").write_text('[package]\nname = "my-port"\nversion = "0.1.0"\n')
+    cfg["experiments"]["mine"]["model"]["candle"] = {"crate": str(crate), "model": "Port"}
+    cfg["experiments"]["mine"]["model"]["rename"] = {"candle": {"fc0.weight": "0.weight"}}
+    cfg["experiments"]["mine"]["model"]["torch"]["kwargs"] = {"hidden": 8}
+    cfg["experiments"]["mine"]["runs"]["candle"] = {}
+    plan = Plan(cfg, workdir=str(tmp_path))
+    s = plan.run_settings("mine", "candle")
+    spec_json = runner_spec(RunKey("mine", "candle", "f32", "cpu"), s, "fx.safetensors")
+    assert spec_json["model"] == {
+        "family": "own",
+        "config": {"hidden": 8},
+        "input": "float",
+        "target": "float",
+        "tied": {},
+        "buffers": [],
+        "rename": {"fc0.weight": "0.weight"},
+    }
+    assert [p["name"] for p in spec_json["params"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert plan.binary(RunKey("mine", "candle", "f32", "cpu")) == "results/bin/own/mine-candle-cpu"
+
+
+def _inspection(**over):
+    out = {
+        "params": [["0.weight", [8, 4]], ["0.bias", [8]], ["2.weight", [2, 8]], ["2.bias", [2]]],
+        "missing": [],
+        "shape_mismatch": [],
+        "output_shape": [3, 2],
+        "no_grad": [],
+        "taps": [],
+        "build_error": None,
+        "forward_error": None,
+        "backward_error": None,
+    }
+    out.update(over)
+    return out
+
+
+def test_a_port_with_the_same_parameters_and_output_passes_the_check(template_plan):
+    plan, _ = template_plan
+    m = plan.experiments["mine"]["model"]
+    assert own_check.judge(_inspection(), m, 3) == []
+    # parameters without a gradient are a finding about the port, not a setup mistake
+    assert own_check.judge(_inspection(no_grad=["0.weight"]), m, 3) == []
+
+
+@pytest.mark.parametrize(
+    ("over", "expect"),
+    [
+        ({"params": [["0.weight", [8, 4]], ["0.bias", [8]], ["2.bias", [2]]]}, "never asks for 1"),
+        ({"missing": ["fc.weight"]}, "asks for 'fc.weight', which the PyTorch model does not have"),
+        ({"shape_mismatch": [["0.weight", [8, 4], [4, 8]]]}, "shape [4, 8], PyTorch's is [8, 4]"),
+        ({"output_shape": [3, 4]}, "output has shape [3, 4]; the loss needs [3, 2]"),
+        ({"forward_error": "matmul shape"}, "forward pass fails: matmul shape"),
+        ({"build_error": "no such var"}, "cannot be built from the fixture: no such var"),
+    ],
+)
+def test_a_port_that_differs_is_refused_with_every_difference(template_plan, over, expect):
+    plan, _ = template_plan
+    problems = own_check.judge(_inspection(**over), plan.experiments["mine"]["model"], 3)
+    assert any(expect in p for p in problems), problems
+
+
+def test_the_runner_crate_links_the_port_and_the_runner_library_by_path(tmp_path):
+    crate = tmp_path / "port"
+    crate.mkdir()
+    (crate / "Cargo.toml").write_text('[package]\nname = "my-port"\nversion = "0.1.0"\n')
+    profile = own_crate.release_profile((REPO / "rust" / "Cargo.toml").read_text())
+    assert profile.startswith("[profile.release]")
+    text = own_crate.manifest("mine", "candle", REPO / "rust", crate, [], profile)
+    assert f'candle-parity = {{ path = "{REPO / "rust" / "candle-parity"}" }}' in text
+    assert f'port = {{ package = "my-port", path = "{crate}" }}' in text
+    assert "[workspace]" in text and profile in text
+    main = own_crate.main_rs("candle", "models::Port", "abcd")
+    assert 'candle_parity::own::main::<port::models::Port>("abcd")' in main
+    with pytest.raises(ValueError, match="not a Rust type path"):
+        own_crate.main_rs("candle", "Port; drop", "abcd")
