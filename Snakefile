@@ -8,12 +8,16 @@
 #   target fuzz (not default): layout fuzzing → findings, minimal probe files, reproductions
 
 
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The defaults, read from this checkout whatever the working directory: a config of one's
+# own (--configfile, or a module's config) is merged over them (docs/own-model.md).
+configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 report: "report/workflow.rst"
