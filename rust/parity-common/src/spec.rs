@@ -2,7 +2,7 @@
 //!
 //! The workflow writes it as JSON (`scripts/parity/runspec.py`, `runner_spec`); every
 //! field is explicit there, so nothing here has a default. Unknown fields are an error.
-//! The model families are [`crate::model`]'s, re-exported here. Just over 500 lines with its
+//! The model families are [`crate::model`]'s, re-exported here. Just under 520 lines with its
 //! tests: every field and every check of what a runner may be asked to run stays in one
 //! place, so both runners refuse the same things.
 
@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-pub use crate::model::{Activation, ConvImpl, GeluImpl, LayerNormImpl, Model, SoftmaxImpl};
+pub use crate::model::{
+    Activation, ConvImpl, GeluImpl, LayerNormImpl, Model, ParamSpec, SoftmaxImpl,
+};
 
 /// Floating-point type of a run. `F64` runs start from the fixture's float32 values widened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -233,16 +235,6 @@ pub struct Record {
     pub grads: bool,
     /// Also record optimizer moments (`exp_avg:<name>`, `exp_avg_sq:<name>`).
     pub moments: bool,
-}
-
-/// One parameter: state_dict key and shape in PyTorch layout.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ParamSpec {
-    /// state_dict key, e.g. `fc1.weight`.
-    pub name: String,
-    /// Shape, e.g. `[16, 8]` for a Linear 8→16 weight.
-    pub shape: Vec<usize>,
 }
 
 /// One training run.
