@@ -5,6 +5,8 @@
 //!   the two sides fails loudly instead of silently ignoring a setting.
 //! * [`model`]: the model families of a run spec and their parameters (re-exported by
 //!   [`spec`]).
+//! * [`fault`]: the deliberate faults of the detection-power suite (re-exported by
+//!   [`spec`]).
 //! * [`frames`]: the stream of length-prefixed safetensors buffers a runner writes and
 //!   `scripts/parity/frames.py` reads; the Parquet trace itself is written on the Python side,
 //!   where the trace schema is defined once.
@@ -19,6 +21,7 @@
 
 pub mod build_info;
 pub mod cli;
+pub mod fault;
 pub mod frames;
 pub mod model;
 pub mod probe_spec;
