@@ -4,7 +4,7 @@ use anyhow::anyhow;
 use candle_core::{Module, Tensor};
 use parity_common::probe_spec::{dim_index, GeluApproximate, Op, OpVariant, Reduction};
 
-use super::{Fault, Step};
+use super::outcome::{Fault, Step};
 
 /// A signed dimension (negative counts from the end) as an index below `rank`.
 pub(super) fn dim(d: i64, rank: usize) -> Step<usize> {
