@@ -16,6 +16,8 @@
 //!   `version`, `source-id`).
 //! * [`replay`]: the state a same-state replay of one step starts from, and the names of
 //!   the intermediates it records (docs/localisation.md).
+//! * [`optim`]: the optimizer-stepping trait both runners implement ([`optim::RunOptimizer`],
+//!   over their model's [`optim::Parameters`]) and, written once, what a recorded step holds.
 //! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probes.py`, which every
 //!   Rust runner interprets with its own framework.
 
@@ -24,6 +26,7 @@ pub mod cli;
 pub mod fault;
 pub mod frames;
 pub mod model;
+pub mod optim;
 pub mod probe_spec;
 pub mod replay;
 pub mod spec;
