@@ -13,14 +13,16 @@
 
 use std::hint::black_box;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use candle_nn::{AdamW, Optimizer as _, ParamsAdamW, SGD};
+use parity_common::optim::{FrameMoments, RunOptimizer};
 use parity_common::replay::{Moments, StateTensor};
-use parity_common::spec::{AdamWImpl, FactorType, Fault, Optimizer};
+use parity_common::spec::{AdamWImpl, FactorType, Fault, FloatType, Optimizer};
 
-use crate::device::state_tensor;
+use crate::device::{state_tensor, to_raw};
+use crate::model::Net;
 
 /// Bias-correction factors `(1/(1−β₁ᵗ), 1/(1−β₂ᵗ))` for step `t` (from 1).
 ///
@@ -340,25 +342,71 @@ impl Stepper {
         }
     }
 
-    /// `opt.step(&grads)`.
-    ///
-    /// # Errors
-    /// On tensor failures.
-    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
-        match self {
-            Stepper::Sgd(o) => o.step(grads)?,
-            Stepper::AdamW(o) => o.step(grads)?,
-            Stepper::Manual(o) => o.step(grads)?,
-        }
-        Ok(())
-    }
-
     /// `(exp_avg, exp_avg_sq)` of parameter `i` (state_dict order), where exposed.
     pub fn moments(&self, i: usize) -> Option<(&Tensor, &Tensor)> {
         match self {
             Stepper::Manual(o) => Some((&o.exp_avg[i], &o.exp_avg_sq[i])),
             _ => None,
         }
+    }
+}
+
+/// candle-parity's side of the optimizer both runners drive (see [`RunOptimizer`]): the
+/// optimizer holds the net's `Var`s (the ones [`Net::vars`] gave [`Stepper::new`] or
+/// [`Stepper::from_state`]) and updates them in place.
+impl RunOptimizer for Stepper {
+    type Params = Net;
+
+    /// `candle_nn::SGD`, `candle_nn::AdamW` or `candle_parity::optim::ManualAdamW`.
+    fn name(&self) -> &'static str {
+        match self {
+            Stepper::Sgd(_) => "candle_nn::SGD",
+            Stepper::AdamW(_) => "candle_nn::AdamW",
+            Stepper::Manual(_) => "candle_parity::optim::ManualAdamW",
+        }
+    }
+
+    /// `opt.step(&grads)` on the `Var`s the optimizer holds, which are `net`'s; `net` comes
+    /// back with them updated.
+    ///
+    /// # Errors
+    /// On tensor failures.
+    fn step(&mut self, net: Net, grads: GradStore) -> Result<Net> {
+        match self {
+            Stepper::Sgd(o) => o.step(&grads)?,
+            Stepper::AdamW(o) => o.step(&grads)?,
+            Stepper::Manual(o) => o.step(&grads)?,
+        }
+        Ok(net)
+    }
+
+    /// [`Stepper::moments`] of each kept parameter, copied by [`to_raw`] (the run dtype:
+    /// the moments are in their `Var`'s).
+    ///
+    /// # Errors
+    /// For an optimizer other than [`ManualAdamW`] (candle-nn's keep their moments private,
+    /// SGD has none), or when a device copy fails.
+    fn frame_moments(
+        &self,
+        net: &Net,
+        _ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<FrameMoments>> {
+        let mut out = Vec::new();
+        for (i, (name, _)) in net.params().iter().enumerate() {
+            if !keep(name) {
+                continue;
+            }
+            let (m, v) = self
+                .moments(i)
+                .context("moments requested but not exposed by this optimizer")?;
+            out.push(FrameMoments {
+                name: name.clone(),
+                exp_avg: to_raw(m)?,
+                exp_avg_sq: to_raw(v)?,
+            });
+        }
+        Ok(out)
     }
 }
 
