@@ -7,11 +7,14 @@
 //! `[in, out]`, PyTorch's as `[out, in]`: the loader converts (see [`crate::layout`]) and
 //! [`Net::export`] converts back, so traces are in PyTorch layout. Conv1d weights are
 //! `[out, in, kernel]`, embeddings `[rows, d_model]` and layer-norm weights and biases `[d]`
-//! in both.
+//! in both. The frames read the parameters and their gradients through parity-common's
+//! [`Parameters`], which [`Net`] implements.
 
 use anyhow::{bail, Context, Result};
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Device, Gradients, Tensor};
+use parity_common::frames::RawTensor;
+use parity_common::optim::Parameters;
 use parity_common::spec::{FloatType, Model, RunSpec};
 
 pub use crate::cnn::Cnn;
@@ -289,4 +292,39 @@ impl Net {
             _ => unreachable!("Net::load pairs each family with its inputs"),
         }
     }
+}
+
+/// The frames' copies of a burn net: [`Net::export`] and [`Net::export_grads`] (PyTorch
+/// layout, checked to be in the run dtype `ty`), the kept parameters in the frame's host form.
+impl Parameters for Net {
+    type Grads = Gradients;
+
+    /// # Errors
+    /// As [`Net::export`] (for any parameter, kept or not).
+    fn frame_params(
+        &self,
+        ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, RawTensor)>> {
+        Ok(kept(self.export(ty)?, keep))
+    }
+
+    /// # Errors
+    /// As [`Net::export_grads`] (for any parameter, kept or not).
+    fn frame_grads(
+        &self,
+        grads: &Gradients,
+        ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, RawTensor)>> {
+        Ok(kept(self.export_grads(grads, ty)?, keep))
+    }
+}
+
+/// The host values `keep` selects, as frame tensors.
+fn kept(host: Vec<(String, Host)>, keep: &dyn Fn(&str) -> bool) -> Vec<(String, RawTensor)> {
+    host.into_iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, h)| (name, h.into_raw()))
+        .collect()
 }

@@ -305,7 +305,7 @@ impl Case<'_> {
             let stepped = match stepper.as_deref_mut() {
                 Some(s) => {
                     let params = GradientsParams::from_grads(grads, &leaves);
-                    s.step(leaves, params)
+                    s.step_module(leaves, params)
                 }
                 None => leaves,
             };
