@@ -15,7 +15,9 @@
 //! burn-nn's `Embedding`, `LayerNorm` and `Linear`, causal attention in burn's tensor ops),
 //! built from the shared Linear loaders and parameter slots of `layers`; [`taps`] marks the forward
 //! pass's intermediates so their gradients can be read; [`optim`] configures burn's
-//! optimizers with every hyperparameter from the spec; [`moments`] reads Adam's and AdamW's
+//! optimizers with every hyperparameter from the spec (parity-common's
+//! [`parity_common::optim::RunOptimizer`], over the [`model::Net`]'s
+//! [`parity_common::optim::Parameters`]); [`moments`] reads Adam's and AdamW's
 //! moments out of burn's optimizer record and starts the optimizer from given ones; [`train`]
 //! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`), recording
 //! parameters, gradients and moments; [`replay`] runs one step from a given state with every
