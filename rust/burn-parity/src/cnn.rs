@@ -1,6 +1,6 @@
 //! The 1-D CNN family ([`Model::Cnn1d`]) as burn-nn modules: burn's `Conv1d` (weight
 //! `[out, in, kernel]`, PyTorch's layout too) → ReLU → flatten → a burn `Linear` (see
-//! [`crate::layers`]).
+//! `layers.rs`).
 
 use anyhow::{bail, Result};
 use burn::module::{Module, Param};

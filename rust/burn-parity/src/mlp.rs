@@ -1,5 +1,5 @@
 //! The MLP family ([`Model::Mlp`]) as burn-nn modules: `fc1 … fcN`, burn `Linear`s (weights
-//! in burn's `[in, out]` layout, see [`crate::layers`]) with ReLU between them.
+//! in burn's `[in, out]` layout, see `layers.rs`) with ReLU between them.
 
 use anyhow::Result;
 use burn::module::Module;
