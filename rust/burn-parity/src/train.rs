@@ -81,7 +81,8 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
 /// One training step `t` (from 1) on batch `(t − 1) mod batches`, as `train` and `replay`
 /// run it: the forward pass (marking intermediates in `taps`; [`Taps::off`] marks none), the
 /// loss, `loss.backward()`, then `inspect(net, taps, grads)` to read gradients before they are
-/// handed over, `GradientsParams::from_grads` and `optim.step`. Returns the updated net and
+/// handed over, `GradientsParams::from_grads` and `optim.step` ([`RunOptimizer::update`],
+/// through [`Stepper`]'s [`RunOptimizer::step`]). Returns the updated net and
 /// the loss (one element, run dtype) of the forward pass before the update.
 ///
 /// # Errors

@@ -7,9 +7,10 @@
 //! [`Net::forward_tapped`] (the forward of [`Net::forward`] plus a −0.0 tap on each named
 //! intermediate, which changes no value and yields the intermediates' gradients), the loss of
 //! [`model::loss`], `loss.backward()` and the optimizer step, skipped where
-//! `spec.fault.skips(k)` ([`RunOptimizer::update`]). The faults act where they act in `train`. For the transformer the
-//! one tapped intermediate is `head.out`, the logits `[B, T, V]`; a parameter a fused op
-//! leaves without a gradient is named in the `missing` list ([`NO_GRADIENT_FUSED`]).
+//! `spec.fault.skips(k)` ([`RunOptimizer::update`]). The faults act where they act in
+//! `train`. For the transformer the one tapped intermediate is `head.out`, the logits
+//! `[B, T, V]`; a parameter a fused op leaves without a gradient is named in the `missing`
+//! list ([`NO_GRADIENT_FUSED`]).
 //!
 //! The optimizer comes from [`Stepper::from_state`]: candle-nn's `SGD` for SGD; for AdamW
 //! the hand-written [`crate::optim::ManualAdamW`], started from the given moments with step
