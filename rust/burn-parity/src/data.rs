@@ -1,8 +1,13 @@
-//! The training data per batch and the losses.
+//! The training data per batch, the MLP's and CNN's targets as the fixture holds them, and
+//! the losses.
 
+use anyhow::{bail, Context, Result};
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
-use burn::tensor::{Device, Int, Tensor};
-use parity_common::spec::Loss;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use parity_common::spec::{FloatType, Loss};
+
+use crate::device::float_tensor;
+use crate::fixture::Fixture;
 
 /// The training data, one tensor per batch: inputs `[batch, …input]` in the run dtype (token
 /// ids `[batch, seq_len]` int for the transformer) and targets `[batch, outputs]` in the run
@@ -53,6 +58,52 @@ impl Data {
 /// Splits `[batches, rest…]` host values into one slice per batch.
 pub(crate) fn per_batch<T>(values: &[T], batches: usize) -> impl Iterator<Item = &[T]> {
     values.chunks_exact(values.len() / batches.max(1))
+}
+
+/// The targets of the MLP and CNN from the fixture, one tensor per batch, for
+/// `(batches, batch, outputs)`: `y` float32 `[batches, batch, outputs]` in the run dtype `ty`
+/// (MSE) or int64 labels `[batches, batch]` (cross-entropy), on `device`.
+///
+/// # Errors
+/// When the fixture lacks `y` or holds it with another shape or dtype.
+pub(crate) fn float_targets(
+    fx: &Fixture,
+    loss: Loss,
+    (batches, batch, outputs): (usize, usize, usize),
+    ty: FloatType,
+    device: &Device,
+) -> Result<Targets> {
+    Ok(match loss {
+        Loss::Mse => {
+            let y = fx.f32("y", &[batches, batch, outputs])?;
+            Targets::Values(
+                per_batch(y, batches)
+                    .map(|b| float_tensor(b, [batch, outputs], ty, device))
+                    .collect(),
+            )
+        }
+        Loss::CrossEntropy => {
+            let (shape, y) = fx.i64s.get("y").with_context(|| {
+                format!(
+                    "fixture {}: cross-entropy needs int64 labels \"y\"",
+                    fx.path
+                )
+            })?;
+            if shape != &[batches, batch] {
+                bail!(
+                    "fixture {}: y is I64 {shape:?}, expected [{batches}, {batch}]",
+                    fx.path
+                );
+            }
+            Targets::Classes(
+                per_batch(y, batches)
+                    .map(|b| {
+                        Tensor::<1, Int>::from_data(TensorData::new(b.to_vec(), [batch]), device)
+                    })
+                    .collect(),
+            )
+        }
+    })
 }
 
 /// The batch-mean loss of step `t`'s output (see [`Loss`]): burn's `MseLoss` with

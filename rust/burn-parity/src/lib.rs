@@ -8,22 +8,29 @@
 //!
 //! Modules: [`device`] opens the ndarray device in the run's float type and reads tensors
 //! back; [`layout`] converts Linear weights between PyTorch's `[out, in]` and burn's
-//! `[in, out]`; [`model`] builds burn's `Linear`/`Conv1d` modules from the fixture, holds the
-//! data and the losses, and replaces parameters by a given state; [`transformer`] builds the
-//! transformer family (a GPT-style pre-LayerNorm decoder from burn-nn's `Embedding`,
-//! `LayerNorm` and `Linear`, causal attention in burn's tensor ops); [`taps`] marks the forward
+//! `[in, out]`; [`model`] loads the run's model from the fixture, holds the data and the
+//! losses, and maps every state_dict key onto burn's parameters (export, gradients,
+//! replacing parameters by a given state); the families are [`mlp`] and [`cnn`] (burn's
+//! `Linear`/`Conv1d` modules) and [`transformer`] (a GPT-style pre-LayerNorm decoder from
+//! burn-nn's `Embedding`, `LayerNorm` and `Linear`, causal attention in burn's tensor ops),
+//! built from the shared Linear loaders and parameter slots of `layers`; [`taps`] marks the forward
 //! pass's intermediates so their gradients can be read; [`optim`] configures burn's
-//! optimizers with every hyperparameter from the spec; [`moments`] reads Adam's and AdamW's
+//! optimizers with every hyperparameter from the spec (parity-common's
+//! [`parity_common::optim::RunOptimizer`], over the [`model::Net`]'s
+//! [`parity_common::optim::Parameters`]); [`moments`] reads Adam's and AdamW's
 //! moments out of burn's optimizer record and starts the optimizer from given ones; [`train`]
 //! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`), recording
 //! parameters, gradients and moments; [`replay`] runs one step from a given state with every
 //! intermediate ([`parity_common::replay`]); [`probe`] interprets a batch of op probes
 //! ([`parity_common::probe_spec::ProbeBatch`]) with burn's tensor API.
 
+pub mod cnn;
 mod data;
 pub mod device;
 mod fixture;
+mod layers;
 pub mod layout;
+pub mod mlp;
 pub mod model;
 pub mod moments;
 pub mod optim;

@@ -1,47 +1,32 @@
-//! The model families as burn modules (`nn::Linear`, `nn::conv::Conv1d`; the transformer's
-//! in [`crate::transformer`]), loaded from the fixture, and the losses.
+//! The model of a run ([`Net`], one of the families: [`crate::mlp`], [`crate::cnn`],
+//! [`crate::transformer`]) loaded from the fixture, and the one map between PyTorch's
+//! state_dict keys and burn's parameters that serves every family (export, gradients,
+//! loading a state), so that a key cannot be mapped two ways.
 //!
 //! Parameters keep PyTorch's state_dict names. burn's `Linear` holds its weight as
 //! `[in, out]`, PyTorch's as `[out, in]`: the loader converts (see [`crate::layout`]) and
 //! [`Net::export`] converts back, so traces are in PyTorch layout. Conv1d weights are
 //! `[out, in, kernel]`, embeddings `[rows, d_model]` and layer-norm weights and biases `[d]`
-//! in both.
-//!
-//! Just over 500 lines: the one map between state_dict keys and burn's parameters (export,
-//! gradients, loading a state) serves every family, the transformer's included, and is
-//! kept in one file so that a key cannot be mapped two ways.
+//! in both. The frames read the parameters and their gradients through parity-common's
+//! [`Parameters`], which [`Net`] implements.
 
 use anyhow::{bail, Context, Result};
 use burn::module::{Module, Param, ParamId};
-use burn::nn::conv::{Conv1d, Conv1dConfig};
-use burn::nn::{Linear, PaddingConfig1d};
-use burn::tensor::activation::relu;
-use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
-use parity_common::spec::{Activation, ConvImpl, FloatType, Loss, Model, RunSpec};
+use burn::tensor::{Device, Gradients, Tensor};
+use parity_common::frames::RawTensor;
+use parity_common::optim::Parameters;
+use parity_common::spec::{FloatType, Model, RunSpec};
 
+pub use crate::cnn::Cnn;
+use crate::data::{float_targets, Inputs, Targets};
 pub use crate::data::{loss, Data};
-use crate::data::{per_batch, Inputs, Targets};
-use crate::device::{float_tensor, float_tensor_from_f64, Host};
+use crate::device::{float_tensor_from_f64, Host};
 use crate::fixture::Fixture;
+use crate::layers::{torch_layout, Slot, SlotMut};
 use crate::layout;
+pub use crate::mlp::Mlp;
 use crate::taps::Taps;
 use crate::transformer::Transformer;
-
-/// `fc1 … fcN` with ReLU between them (none after the last).
-#[derive(Module, Debug)]
-pub struct Mlp {
-    /// `fc{i+1}` at index `i`.
-    pub layers: Vec<Linear>,
-}
-
-/// `conv` → ReLU → flatten → `fc`.
-#[derive(Module, Debug)]
-pub struct Cnn {
-    /// Conv1d `in_channels → channels`, kernel `kernel`, stride 1, no padding, with bias.
-    pub conv: Conv1d,
-    /// Linear `channels·(length − kernel + 1) → classes`.
-    pub fc: Linear,
-}
 
 /// A model of one of the families of [`Model`].
 // One Net per process, moved through `optim.step` once per step: the variants' sizes do not
@@ -55,25 +40,6 @@ pub enum Net {
     Cnn(Cnn),
     /// Model::Transformer.
     Transformer(Transformer),
-}
-
-/// One parameter of a [`Net`], with how its PyTorch layout maps onto burn's.
-pub(crate) enum Slot<'a> {
-    /// A Linear weight: burn `[in, out]`, PyTorch `[out, in]`.
-    LinearWeight(&'a Param<Tensor<2>>, usize, usize),
-    /// A bias `[n]`, same layout.
-    Vector(&'a Param<Tensor<1>>),
-    /// A Conv1d weight `[out, in, kernel]`, same layout.
-    Kernel(&'a Param<Tensor<3>>),
-    /// A matrix laid out alike in both (an embedding `[rows, d_model]`).
-    Matrix(&'a Param<Tensor<2>>),
-}
-
-/// One parameter of a [`Net`], mutably, by rank.
-pub(crate) enum SlotMut<'a> {
-    One(&'a mut Param<Tensor<1>>),
-    Two(&'a mut Param<Tensor<2>>),
-    Three(&'a mut Param<Tensor<3>>),
 }
 
 /// One parameter of a [`Net`]: what ties a PyTorch state_dict entry to burn's parameter.
@@ -108,43 +74,6 @@ impl ParamInfo {
     }
 }
 
-/// A Linear `inp → out` with bias named `name` in the fixture (PyTorch layout), in burn's.
-pub(crate) fn linear(
-    fx: &Fixture,
-    name: &str,
-    inp: usize,
-    out: usize,
-    ty: FloatType,
-    device: &Device,
-) -> Result<Linear> {
-    let b = fx.f32(&format!("{name}.bias"), &[out])?;
-    let mut l = linear_without_bias(fx, name, inp, out, ty, device)?;
-    l.bias = Some(Param::from_tensor(float_tensor(b, [out], ty, device)));
-    Ok(l)
-}
-
-/// A Linear `inp → out` without bias from the fixture's `{name}.weight` (PyTorch layout
-/// `[out, in]`, converted to burn's `[in, out]`), in dtype `ty` on `device` (the
-/// transformer's key projection, see `parity_common::spec::Model::Transformer`).
-///
-/// # Errors
-/// When the fixture lacks the weight or holds it with another shape.
-pub(crate) fn linear_without_bias(
-    fx: &Fixture,
-    name: &str,
-    inp: usize,
-    out: usize,
-    ty: FloatType,
-    device: &Device,
-) -> Result<Linear> {
-    let w = fx.f32(&format!("{name}.weight"), &[out, inp])?;
-    let w = layout::torch_to_burn_linear(w, out, inp);
-    Ok(Linear {
-        weight: Param::from_tensor(float_tensor(&w, [inp, out], ty, device)),
-        bias: None,
-    })
-}
-
 impl Net {
     /// Builds the model of `spec` from its fixture in the run dtype (float32 values widened
     /// exactly for F64 runs) on `device`, and the data.
@@ -156,118 +85,12 @@ impl Net {
     /// [`crate::transformer::check_settings`]).
     pub fn load(spec: &RunSpec, device: &Device) -> Result<(Net, Data)> {
         let fx = Fixture::read(spec)?;
-        if let Model::Transformer { .. } = spec.model {
-            let (net, inputs, targets) = crate::transformer::load(spec, &fx, device)?;
-            let device = device.clone();
-            let data = Data {
-                inputs,
-                targets,
-                device,
-            };
-            return Ok((Net::Transformer(net), data));
-        }
-        let ty = spec.dtype;
-        let x_shape = fx
-            .f32s
-            .get("x")
-            .map(|(s, _)| s.clone())
-            .with_context(|| format!("fixture {} has no float32 tensor \"x\"", fx.path))?;
-        let batches = x_shape[0];
-        let batch = *x_shape.get(1).unwrap_or(&0);
-        let (net, inputs, outputs) = match &spec.model {
-            Model::Mlp { sizes, activation } => {
-                let Activation::Relu = activation;
-                let layers = sizes
-                    .windows(2)
-                    .enumerate()
-                    .map(|(i, w)| linear(&fx, &format!("fc{}", i + 1), w[0], w[1], ty, device))
-                    .collect::<Result<Vec<_>>>()?;
-                let x = fx.f32("x", &[batches, batch, sizes[0]])?;
-                let inputs = per_batch(x, batches)
-                    .map(|b| float_tensor(b, [batch, sizes[0]], ty, device))
-                    .collect();
-                (
-                    Net::Mlp(Mlp { layers }),
-                    Inputs::Flat(inputs),
-                    sizes[sizes.len() - 1],
-                )
+        let (net, inputs, targets) = match &spec.model {
+            Model::Transformer { .. } => {
+                let (net, inputs, targets) = crate::transformer::load(spec, &fx, device)?;
+                (Net::Transformer(net), inputs, targets)
             }
-            Model::Cnn1d {
-                in_channels,
-                channels,
-                kernel,
-                length,
-                classes,
-                activation,
-                conv_impl,
-            } => {
-                let Activation::Relu = activation;
-                if *conv_impl != ConvImpl::Conv1d {
-                    bail!("burn-parity calls burn's conv1d; conv_impl {conv_impl:?} is candle's workaround");
-                }
-                let mut conv = Conv1dConfig::new(*in_channels, *channels, *kernel)
-                    .with_stride(1)
-                    .with_dilation(1)
-                    .with_groups(1)
-                    .with_padding(PaddingConfig1d::Valid)
-                    .with_bias(true)
-                    .init(device);
-                let shape = [*channels, *in_channels, *kernel];
-                conv.weight = Param::from_tensor(float_tensor(
-                    fx.f32("conv.weight", &shape)?,
-                    shape,
-                    ty,
-                    device,
-                ));
-                conv.bias = Some(Param::from_tensor(float_tensor(
-                    fx.f32("conv.bias", &[*channels])?,
-                    [*channels],
-                    ty,
-                    device,
-                )));
-                let fc_in = channels * (length + 1 - kernel);
-                let fc = linear(&fx, "fc", fc_in, *classes, ty, device)?;
-                let x = fx.f32("x", &[batches, batch, *in_channels, *length])?;
-                let inputs = per_batch(x, batches)
-                    .map(|b| float_tensor(b, [batch, *in_channels, *length], ty, device))
-                    .collect();
-                (Net::Cnn(Cnn { conv, fc }), Inputs::Signal(inputs), *classes)
-            }
-            Model::Transformer { .. } => unreachable!("loaded above"),
-        };
-        let targets = match spec.loss {
-            Loss::Mse => {
-                let y = fx.f32("y", &[batches, batch, outputs])?;
-                Targets::Values(
-                    per_batch(y, batches)
-                        .map(|b| float_tensor(b, [batch, outputs], ty, device))
-                        .collect(),
-                )
-            }
-            Loss::CrossEntropy => {
-                let (shape, y) = fx.i64s.get("y").with_context(|| {
-                    format!(
-                        "fixture {}: cross-entropy needs int64 labels \"y\"",
-                        fx.path
-                    )
-                })?;
-                if shape != &[batches, batch] {
-                    bail!(
-                        "fixture {}: y is I64 {shape:?}, expected [{batches}, {batch}]",
-                        fx.path
-                    );
-                }
-                Targets::Classes(
-                    per_batch(y, batches)
-                        .map(|b| {
-                            Tensor::<1, Int>::from_data(
-                                TensorData::new(b.to_vec(), [batch]),
-                                device,
-                            )
-                        })
-                        .collect(),
-                )
-            }
+            Model::Mlp { .. } | Model::Cnn1d { .. } => Self::load_float(spec, &fx, device)?,
         };
         let device = device.clone();
         Ok((
@@ -280,23 +103,38 @@ impl Net {
         ))
     }
 
-    fn slots(&self) -> Vec<(String, Slot<'_>)> {
-        let lin = linear_slots;
-        match self {
-            Net::Mlp(m) => m
-                .layers
-                .iter()
-                .enumerate()
-                .flat_map(|(i, l)| lin(format!("fc{}", i + 1), l))
-                .collect(),
-            Net::Cnn(c) => {
-                let mut v = vec![("conv.weight".to_string(), Slot::Kernel(&c.conv.weight))];
-                if let Some(b) = &c.conv.bias {
-                    v.push(("conv.bias".to_string(), Slot::Vector(b)));
-                }
-                v.extend(lin("fc".into(), &c.fc));
-                v
+    /// The MLP or CNN of `spec` ([`Mlp::load`], [`Cnn::load`]) with its float32 inputs `x`
+    /// `[batches, batch, …input]` and its targets ([`crate::data::float_targets`]).
+    fn load_float(spec: &RunSpec, fx: &Fixture, device: &Device) -> Result<(Net, Inputs, Targets)> {
+        let ty = spec.dtype;
+        let x_shape = fx
+            .f32s
+            .get("x")
+            .map(|(s, _)| s.clone())
+            .with_context(|| format!("fixture {} has no float32 tensor \"x\"", fx.path))?;
+        let batches = x_shape[0];
+        let batch = *x_shape.get(1).unwrap_or(&0);
+        let (net, inputs, outputs) = match &spec.model {
+            Model::Mlp { sizes, activation } => {
+                let (mlp, inputs) =
+                    Mlp::load(fx, sizes, *activation, (batches, batch), ty, device)?;
+                (Net::Mlp(mlp), inputs, sizes[sizes.len() - 1])
             }
+            Model::Cnn1d { classes, .. } => {
+                let (cnn, inputs) = Cnn::load(fx, &spec.model, (batches, batch), ty, device)?;
+                (Net::Cnn(cnn), inputs, *classes)
+            }
+            Model::Transformer { .. } => unreachable!("loaded by transformer::load"),
+        };
+        let targets = float_targets(fx, spec.loss, (batches, batch, outputs), ty, device)?;
+        Ok((net, inputs, targets))
+    }
+
+    /// Every parameter in state_dict order ([`Model::params`]) with its layout.
+    fn slots(&self) -> Vec<(String, Slot<'_>)> {
+        match self {
+            Net::Mlp(m) => m.slots(),
+            Net::Cnn(c) => c.slots(),
             Net::Transformer(t) => t.slots(),
         }
     }
@@ -424,17 +262,9 @@ impl Net {
     /// The parameter named `name` (a name of [`Net::params`]), mutably.
     fn slot_mut(&mut self, name: &str) -> SlotMut<'_> {
         let (module, field) = name.rsplit_once('.').expect("a state_dict name has a dot");
-        let linear = linear_slot_mut;
         match self {
-            Net::Mlp(m) => {
-                let i: usize = module[2..].parse().expect("fc{i}");
-                linear(&mut m.layers[i - 1], field)
-            }
-            Net::Cnn(c) => match (module, field) {
-                ("conv", "weight") => SlotMut::Three(&mut c.conv.weight),
-                ("conv", _) => SlotMut::One(c.conv.bias.as_mut().expect("Conv1d with bias")),
-                _ => linear(&mut c.fc, field),
-            },
+            Net::Mlp(m) => m.slot_mut(module, field),
+            Net::Cnn(c) => c.slot_mut(module, field),
             Net::Transformer(t) => t.slot_mut(module, field),
         }
     }
@@ -464,69 +294,37 @@ impl Net {
     }
 }
 
-/// The slots of a Linear named `name`: `{name}.weight` and, if it has one, `{name}.bias`.
-pub(crate) fn linear_slots(name: String, l: &Linear) -> Vec<(String, Slot<'_>)> {
-    let [inp, out] = l.weight.val().dims();
-    let mut v = vec![(
-        format!("{name}.weight"),
-        Slot::LinearWeight(&l.weight, inp, out),
-    )];
-    if let Some(b) = &l.bias {
-        v.push((format!("{name}.bias"), Slot::Vector(b)));
-    }
-    v
-}
+/// The frames' copies of a burn net: [`Net::export`] and [`Net::export_grads`] (PyTorch
+/// layout, checked to be in the run dtype `ty`), the kept parameters in the frame's host form.
+impl Parameters for Net {
+    type Grads = Gradients;
 
-/// The parameter `field` (`weight` or `bias`) of a Linear, mutably.
-pub(crate) fn linear_slot_mut<'a>(l: &'a mut Linear, field: &str) -> SlotMut<'a> {
-    match field {
-        "weight" => SlotMut::Two(&mut l.weight),
-        _ => SlotMut::One(l.bias.as_mut().expect("Linear with bias")),
-    }
-}
-
-/// burn `[in, out]` host values → PyTorch `[out, in]`.
-fn torch_layout(h: Host, inp: usize, out: usize) -> Host {
-    h.rearrange(
-        |v| layout::burn_to_torch_linear(v, inp, out),
-        |v| layout::burn_to_torch_linear(v, inp, out),
-    )
-}
-
-impl Mlp {
-    /// `x` `[batch, sizes[0]]` → `[batch, sizes[N]]`.
-    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        self.forward_tapped(x, &mut Taps::off())
+    /// # Errors
+    /// As [`Net::export`] (for any parameter, kept or not).
+    fn frame_params(
+        &self,
+        ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, RawTensor)>> {
+        Ok(kept(self.export(ty)?, keep))
     }
 
-    /// [`Mlp::forward`], marking `fc{i}.out` (each Linear's output) and `relu{i}.out` (each
-    /// activation's output) in `taps`.
-    pub fn forward_tapped(&self, x: Tensor<2>, taps: &mut Taps) -> Tensor<2> {
-        let last = self.layers.len() - 1;
-        let mut h = x;
-        for (i, layer) in self.layers.iter().enumerate() {
-            h = taps.mark2(&format!("fc{}.out", i + 1), layer.forward(h));
-            if i < last {
-                h = taps.mark2(&format!("relu{}.out", i + 1), relu(h));
-            }
-        }
-        h
+    /// # Errors
+    /// As [`Net::export_grads`] (for any parameter, kept or not).
+    fn frame_grads(
+        &self,
+        grads: &Gradients,
+        ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, RawTensor)>> {
+        Ok(kept(self.export_grads(grads, ty)?, keep))
     }
 }
 
-impl Cnn {
-    /// `x` `[batch, in_channels, length]` → conv1d `[batch, channels, length − kernel + 1]`
-    /// → ReLU → flatten (channel-major, like PyTorch's `flatten(1)`) → `fc` → `[batch, classes]`.
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
-        self.forward_tapped(x, &mut Taps::off())
-    }
-
-    /// [`Cnn::forward`], marking `conv.out` (bias included, before the ReLU), `relu.out`
-    /// (before the flatten) and `fc.out` in `taps`.
-    pub fn forward_tapped(&self, x: Tensor<3>, taps: &mut Taps) -> Tensor<2> {
-        let h = taps.mark3("conv.out", self.conv.forward(x));
-        let h = taps.mark3("relu.out", relu(h));
-        let [b, c, l] = h.dims();
-        taps.mark2("fc.out", self.fc.forward(h.reshape([b, c * l])))
-    }
+/// The host values `keep` selects, as frame tensors.
+fn kept(host: Vec<(String, Host)>, keep: &dyn Fn(&str) -> bool) -> Vec<(String, RawTensor)> {
+    host.into_iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, h)| (name, h.into_raw()))
+        .collect()
 }

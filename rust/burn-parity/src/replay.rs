@@ -14,10 +14,11 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 use parity_common::frames::{FrameWriter, RawTensor};
+use parity_common::optim::{Parameters, RunOptimizer};
 use parity_common::replay::{finish, intermediate_names, ReplayState};
 use parity_common::spec::{Fault, RunSpec};
 
-use crate::device::{self, Host};
+use crate::device;
 use crate::model::Net;
 use crate::optim::Stepper;
 use crate::taps::Taps;
@@ -69,13 +70,13 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
 
     let mut out = FrameWriter::new(sink);
     let mut header = header_meta(&dev);
-    header.insert("optimizer_impl".into(), opt.name().into());
+    opt.describe(&mut header);
     header.insert("replay_note".into(), note);
     out.write_meta(header)?;
 
     let k = state.step;
     let mut taps = Taps::on(&dev);
-    let mut found: HashMap<String, Host> = HashMap::new();
+    let mut found: HashMap<String, RawTensor> = HashMap::new();
     let mut missing: Vec<(String, String)> = Vec::new();
     let (net, loss) = step(
         spec,
@@ -87,26 +88,22 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
         |net, taps, grads| {
             for (name, g) in taps.grads(grads, ty)? {
                 match g {
-                    Some(g) => drop(found.insert(format!("grad:{name}"), g)),
+                    Some(g) => drop(found.insert(format!("grad:{name}"), g.into_raw())),
                     None => missing.push((format!("grad:{name}"), "no gradient reached it".into())),
                 }
             }
-            for (name, g) in net.export_grads(grads, ty)? {
-                found.insert(format!("grad:{name}"), g);
-            }
+            found.extend(net.replay_grads(grads, ty)?);
             Ok(())
         },
     )?;
-    found.extend(taps.values(ty)?);
-    found.insert("loss".into(), loss);
-    for (name, after) in net.export(ty)? {
-        found.insert(format!("after:{name}"), after);
-    }
+    found.extend(taps.values(ty)?.into_iter().map(|(n, h)| (n, h.into_raw())));
+    found.insert("loss".into(), loss.into_raw());
+    found.extend(net.replay_after(ty)?);
 
     let mut tensors: Vec<(String, RawTensor)> = Vec::new();
     for name in intermediate_names(spec) {
         match found.remove(&name) {
-            Some(h) => tensors.push((name, h.into_raw())),
+            Some(t) => tensors.push((name, t)),
             None if missing.iter().any(|(n, _)| *n == name) => {}
             None => missing.push((name, "burn-parity computed no value for it".into())),
         }

@@ -5,14 +5,13 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::{bail, Result};
-use burn::optim::GradientsParams;
 use burn::tensor::{Device, Gradients};
-use parity_common::frames::{meta, FrameWriter, RawTensor};
+use parity_common::frames::{meta, FrameWriter};
+use parity_common::optim::{Parameters, RunOptimizer};
 use parity_common::spec::{Fault, RunSpec};
 
 use crate::device::{self, Host};
 use crate::model::{self, Data, Net};
-use crate::moments::ParamMoments;
 use crate::optim::Stepper;
 use crate::taps::Taps;
 
@@ -44,10 +43,10 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let mut out = FrameWriter::new(sink);
 
     let mut header = header_meta(&dev);
-    header.insert("optimizer_impl".into(), opt.name().into());
+    opt.describe(&mut header);
     out.write_meta(header)?;
 
-    write_step(&mut out, spec, &net, &opt, 0, None, Vec::new())?;
+    opt.write_step(&mut out, spec, 0, &net, None, Vec::new())?;
     let progress_every = (spec.steps / 10).max(1);
     for t in 1..=spec.steps {
         let mut recorded_grads = Vec::new();
@@ -59,24 +58,14 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             &mut opt,
             &mut Taps::off(),
             |net, _, g| {
-                if spec.record.grads && spec.records_step(t) {
-                    recorded_grads = net.export_grads(g, spec.dtype)?;
-                }
+                recorded_grads = net.recorded_grads(spec, t, g)?;
                 Ok(())
             },
         )?;
         net = next;
         let loss_value = loss.scalar()?;
         if spec.records_step(t) {
-            write_step(
-                &mut out,
-                spec,
-                &net,
-                &opt,
-                t,
-                Some(loss_value),
-                recorded_grads,
-            )?;
+            opt.write_step(&mut out, spec, t, &net, Some(loss_value), recorded_grads)?;
             if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
             }
@@ -92,7 +81,8 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
 /// One training step `t` (from 1) on batch `(t − 1) mod batches`, as `train` and `replay`
 /// run it: the forward pass (marking intermediates in `taps`; [`Taps::off`] marks none), the
 /// loss, `loss.backward()`, then `inspect(net, taps, grads)` to read gradients before they are
-/// handed over, `GradientsParams::from_grads` and `optim.step`. Returns the updated net and
+/// handed over, `GradientsParams::from_grads` and `optim.step` ([`RunOptimizer::update`],
+/// through [`Stepper`]'s [`RunOptimizer::step`]). Returns the updated net and
 /// the loss (one element, run dtype) of the forward pass before the update.
 ///
 /// # Errors
@@ -111,8 +101,7 @@ pub fn step(
     let loss_value = Host::read(loss.clone().inner(), spec.dtype)?;
     let grads = loss.backward();
     inspect(&net, taps, &grads)?;
-    let grads = GradientsParams::from_grads(grads, &net);
-    Ok((opt.step(net, grads), loss_value))
+    Ok((opt.update(spec, t, net, grads)?, loss_value))
 }
 
 /// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo
@@ -129,43 +118,4 @@ pub fn header_meta(dev: &Device) -> HashMap<String, String> {
         ("threads", "1".into()),
         ("features", String::new()),
     ])
-}
-
-fn write_step<W: Write>(
-    out: &mut FrameWriter<W>,
-    spec: &RunSpec,
-    net: &Net,
-    opt: &Stepper,
-    t: u32,
-    loss: Option<f64>,
-    grads: Vec<(String, Host)>,
-) -> Result<()> {
-    let mut tensors: Vec<(String, RawTensor)> = Vec::new();
-    if let Some(l) = loss {
-        tensors.push(("loss".into(), RawTensor::from_f64(&[l])));
-    }
-    let mut grads: HashMap<String, Host> = grads.into_iter().collect();
-    let mut moments: HashMap<String, ParamMoments> = if spec.record.moments && t > 0 {
-        let m = opt.moments(&net.params(), spec.dtype)?;
-        m.into_iter().map(|m| (m.name.clone(), m)).collect()
-    } else {
-        HashMap::new()
-    };
-    for (name, values) in net.export(spec.dtype)? {
-        if !spec.records_tensor(&name) {
-            continue;
-        }
-        if let Some(g) = grads.remove(&name) {
-            tensors.push((format!("grad:{name}"), g.into_raw()));
-        }
-        if let Some(m) = moments.remove(&name) {
-            tensors.push((format!("exp_avg:{name}"), m.exp_avg.into_raw()));
-            tensors.push((format!("exp_avg_sq:{name}"), m.exp_avg_sq.into_raw()));
-        }
-        tensors.push((name, values.into_raw()));
-    }
-    out.write(
-        meta([("kind", "step".into()), ("step", t.to_string())]),
-        tensors,
-    )
 }

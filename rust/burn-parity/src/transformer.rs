@@ -43,8 +43,8 @@ use parity_common::spec::{FloatType, GeluImpl, LayerNormImpl, Model, RunSpec, So
 use crate::data::{per_batch, Inputs, Targets};
 use crate::device::float_tensor;
 use crate::fixture::Fixture;
+use crate::layers::{linear, linear_slot_mut, linear_slots, linear_without_bias, Slot, SlotMut};
 use crate::layout;
-use crate::model::{linear, linear_slot_mut, linear_slots, linear_without_bias, Slot, SlotMut};
 use crate::taps::Taps;
 
 /// The layer norms' ε (PyTorch's `nn.LayerNorm` default, the spec's).

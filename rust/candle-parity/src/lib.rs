@@ -4,7 +4,9 @@
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
 //! `candle-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
 //! Parquet trace. Modules mirror candle's own examples: [`model`] builds the forward pass
-//! from `Var`s, [`optim`] wraps the optimizers, [`train`] is the loop
+//! from `Var`s, [`optim`] wraps the optimizers (parity-common's
+//! [`parity_common::optim::RunOptimizer`], over the [`model::Net`]'s
+//! [`parity_common::optim::Parameters`]), [`train`] is the loop
 //! (`loss.backward()` → `opt.step(&grads)`); [`transformer`] is the GPT-style family, with
 //! its fused-op negative controls (candle ops without a backward). [`probe`] interprets a
 //! batch of op probes ([`parity_common::probe_spec::ProbeBatch`]) and reports each quantity

@@ -7,13 +7,17 @@
 //!
 //! One forward pass serves training ([`Net::forward`]) and the replay
 //! ([`Net::forward_tapped`], which also returns the named intermediates and a zero tap on
-//! each for their gradients).
+//! each for their gradients). The frames read the parameters and their gradients through
+//! parity-common's [`Parameters`], which [`Net`] implements.
 
 use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
-use parity_common::spec::{Activation, ConvImpl, Fault, Loss, Model, RunSpec};
+use parity_common::frames::RawTensor;
+use parity_common::optim::Parameters;
+use parity_common::spec::{Activation, ConvImpl, Fault, FloatType, Loss, Model, RunSpec};
 
 use crate::device;
 use crate::transformer::{check_tokens, Config, Transformer};
@@ -290,6 +294,50 @@ impl Net {
                 at("head.out", logits)
             }
         }
+    }
+}
+
+/// The frames' copies of a candle net: each `Var` in state_dict order, copied by
+/// [`device::to_raw`] (flattened; candle's layout is PyTorch's, and [`Net::load`] has put every
+/// parameter in the run dtype, so `ty` needs no conversion and is not consulted).
+impl Parameters for Net {
+    type Grads = GradStore;
+
+    /// # Errors
+    /// When a device copy fails.
+    fn frame_params(
+        &self,
+        _ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, RawTensor)>> {
+        self.params
+            .iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(name, var)| Ok((name.clone(), device::to_raw(var.as_tensor())?)))
+            .collect()
+    }
+
+    /// The `GradStore`'s entry of each kept `Var`; a parameter a fused op cut off from the loss
+    /// (see [`crate::transformer`]) has none.
+    ///
+    /// # Errors
+    /// When a device copy fails.
+    fn frame_grads(
+        &self,
+        grads: &GradStore,
+        _ty: FloatType,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, RawTensor)>> {
+        let mut out = Vec::new();
+        for (name, var) in &self.params {
+            if !keep(name) {
+                continue;
+            }
+            if let Some(g) = grads.get(var) {
+                out.push((name.clone(), device::to_raw(g)?));
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -7,9 +7,10 @@
 //! [`Net::forward_tapped`] (the forward of [`Net::forward`] plus a −0.0 tap on each named
 //! intermediate, which changes no value and yields the intermediates' gradients), the loss of
 //! [`model::loss`], `loss.backward()` and the optimizer step, skipped where
-//! `spec.fault.skips(k)`. The faults act where they act in `train`. For the transformer the
-//! one tapped intermediate is `head.out`, the logits `[B, T, V]`; a parameter a fused op
-//! leaves without a gradient is named in the `missing` list ([`NO_GRADIENT_FUSED`]).
+//! `spec.fault.skips(k)` ([`RunOptimizer::update`]). The faults act where they act in
+//! `train`. For the transformer the one tapped intermediate is `head.out`, the logits
+//! `[B, T, V]`; a parameter a fused op leaves without a gradient is named in the `missing`
+//! list ([`NO_GRADIENT_FUSED`]).
 //!
 //! The optimizer comes from [`Stepper::from_state`]: candle-nn's `SGD` for SGD; for AdamW
 //! the hand-written [`crate::optim::ManualAdamW`], started from the given moments with step
@@ -22,13 +23,14 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 use parity_common::frames::{FrameWriter, RawTensor};
+use parity_common::optim::{Parameters, RunOptimizer};
 use parity_common::replay::{finish, intermediate_names, ReplayState};
 use parity_common::spec::RunSpec;
 
 use crate::device::{self, state_tensor, to_raw};
 use crate::model::{self, Net};
 use crate::optim::Stepper;
-use crate::train::{header_meta, optimizer_impl};
+use crate::train::header_meta;
 use crate::transformer::Config;
 
 /// The `missing` reason of a parameter without a gradient in a transformer with a fused op
@@ -73,7 +75,7 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
 
     let mut out = FrameWriter::new(sink);
     let mut header = header_meta(&dev);
-    header.insert("optimizer_impl".into(), optimizer_impl(&opt).into());
+    opt.describe(&mut header);
     header.insert("replay_note".into(), note.into());
     out.write_meta(header)?;
 
@@ -93,17 +95,9 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
             got.insert(format!("grad:{name}"), to_raw(g)?);
         }
     }
-    for (name, var) in net.params() {
-        if let Some(g) = grads.get(var) {
-            got.insert(format!("grad:{name}"), to_raw(g)?);
-        }
-    }
-    if !spec.fault.skips(k) {
-        opt.step(&grads)?;
-    }
-    for (name, var) in net.params() {
-        got.insert(format!("after:{name}"), to_raw(var.as_tensor())?);
-    }
+    got.extend(net.replay_grads(&grads, spec.dtype)?);
+    let net = opt.update(spec, k, net, grads)?;
+    got.extend(net.replay_after(spec.dtype)?);
 
     let mut tensors = Vec::new();
     let mut missing = Vec::new();

@@ -1,14 +1,16 @@
 //! The training loop: forward → loss → `loss.backward()` → `opt.step(&grads)`, streaming
-//! one frame per recorded step.
+//! one frame per recorded step (what a step records is parity-common's
+//! [`RunOptimizer::write_step`], the same for every runner).
 
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::{Context, Result};
-use parity_common::frames::{meta, FrameWriter, RawTensor};
+use anyhow::Result;
+use parity_common::frames::{meta, FrameWriter};
+use parity_common::optim::{Parameters, RunOptimizer};
 use parity_common::spec::RunSpec;
 
-use crate::device::{self, scalar_f64, to_raw};
+use crate::device::{self, scalar_f64};
 use crate::model::{self, Net};
 use crate::optim::Stepper;
 
@@ -17,7 +19,8 @@ use crate::optim::Stepper;
 /// the wall time of the steps and their recording). Progress goes to stderr
 /// about ten times per run.
 ///
-/// Each `step` frame holds, after that step's update: every recorded parameter (flattened,
+/// Each `step` frame holds ([`RunOptimizer::step_tensors`]), after that step's update: every
+/// recorded parameter (flattened,
 /// PyTorch layout, run dtype), `loss` (F64, one element: the loss of that step's forward
 /// pass, before the update), and on request `grad:<name>`, `exp_avg:<name>`,
 /// `exp_avg_sq:<name>`. A parameter without a gradient (a transformer's parameters cut off
@@ -27,23 +30,23 @@ use crate::optim::Stepper;
 /// Non-finite values are recorded as they are; the workflow marks the run as diverged.
 ///
 /// A [`parity_common::spec::Fault`] other than `None` changes the run deliberately (the
-/// detection-power suite): `SkipUpdate` skips `opt.step` at its step here, the others act in
-/// the model, the loss or the manual AdamW.
+/// detection-power suite): `SkipUpdate` skips `opt.step` at its step
+/// ([`RunOptimizer::update`]), the others act in the model, the loss or the manual AdamW.
 ///
 /// # Errors
 /// Fixture problems (see [`Net::load`]), an unavailable device, unsupported recording
 /// requests (see [`Stepper::new`]), tensor failures, or a failing sink.
 pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let dev = device::open(spec.device)?;
-    let (net, data) = Net::load(spec, &dev)?;
+    let (mut net, data) = Net::load(spec, &dev)?;
     let mut opt = Stepper::new(&spec.optimizer, net.vars(), spec.record.moments, spec.fault)?;
     let mut out = FrameWriter::new(sink);
 
     let mut header = header_meta(&dev);
-    header.insert("optimizer_impl".into(), optimizer_impl(&opt).into());
+    opt.describe(&mut header);
     out.write_meta(header)?;
 
-    write_step(&mut out, spec, &net, &opt, 0, None, None)?;
+    opt.write_step(&mut out, spec, 0, &net, None, Vec::new())?;
     let progress_every = (spec.steps / 10).max(1);
     // Wall time of the training steps, recording included (benchmarks read it).
     let started = std::time::Instant::now();
@@ -52,20 +55,11 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         let output = net.forward(&x)?;
         let loss = model::loss(spec.loss, &output, &y, spec.fault)?;
         let grads = loss.backward()?;
-        if !spec.fault.skips(t) {
-            opt.step(&grads)?;
-        }
+        let recorded_grads = net.recorded_grads(spec, t, &grads)?;
+        net = opt.update(spec, t, net, grads)?;
         if spec.records_step(t) {
             let loss_value = scalar_f64(&loss)?;
-            write_step(
-                &mut out,
-                spec,
-                &net,
-                &opt,
-                t,
-                Some(loss_value),
-                Some(&grads),
-            )?;
+            opt.write_step(&mut out, spec, t, &net, Some(loss_value), recorded_grads)?;
             if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
             }
@@ -77,43 +71,6 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         ("train_seconds", started.elapsed().as_secs_f64().to_string()),
     ]))?;
     Ok(())
-}
-
-fn write_step<W: Write>(
-    out: &mut FrameWriter<W>,
-    spec: &RunSpec,
-    net: &Net,
-    opt: &Stepper,
-    t: u32,
-    loss: Option<f64>,
-    grads: Option<&candle_core::backprop::GradStore>,
-) -> Result<()> {
-    let mut tensors: Vec<(String, RawTensor)> = Vec::new();
-    if let Some(l) = loss {
-        tensors.push(("loss".into(), RawTensor::from_f64(&[l])));
-    }
-    for (i, (name, var)) in net.params().iter().enumerate() {
-        if !spec.records_tensor(name) {
-            continue;
-        }
-        tensors.push((name.clone(), to_raw(var.as_tensor())?));
-        if spec.record.grads {
-            if let Some(g) = grads.and_then(|g| g.get(var)) {
-                tensors.push((format!("grad:{name}"), to_raw(g)?));
-            }
-        }
-        if spec.record.moments && t > 0 {
-            let (m, v) = opt
-                .moments(i)
-                .context("moments requested but not exposed by this optimizer")?;
-            tensors.push((format!("exp_avg:{name}"), to_raw(m)?));
-            tensors.push((format!("exp_avg_sq:{name}"), to_raw(v)?));
-        }
-    }
-    out.write(
-        meta([("kind", "step".into()), ("step", t.to_string())]),
-        tensors,
-    )
 }
 
 /// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo
@@ -128,16 +85,6 @@ pub fn header_meta(dev: &candle_core::Device) -> HashMap<String, String> {
         ("threads", candle_core::utils::get_num_threads().to_string()),
         ("features", enabled_features().join(",")),
     ])
-}
-
-/// The `optimizer_impl` header entry: the type that steps (`candle_nn::SGD`,
-/// `candle_nn::AdamW`, `candle_parity::optim::ManualAdamW`).
-pub fn optimizer_impl(opt: &Stepper) -> &'static str {
-    match opt {
-        Stepper::Sgd(_) => "candle_nn::SGD",
-        Stepper::AdamW(_) => "candle_nn::AdamW",
-        Stepper::Manual(_) => "candle_parity::optim::ManualAdamW",
-    }
 }
 
 /// The cargo features this binary was built with.

@@ -11,7 +11,8 @@
 //!   initial state). Tensors are named by PyTorch state_dict key (`fc1.weight`), flattened
 //!   to one dimension in PyTorch layout, in the run's dtype; `loss` is a one-element F64
 //!   tensor (absent at step 0); gradients and optimizer moments use the prefixes
-//!   `grad:`, `exp_avg:` and `exp_avg_sq:`.
+//!   `grad:`, `exp_avg:` and `exp_avg_sq:`. Every runner writes it with
+//!   [`crate::optim::RunOptimizer::write_step`].
 //! * `result`: the outcome of one (case, quantity) of an op probe; metadata and statuses in
 //!   [`crate::probe_spec::result_meta`].
 //! * `end`: the last frame; metadata `status` is `complete` or `diverged`.

@@ -9,16 +9,26 @@ use anyhow::{anyhow, Result};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use parity_common::probe_spec::{
-    CaseSpec, InputKind, InputSpec, LossTerm, ProbeSpec, Quantity, StateSlot,
+    CaseSpec, InputKind, InputSpec, LossTerm, ProbeDtype, ProbeSpec, Quantity, StateSlot,
 };
 use parity_common::spec::FloatType;
 
+use super::args::same_shape;
 use super::dyn_tensor::{Dyn, DynInt, Value};
 use super::leaves::{Leaves, Slot};
-use super::ops::{apply, same_shape};
+use super::ops::apply;
 use super::outcome::{guarded, Fault, Outcome, Refusal, Step};
 use crate::device::Host;
 use crate::optim::Stepper;
+
+/// Why a half-precision probe cannot run on burn-parity's backend.
+fn half_reason(dtype: ProbeDtype) -> String {
+    format!(
+        "dtype {}: burn's ndarray backend has no f16/bf16 tensors (NdArray::dtype_usage of \
+         DType::F16 and DType::BF16 is empty)",
+        dtype.name()
+    )
+}
 
 /// Named tensors of a case, or why burn could not make one.
 type Env = HashMap<String, std::result::Result<Value, Refusal>>;
@@ -122,7 +132,7 @@ struct Case<'a> {
 pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<Outcome>> {
     let quantities = case.quantities()?;
     let Some(ty) = spec.dtype.float_type() else {
-        let why = super::half_reason(spec.dtype);
+        let why = half_reason(spec.dtype);
         return Ok(quantities
             .iter()
             .map(|_| Outcome::Unsupported(why.clone()))
@@ -295,7 +305,7 @@ impl Case<'_> {
             let stepped = match stepper.as_deref_mut() {
                 Some(s) => {
                     let params = GradientsParams::from_grads(grads, &leaves);
-                    s.step(leaves, params)
+                    s.step_module(leaves, params)
                 }
                 None => leaves,
             };

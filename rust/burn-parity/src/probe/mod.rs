@@ -59,7 +59,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use parity_common::frames::{meta, FrameWriter};
-use parity_common::probe_spec::{result_meta, ProbeBatch, ProbeDtype, ProbeSpec, Status};
+use parity_common::probe_spec::{result_meta, ProbeBatch, ProbeSpec, Status};
 use parity_common::spec::{DeviceKind, FloatType};
 
 use crate::device;
@@ -68,6 +68,7 @@ use crate::optim::Stepper;
 
 #[macro_use]
 pub mod dyn_tensor;
+mod args;
 mod case;
 mod leaves;
 mod ops;
@@ -80,15 +81,6 @@ pub use case::run_case;
 pub use dyn_tensor::{Dyn, DynInt, Value, RANKS};
 pub use leaves::Leaves;
 pub use outcome::Outcome;
-
-/// Why a half-precision probe cannot run on burn-parity's backend.
-pub(crate) fn half_reason(dtype: ProbeDtype) -> String {
-    format!(
-        "dtype {}: burn's ndarray backend has no f16/bf16 tensors (NdArray::dtype_usage of \
-         DType::F16 and DType::BF16 is empty)",
-        dtype.name()
-    )
-}
 
 /// The float type the batch opens burn's device in: the first probe's that has one
 /// (burn takes a device's settings once per process), float32 when every probe is half

@@ -2,7 +2,6 @@
 //! linear algebra, element-wise ops ([`apply`]); reductions, sorting, indexing and losses
 //! are in [`super::reduce`]. The module documentation of [`super`] has the table.
 
-use anyhow::anyhow;
 use burn::nn::interpolate::{Interpolate1dConfig, Interpolate2dConfig, InterpolateMode};
 use burn::nn::loss::BinaryCrossEntropyLossConfig;
 use burn::tensor::activation::{
@@ -17,8 +16,9 @@ use burn::tensor::{Device, Int, Tensor};
 use parity_common::probe_spec::{GeluApproximate, Op};
 use parity_common::spec::FloatType;
 
+use super::args::{same_shape, Args};
 use super::dyn_tensor::{array, dim, Dyn, DynInt, Value};
-use super::outcome::{framework, unsupported, Fault, Step};
+use super::outcome::{unsupported, Fault, Step};
 use super::reduce;
 
 /// A burn tensor of either kind as a [`Value`].
@@ -53,130 +53,10 @@ macro_rules! each_value {
     };
 }
 
-/// Refuses two tensors of different shapes (ranks included), as PyTorch's interpreter does:
-/// probes broadcast explicitly with `broadcast_to`.
-pub(crate) fn same_shape(op: &str, a: &Dyn, b: &Dyn) -> Step<()> {
-    if a.dims() != b.dims() {
-        return Err(framework(format!(
-            "{op}: shapes {:?} and {:?} differ",
-            a.dims(),
-            b.dims()
-        )));
-    }
-    Ok(())
-}
-
-/// The op's inputs, taken in order: float or int64 as the op needs.
-pub(crate) struct Args {
-    op: &'static str,
-    values: std::vec::IntoIter<Value>,
-}
-
-impl Args {
-    fn next(&mut self) -> Step<Value> {
-        self.values
-            .next()
-            .ok_or_else(|| Fault::Spec(anyhow!("{} needs more inputs", self.op)))
-    }
-
-    /// The next input, a float tensor (`role` names it in a refusal).
-    pub(crate) fn float(&mut self, role: &str) -> Step<Dyn> {
-        let op = self.op;
-        self.next()?.float(op, role)
-    }
-
-    /// The next input as the fixed-rank float tensor burn's function takes.
-    pub(crate) fn ranked<const D: usize>(&mut self, role: &str) -> Step<Tensor<D>>
-    where
-        Tensor<D>: super::dyn_tensor::Ranked<Src = Dyn>,
-    {
-        let op = self.op;
-        self.float(role)?.to(op, role)
-    }
-
-    /// The next input, an int64 tensor.
-    pub(crate) fn int(&mut self, role: &str) -> Step<DynInt> {
-        let op = self.op;
-        self.next()?.int(op, role)
-    }
-
-    /// The next input if there is one (an optional bias), a float tensor.
-    fn optional_float(&mut self, role: &str) -> Step<Option<Dyn>> {
-        match self.values.next() {
-            Some(v) => Ok(Some(v.float(self.op, role)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// The op name, for messages.
-    pub(crate) fn op(&self) -> &'static str {
-        self.op
-    }
-}
-
-/// The probe name of an op (`conv_transpose1d`), for messages.
-pub(crate) fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Transpose { .. } => "transpose",
-        Op::Narrow { .. } => "narrow",
-        Op::BroadcastTo { .. } => "broadcast_to",
-        Op::Unsqueeze { .. } => "unsqueeze",
-        Op::Squeeze { .. } => "squeeze",
-        Op::Reshape { .. } => "reshape",
-        Op::Contiguous => "contiguous",
-        Op::Conv1d { .. } => "conv1d",
-        Op::Conv2d { .. } => "conv2d",
-        Op::ConvTranspose1d { .. } => "conv_transpose1d",
-        Op::ConvTranspose2d { .. } => "conv_transpose2d",
-        Op::MaxPool1d { .. } => "max_pool1d",
-        Op::MaxPool2d { .. } => "max_pool2d",
-        Op::AvgPool2d { .. } => "avg_pool2d",
-        Op::Linear => "linear",
-        Op::Matmul => "matmul",
-        Op::LayerNorm { .. } => "layer_norm",
-        Op::Softmax { .. } => "softmax",
-        Op::LogSoftmax { .. } => "log_softmax",
-        Op::UpsampleNearest1d { .. } => "upsample_nearest1d",
-        Op::UpsampleNearest2d { .. } => "upsample_nearest2d",
-        Op::Relu => "relu",
-        Op::Abs => "abs",
-        Op::Sigmoid => "sigmoid",
-        Op::Tanh => "tanh",
-        Op::Silu => "silu",
-        Op::Gelu { .. } => "gelu",
-        Op::Elu { .. } => "elu",
-        Op::Exp => "exp",
-        Op::Log => "log",
-        Op::Sqrt => "sqrt",
-        Op::Add => "add",
-        Op::Sub => "sub",
-        Op::Mul => "mul",
-        Op::Div => "div",
-        Op::Sum { .. } => "sum",
-        Op::Mean { .. } => "mean",
-        Op::Max { .. } => "max",
-        Op::Min { .. } => "min",
-        Op::Argmax { .. } => "argmax",
-        Op::Argmin { .. } => "argmin",
-        Op::Sort { .. } => "sort",
-        Op::Argsort { .. } => "argsort",
-        Op::Embedding => "embedding",
-        Op::IndexSelect { .. } => "index_select",
-        Op::Gather { .. } => "gather",
-        Op::BceWithLogits => "bce_with_logits",
-        Op::CrossEntropy { .. } => "cross_entropy",
-        Op::Nll { .. } => "nll",
-        Op::Mse { .. } => "mse",
-    }
-}
-
 /// Applies one op to its inputs (their count is checked by the spec) in a run of dtype `ty`
 /// on `dev`.
 pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) -> Step<Value> {
-    let mut x = Args {
-        op: op_name(op),
-        values: inputs.into_iter(),
-    };
+    let mut x = Args::new(op, inputs);
     Ok(match op {
         Op::Transpose { dim0, dim1 } => {
             let a = x.next()?;

@@ -7,8 +7,8 @@ use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor};
 use parity_common::probe_spec::{Op, Reduction};
 
+use super::args::{same_shape, Args};
 use super::dyn_tensor::{dim, Dyn, DynInt, Value};
-use super::ops::{same_shape, Args};
 use super::outcome::{framework, unsupported, Fault, Step};
 
 /// Applies a reduction, sorting, indexing or loss op (see [`super::ops::apply`]).

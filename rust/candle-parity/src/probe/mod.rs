@@ -58,6 +58,7 @@
 //! device that cannot be opened or a failing sink ends the run with an error.
 
 mod ops;
+mod outcome;
 mod stepper;
 #[cfg(test)]
 mod tests;
@@ -69,66 +70,14 @@ use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::probe_spec::{
-    catch_panic, result_meta, CaseSpec, InputKind, InputSpec, LossTerm, ProbeBatch, ProbeSpec,
-    Quantity, Status,
+    result_meta, CaseSpec, InputKind, InputSpec, LossTerm, ProbeBatch, ProbeSpec, Quantity, Status,
 };
 use parity_common::spec::DeviceKind;
 
 use crate::device::{self, to_raw};
+pub use outcome::Outcome;
+use outcome::{guarded, Fault, Step};
 use stepper::Stepper;
-
-/// What candle reported for one quantity.
-#[derive(Debug, Clone)]
-pub enum Outcome {
-    /// The values with their shape (run dtype; U32 for candle's indices), stacked along a
-    /// new leading dimension when the case runs several optimizer steps.
-    Ok(Tensor),
-    /// The `GradStore` holds no gradient for the input.
-    MissingGradient,
-    /// candle's error message.
-    FrameworkError(String),
-    /// Why candle's API cannot compute the quantity (the missing function or argument).
-    Unsupported(String),
-}
-
-/// Why a case stopped: candle refused, candle's API lacks something (both outcomes) or the
-/// spec is broken (an error).
-#[derive(Debug)]
-enum Fault {
-    Framework(String),
-    Unsupported(String),
-    Spec(anyhow::Error),
-}
-
-impl From<candle_core::Error> for Fault {
-    /// candle's error as an outcome: `UnsupportedDTypeForOp` (the run's dtype has no kernel
-    /// for an op on this device, e.g. BF16 matmul on the CPU) is `unsupported`, anything
-    /// else a framework error; the message is the first line (candle appends backtraces and
-    /// context on later lines).
-    fn from(e: candle_core::Error) -> Self {
-        let text = e.to_string();
-        let line = text.lines().next().unwrap_or_default().to_string();
-        let mut inner = &e;
-        while let candle_core::Error::WithBacktrace { inner: i, .. }
-        | candle_core::Error::Context { inner: i, .. }
-        | candle_core::Error::WithPath { inner: i, .. } = inner
-        {
-            inner = i;
-        }
-        match inner {
-            candle_core::Error::UnsupportedDTypeForOp(..) => Fault::Unsupported(line),
-            _ => Fault::Framework(line),
-        }
-    }
-}
-
-type Step<T> = std::result::Result<T, Fault>;
-
-/// Runs `f`, turning a panic inside candle into a framework error (see
-/// [`parity_common::probe_spec::catch_panic`]).
-fn guarded<T>(f: impl FnOnce() -> Step<T>) -> Step<T> {
-    catch_panic(f).unwrap_or_else(|msg| Err(Fault::Framework(msg)))
-}
 
 fn lookup<'a>(env: &'a HashMap<String, Tensor>, name: &str) -> Step<&'a Tensor> {
     env.get(name)

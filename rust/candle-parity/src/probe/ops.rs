@@ -2,9 +2,9 @@
 
 use anyhow::anyhow;
 use candle_core::{Module, Tensor};
-use parity_common::probe_spec::{dim_index, CandleImpl, GeluApproximate, Op, Reduction};
+use parity_common::probe_spec::{dim_index, GeluApproximate, Op, OpVariant, Reduction};
 
-use super::{Fault, Step};
+use super::outcome::{Fault, Step};
 
 /// A signed dimension (negative counts from the end) as an index below `rank`.
 pub(super) fn dim(d: i64, rank: usize) -> Step<usize> {
@@ -183,11 +183,11 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
         }
         Op::Matmul => a.matmul(x[1])?,
         Op::LayerNorm { eps, candle } => match candle {
-            CandleImpl::Fused => candle_nn::ops::layer_norm(a, x[1], x[2], *eps as f32)?,
-            CandleImpl::Slow => candle_nn::ops::layer_norm_slow(a, x[1], x[2], *eps as f32)?,
+            OpVariant::Fused => candle_nn::ops::layer_norm(a, x[1], x[2], *eps as f32)?,
+            OpVariant::Slow => candle_nn::ops::layer_norm_slow(a, x[1], x[2], *eps as f32)?,
         },
         Op::Softmax { dim: d, candle } => match candle {
-            CandleImpl::Fused => {
+            OpVariant::Fused => {
                 if dim(*d, rank)? + 1 != rank {
                     return Err(Fault::Spec(anyhow!(
                         "the fused softmax works over the last dimension only"
@@ -195,7 +195,7 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
                 }
                 candle_nn::ops::softmax_last_dim(a)?
             }
-            CandleImpl::Slow => candle_nn::ops::softmax(a, dim(*d, rank)?)?,
+            OpVariant::Slow => candle_nn::ops::softmax(a, dim(*d, rank)?)?,
         },
         Op::LogSoftmax { dim: d } => candle_nn::ops::log_softmax(a, dim(*d, rank)?)?,
         Op::UpsampleNearest1d { size } => a.upsample_nearest1d(*size)?,

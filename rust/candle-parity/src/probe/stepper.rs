@@ -6,7 +6,7 @@ use candle_core::Var;
 use candle_nn::{AdamW, Optimizer as _, ParamsAdamW, SGD};
 use parity_common::probe_spec::{ProbeOptimizer, StateSlot};
 
-use super::{Fault, Step};
+use super::outcome::{Fault, Step};
 
 /// The candle_nn optimizer that steps a case's `Var`s.
 pub(super) enum Stepper {

@@ -1,0 +1,237 @@
+//! Tests of the probe contract: parsing, the checks of [`super::ProbeSpec::from_json`],
+//! the names the Python side reads.
+
+use super::*;
+
+fn base() -> serde_json::Value {
+    serde_json::json!({
+        "probe": "p", "dtype": "f32", "device": "cpu",
+        "inputs": [
+            {"name": "x", "dtype": "float", "shape": [1, 1, 3], "values": [0.0, 1.0, 2.0], "requires_grad": false},
+            {"name": "w", "dtype": "float", "shape": [1, 1, 2], "values": [1.0, -1.0], "requires_grad": true}
+        ],
+        "cases": [{
+            "name": "a",
+            "steps": [{"out": "y", "inputs": ["x", "w"],
+                       "op": {"name": "conv1d", "padding": 0, "stride": 1, "dilation": 1, "groups": 1}}],
+            "loss": [{"kind": "sum", "input": "y"}],
+            "optimizer": null,
+            "optimizer_steps": 1,
+            "compare": ["loss", "y", "w.grad"]
+        }]
+    })
+}
+
+#[test]
+fn parses_a_normalized_probe() {
+    let spec = ProbeSpec::from_json(&base().to_string()).unwrap();
+    assert_eq!(spec.cases[0].steps[0].op.arity(), (2, 2));
+    assert!(matches!(
+        spec.cases[0].steps[0].op,
+        Op::Conv1d { stride: 1, .. }
+    ));
+    assert_eq!(
+        Quantity::parse("w.grad").unwrap(),
+        Quantity::Grad("w".into())
+    );
+}
+
+#[test]
+fn op_names_are_the_schema_names() {
+    for (json, want) in [
+        (r#"{"name": "broadcast_to", "shape": [2]}"#, "BroadcastTo"),
+        (
+            r#"{"name": "upsample_nearest1d", "size": 4}"#,
+            "UpsampleNearest1d",
+        ),
+        (
+            r#"{"name": "upsample_nearest2d", "size": [4, 4]}"#,
+            "UpsampleNearest2d",
+        ),
+        (r#"{"name": "bce_with_logits"}"#, "BceWithLogits"),
+        (
+            r#"{"name": "layer_norm", "eps": 1e-5, "candle": "slow"}"#,
+            "LayerNorm",
+        ),
+    ] {
+        let op: Op = serde_json::from_str(json).unwrap();
+        assert!(format!("{op:?}").starts_with(want), "{json} → {op:?}");
+    }
+}
+
+#[test]
+fn signed_dimensions_count_from_the_end() {
+    assert_eq!(dim_index(-1, 3), Some(2));
+    assert_eq!(dim_index(-3, 3), Some(0));
+    assert_eq!(dim_index(2, 3), Some(2));
+    assert_eq!(dim_index(3, 3), None);
+    assert_eq!(dim_index(-4, 3), None);
+    assert_eq!(dim_index(0, 0), None);
+}
+
+#[test]
+fn statuses_are_the_python_names() {
+    let m = result_meta("p", "c", "w.grad", Status::Unsupported, "why");
+    assert_eq!(m["probe"], "p");
+    assert_eq!(m["kind"], "result");
+    assert_eq!(m["status"], "unsupported");
+    assert_eq!(m["message"], "why");
+    let names: Vec<_> = [
+        Status::Ok,
+        Status::MissingGradient,
+        Status::FrameworkError,
+        Status::Unsupported,
+    ]
+    .map(Status::name)
+    .to_vec();
+    assert_eq!(
+        names,
+        ["ok", "missing-gradient", "framework-error", "unsupported"]
+    );
+}
+
+#[test]
+fn unknown_argument_is_refused() {
+    let mut v = base();
+    v["cases"][0]["steps"][0]["op"]["paddin"] = serde_json::json!(1);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("paddin"), "{err:#}");
+}
+
+#[test]
+fn undefined_names_and_quantities_are_refused() {
+    let mut v = base();
+    v["cases"][0]["steps"][0]["inputs"] = serde_json::json!(["x", "k"]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("\"k\""), "{err:#}");
+
+    let mut v = base();
+    v["cases"][0]["compare"] = serde_json::json!(["x.grad"]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("x.grad"), "{err:#}");
+}
+
+#[test]
+fn non_finite_values_are_strings() {
+    let mut v = base();
+    v["inputs"][0]["values"] = serde_json::json!(["-inf", 1.0, "nan"]);
+    let spec = ProbeSpec::from_json(&v.to_string()).unwrap();
+    let x = &spec.inputs[0].values;
+    assert_eq!(x[0], f64::NEG_INFINITY);
+    assert!(x[2].is_nan());
+    v["inputs"][0]["values"] = serde_json::json!(["-infinity", 1.0, 2.0]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("-infinity"), "{err:#}");
+}
+
+#[test]
+fn int64_inputs_hold_integers_without_gradient() {
+    let mut v = base();
+    v["inputs"][0]["dtype"] = serde_json::json!("int64");
+    ProbeSpec::from_json(&v.to_string()).unwrap();
+    v["inputs"][0]["values"] = serde_json::json!([0.0, 1.5, 2.0]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("1.5"), "{err:#}");
+    let mut v = base();
+    v["inputs"][1]["dtype"] = serde_json::json!("int64");
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("no gradient"), "{err:#}");
+}
+
+#[test]
+fn optimizer_state_quantities_follow_the_optimizer() {
+    let mut v = base();
+    v["cases"][0]["optimizer"] = serde_json::json!({"name": "sgd", "lr": 0.1,
+        "momentum": 0.9, "dampening": 0.0, "nesterov": false, "weight_decay": 0.0});
+    v["cases"][0]["optimizer_steps"] = serde_json::json!(3);
+    v["cases"][0]["compare"] = serde_json::json!(["w.after_step", "w.momentum_buffer"]);
+    let spec = ProbeSpec::from_json(&v.to_string()).unwrap();
+    assert_eq!(
+        spec.cases[0].quantities().unwrap()[1],
+        Quantity::State("w".into(), StateSlot::MomentumBuffer)
+    );
+    v["cases"][0]["compare"] = serde_json::json!(["w.exp_avg"]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("w.exp_avg"), "{err:#}");
+    v["cases"][0]["optimizer"] = serde_json::Value::Null;
+    v["cases"][0]["compare"] = serde_json::json!(["y"]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("optimizer_steps"), "{err:#}");
+}
+
+#[test]
+fn a_batch_names_the_probe_that_cannot_run() {
+    let good = base();
+    let mut bad = base();
+    bad["probe"] = serde_json::json!("broken");
+    bad["cases"][0]["compare"] = serde_json::json!(["x.grad"]);
+    let text = serde_json::json!({"probes": [good, bad]}).to_string();
+    let err = ProbeBatch::from_json(&text).unwrap_err();
+    assert!(format!("{err:#}").contains("\"broken\""), "{err:#}");
+    let text = serde_json::json!({"probes": [base(), base()]}).to_string();
+    assert_eq!(ProbeBatch::from_json(&text).unwrap().probes.len(), 2);
+}
+
+#[test]
+fn new_op_names_parse_with_their_arguments() {
+    for (json, want) in [
+        (
+            r#"{"name": "conv_transpose2d", "padding": [0, 1], "output_padding": [0, 0], "stride": [2, 1], "dilation": [1, 1], "groups": 1}"#,
+            "ConvTranspose2d",
+        ),
+        (
+            r#"{"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]}"#,
+            "MaxPool2d",
+        ),
+        (r#"{"name": "sum", "dims": null, "keepdim": false}"#, "Sum"),
+        (
+            r#"{"name": "max", "dims": [0, -1], "keepdim": true}"#,
+            "Max",
+        ),
+        (r#"{"name": "gelu", "approximate": "tanh"}"#, "Gelu"),
+        (
+            r#"{"name": "cross_entropy", "reduction": "none"}"#,
+            "CrossEntropy",
+        ),
+        (r#"{"name": "embedding"}"#, "Embedding"),
+    ] {
+        let op: Op = serde_json::from_str(json).unwrap();
+        assert!(format!("{op:?}").starts_with(want), "{json} → {op:?}");
+    }
+    let op: Op =
+        serde_json::from_str(r#"{"name": "argsort", "dim": -1, "descending": true}"#).unwrap();
+    assert!(op.integer_output());
+    let op: Op = serde_json::from_str(r#"{"name": "embedding"}"#).unwrap();
+    assert_eq!(op.integer_inputs(), &[0]);
+}
+
+#[test]
+fn values_must_fill_the_shape() {
+    let mut v = base();
+    v["inputs"][0]["values"] = serde_json::json!([0.0, 1.0]);
+    let err = ProbeSpec::from_json(&v.to_string()).unwrap_err();
+    assert!(format!("{err:#}").contains("holds 3 values"), "{err:#}");
+}
+
+/// The workflow writes Python's shortest round-trip decimals (`repr`); they must parse to
+/// the same binary64 value, or inputs such as 0.1·i would differ between the frameworks
+/// by an ulp. Rust's `str::parse` is exact; serde_json needs its `float_roundtrip`.
+#[test]
+fn floats_round_trip_exactly() {
+    for i in 0..20_000u32 {
+        let x = f64::from(i) * 0.1 + 1e-3 * f64::from(i % 7);
+        let text = format!("{x:?}");
+        let parsed: f64 = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed.to_bits(), x.to_bits(), "{text}");
+    }
+}
+
+#[test]
+fn a_panic_is_caught_as_one_line() {
+    assert_eq!(catch_panic(|| 3), Ok(3));
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let caught = catch_panic(|| -> u8 { panic!("shape mismatch\n  lhs [2, 3]") });
+    std::panic::set_hook(hook);
+    assert_eq!(caught, Err("panic: shape mismatch lhs [2, 3]".to_string()));
+}
