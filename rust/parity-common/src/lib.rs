@@ -1,6 +1,6 @@
 //! Framework-independent parts of the parity runners.
 //!
-//! * [`spec`]: the run specification that the workflow (Python, `scripts/parity/runspec.py`)
+//! * [`spec`]: the run specification that the workflow (Python, `scripts/parity/plan/runspec.py`)
 //!   writes as JSON and every Rust runner reads. Unknown fields are refused, so a drift between
 //!   the two sides fails loudly instead of silently ignoring a setting.
 //! * [`model`]: the model families of a run spec and their parameters (re-exported by
@@ -8,7 +8,7 @@
 //! * [`fault`]: the deliberate faults of the detection-power suite (re-exported by
 //!   [`spec`]).
 //! * [`frames`]: the stream of length-prefixed safetensors buffers a runner writes and
-//!   `scripts/parity/frames.py` reads; the Parquet trace itself is written on the Python side,
+//!   `scripts/parity/trace/frames.py` reads; the Parquet trace itself is written on the Python side,
 //!   where the trace schema is defined once.
 //! * [`build_info`]: helpers for the runners' build scripts (locked versions, compiler, the
 //!   source id the workflow's build rule passes in).
@@ -18,7 +18,7 @@
 //!   the intermediates it records (docs/localisation.md).
 //! * [`optim`]: the optimizer-stepping trait both runners implement ([`optim::RunOptimizer`],
 //!   over their model's [`optim::Parameters`]) and, written once, what a recorded step holds.
-//! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probes.py`, which every
+//! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probe/format.py`, which every
 //!   Rust runner interprets with its own framework.
 
 pub mod build_info;

@@ -1,7 +1,7 @@
 //! The model families a run spec names ([`Model`]), their parameters in PyTorch state_dict
 //! order ([`Model::params`], each a [`ParamSpec`]) and the per-family choices of how an op is
 //! computed. Part of the run spec ([`crate::spec`] re-exports every type);
-//! `scripts/parity/models.py` declares the same parameter lists.
+//! `scripts/parity/core/models.py` declares the same parameter lists.
 
 use serde::Deserialize;
 
@@ -139,7 +139,7 @@ pub enum Model {
 impl Model {
     /// The parameters this family declares, in state_dict order, with PyTorch shapes
     /// (`fc1.weight` is `[out, in]`; `conv.weight` is `[out, in, k]`). The same list as
-    /// `scripts/parity/models.py` `model_params`; every runner refuses a spec whose
+    /// `scripts/parity/core/models.py` `model_params`; every runner refuses a spec whose
     /// `params` differ.
     pub fn params(&self) -> Vec<ParamSpec> {
         let p = |name: String, shape: Vec<usize>| ParamSpec { name, shape };

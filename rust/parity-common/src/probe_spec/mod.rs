@@ -1,7 +1,7 @@
 //! The probe specification: one op probe, normalized by the workflow.
 //!
 //! A probe file (`probes/{name}.yaml`, schema `schemas/probe.schema.yaml`) is validated and
-//! normalized by `scripts/parity/probes.py` (`Probe.runner_spec`): inputs expanded to flat
+//! normalized by `scripts/parity/probe/format.py` (`Probe.runner_spec`): inputs expanded to flat
 //! float64 values with their shape, every op argument explicit, the loss as a list of terms.
 //! Nothing here has a default and unknown fields are an error, so a drift between the two
 //! sides fails loudly. Reference values and known bugs stay on the Python side, which judges.
