@@ -54,7 +54,7 @@ def scale_config(**record) -> dict:
 
 def bench_trace_meta(steps: int) -> dict:
     """Metadata for a trace a benchmark writes itself (``TraceWriter`` timed alone): every
-    field :class:`parity.trace.schema.TraceWriter` requires, for ``steps`` steps of the scale
+    field :class:`parity.trace.writer.TraceWriter` requires, for ``steps`` steps of the scale
     experiment, each recorded."""
     return {
         "experiment": "scale_mlp",

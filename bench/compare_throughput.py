@@ -23,7 +23,7 @@ import numpy as np
 from common import REPO, WORK, machine, run_workflow, scale_config, table
 
 from parity.plan.plan import Plan
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 WORKDIR = WORK / "scale"
 REPEAT = 5
@@ -32,7 +32,7 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from parity.compare import maths as compare
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 import numpy, pyarrow.parquet
 
 def mb(field):

@@ -13,7 +13,7 @@ ratios side by side.
 
 Also printed, to explain the ratios: the time to write the same bytes (every parameter of
 every step, float32) raw to a file in the same folder, one step per write, and the time
-:class:`parity.trace.schema.TraceWriter` takes to write the same steps as a trace (checks,
+:class:`parity.trace.writer.TraceWriter` takes to write the same steps as a trace (checks,
 Parquet encoding and page checksums included), each with nothing else done and measured
 once in every repeat beside the runs (on a shared machine they vary as much as the runs),
 and the ratio each alone would give.
@@ -31,7 +31,9 @@ from common import bench_trace_meta, fresh_workdir, machine, run_workflow, scale
 
 from parity.core.models import count_params, model_params
 from parity.plan.keys import RunKey
-from parity.trace.schema import TraceLayout, TraceReader, TraceWriter
+from parity.trace.reader import TraceReader
+from parity.trace.schema import TraceLayout
+from parity.trace.writer import TraceWriter
 
 STEPS = 200
 REPEAT = 5

@@ -8,7 +8,7 @@ float64. A figure users ask for; no target.
 from common import WORK, machine, run_workflow, scale_config, table
 
 from parity.plan.keys import RunKey
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 STEPS = 200
 

@@ -33,7 +33,9 @@ from common import bench_trace_meta, fresh_workdir, machine, scale_config, table
 
 from parity.core import integrity
 from parity.core.models import model_params
-from parity.trace.schema import TraceLayout, TraceReader, TraceWriter
+from parity.trace.reader import TraceReader
+from parity.trace.schema import TraceLayout
+from parity.trace.writer import TraceWriter
 
 STEPS = 200
 REPEAT = 3

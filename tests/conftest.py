@@ -15,7 +15,8 @@ import yaml
 
 from parity.core.fileio import exclusive_lock
 from parity.plan import versions
-from parity.trace.schema import TraceLayout, TraceWriter
+from parity.trace.schema import TraceLayout
+from parity.trace.writer import TraceWriter
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from parity.compare import maths as compare
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import write_trace
 

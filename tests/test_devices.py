@@ -13,7 +13,7 @@ import yaml
 from parity.core.devices import DEVICES, DTYPES
 from parity.plan.frameworks import FRAMEWORKS, unsupported_reason
 from parity.plan.plan import Plan
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
 

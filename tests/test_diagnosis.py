@@ -15,7 +15,7 @@ from parity.core.fileio import sha256_file
 from parity.plan.plan import Plan
 from parity.render import tables
 from parity.trace import fixtures
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import write_trace
 

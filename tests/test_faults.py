@@ -21,7 +21,7 @@ from parity.plan.runspec import runner_spec
 from parity.run import rust as rust_runner
 from parity.run import torch as torch_runner
 from parity.trace import fixtures
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_config
 

@@ -15,7 +15,8 @@ from parity.probe.plan import ProbeKey
 from parity.probe.results import Outcome, ProbeResultError, read_results, write_results
 from parity.report import summary
 from parity.trace import fixtures
-from parity.trace.schema import TraceError, TraceReader
+from parity.trace.reader import TraceReader
+from parity.trace.schema import TraceError
 from test_probes import CONV1D, write_probe
 
 from conftest import write_trace

@@ -16,7 +16,7 @@ from parity.compare import job as compare_jobs
 from parity.compare.maths import ComparisonError
 from parity.plan.plan import Plan
 from parity.trace import fixtures
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import (
     REPO,

@@ -25,7 +25,7 @@ from parity.core.fileio import sha256_file
 from parity.plan.plan import Plan
 from parity.remote import fetch as remote
 from parity.remote.crosshost import crosshost_params, here_traces
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
 from local_sshd import LocalSshd, SshdStartError, install_reason

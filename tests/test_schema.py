@@ -9,18 +9,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from parity.core import integrity
-from parity.trace import schema
+from parity.trace import schema, writer
+from parity.trace.reader import TraceReader
 from parity.trace.schema import (
     INDEX_KEY,
     METADATA_KEY,
     TraceError,
     TraceLayout,
-    TraceReader,
-    TraceWriter,
     extra_column,
     loss_bits,
     recorded_steps,
 )
+from parity.trace.writer import TraceWriter
 
 from conftest import base_meta, write_trace
 
@@ -147,7 +147,7 @@ def test_extras_are_absent_where_null(tmp_path):
 def test_streaming_reads_one_row_group_at_a_time(tmp_path, monkeypatch):
     """Steps larger than a row group's budget are one row group each, and iter_steps reads
     the next only when the step before has been taken."""
-    monkeypatch.setattr(schema, "ROW_GROUP_BYTES", 64)
+    monkeypatch.setattr(writer, "ROW_GROUP_BYTES", 64)
     rng = np.random.default_rng(3)
     steps = [{"w": rng.standard_normal(20)} for _ in range(5)]
     path = write_trace(tmp_path / "s.parquet", steps, "f64")

@@ -20,7 +20,7 @@ from parity.core import paths
 from parity.plan.plan import Plan
 from parity.probe.plan import ProbePlan
 from parity.report import summary
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
 

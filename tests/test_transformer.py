@@ -14,7 +14,7 @@ from parity.core.config import ConfigError
 from parity.plan.plan import Plan
 from parity.run import torch as torch_runner
 from parity.trace import fixtures
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import load_config, write_trace
 

@@ -8,7 +8,7 @@ import csv
 import pytest
 
 from parity.plan import versions
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import load_test_config, run_workflow
 

@@ -8,7 +8,7 @@ import pytest
 from parity.analysis import burn_adam
 from parity.plan.plan import Plan
 from parity.render.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
 

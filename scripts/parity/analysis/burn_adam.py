@@ -33,7 +33,7 @@ from safetensors.numpy import load_file
 
 if __package__ in (None, ""):  # run as a script: make ``parity`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from parity.trace.schema import TraceReader  # after the path, when run as a script
+from parity.trace.reader import TraceReader  # after the path, when run as a script
 
 VARIANTS = ("torch", "f32_betas", "burn")
 

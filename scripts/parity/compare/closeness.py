@@ -17,7 +17,7 @@ float64). Per element, |a − b| under one rule for NaN and ±Inf:
 * finite values count |a − b| (which is ``+inf`` only if it overflows float64).
 
 No difference is ever NaN. A run that diverged is told by its trace's status
-(``schema.TraceReader.diverged_step``), not by a NaN difference. The worst difference is
+(``reader.TraceReader.diverged_step``), not by a NaN difference. The worst difference is
 reported with its location, ``name[flat index]`` in PyTorch layout (``fc.weight[67]`` is
 ``fc.weight[1, 19]`` for a ``[3, 48]`` weight); ties go to the first name in the order
 given, then the lowest index, so all-zero differences point at the first element.

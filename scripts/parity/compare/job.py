@@ -28,7 +28,7 @@ from parity.core.fileio import sha256_file
 from parity.plan.keys import Comparison
 from parity.render import figures, tables
 from parity.trace import fixtures
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 #: The traces of a float64 split and a diagnosis, by role.
 SPLIT_ROLES = ("ref32", "cand32", "ref64", "cand64")

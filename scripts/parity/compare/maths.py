@@ -13,7 +13,7 @@ order, then the lowest index, so a table of zeros points at ``fc1.weight[0]`` as
 does.
 
 The comparisons stream: traces are read a row group at a time
-(``schema.TraceReader.iter_steps``), so memory stays bounded by a few steps of data. A step's
+(``reader.TraceReader.iter_steps``), so memory stays bounded by a few steps of data. A step's
 parameters arrive as one contiguous array (``StepRecord.flat``, the trace's flat layout),
 so a whole-step maximum is a few numpy passes over it rather than a few per tensor.
 
@@ -33,7 +33,8 @@ import numpy as np
 
 from parity.compare import closeness
 from parity.compare.closeness import MaxDiff, abs_diff, fp64_rule_multiplier, max_abs_diff
-from parity.trace.schema import StepRecord, TraceReader
+from parity.trace.reader import TraceReader
+from parity.trace.schema import StepRecord
 
 
 class ComparisonError(ValueError):

@@ -24,7 +24,7 @@ from parity.detection.table import step_cell, yes_no
 from parity.plan.faults import perturbed_settings
 from parity.plan.keys import RunKey, trace_expectation
 from parity.render import figures, tables
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 SENSITIVITY_COLUMNS = (
     "phase",

@@ -41,7 +41,8 @@ from parity.core.models import model_params
 from parity.localise import walk as localise
 from parity.plan.keys import Comparison, RunKey
 from parity.plan.versions import run_binary
-from parity.trace.schema import TraceReader, extra_column
+from parity.trace.reader import TraceReader
+from parity.trace.schema import extra_column
 
 
 class ReplayError(RuntimeError):

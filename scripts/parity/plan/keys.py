@@ -56,7 +56,7 @@ class RunKey:
 
 def trace_expectation(key: RunKey, settings: Mapping[str, Any]) -> dict:
     """What a trace of ``key``, a run with resolved ``settings``, must carry (see
-    ``schema.TraceReader``): its identity, steps, recording interval, ``config_hash`` (the
+    ``reader.TraceReader``): its identity, steps, recording interval, ``config_hash`` (the
     canonical hash of ``settings``), recorded parameters with their shapes and, for a run
     of a Rust framework, the release its binary reports (``framework_version``), so a
     binary built from another release is refused."""

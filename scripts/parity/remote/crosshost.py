@@ -40,7 +40,7 @@ from parity.core import integrity, paths
 from parity.core.fileio import atomic_path, sha256_file
 from parity.core.hosts import device_label, here_device, host_runs, remote_file
 from parity.plan.keys import RunKey
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 COLUMNS = [
     "experiment",

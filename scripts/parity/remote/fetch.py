@@ -366,7 +366,8 @@ def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
 
     from parity.core import integrity
     from parity.probe.results import METADATA_KEY as PROBE_KEY
-    from parity.trace.schema import TraceError, TraceReader
+    from parity.trace.reader import TraceReader
+    from parity.trace.schema import TraceError
 
     good, missing = {}, []
     for path, expect in job.traces.items():

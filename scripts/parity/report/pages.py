@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from parity.core.fileio import write_text_atomic
 from parity.render import tables
 from parity.run import defaults
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 PROVENANCE_COLUMNS = (
     "experiment",

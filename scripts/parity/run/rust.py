@@ -29,7 +29,8 @@ from parity.plan.runspec import runner_spec
 from parity.trace import fixtures
 from parity.trace.frames import Frame, FrameError, read_frames
 from parity.trace.provenance import trace_metadata
-from parity.trace.schema import TraceLayout, TraceWriter, extra_column
+from parity.trace.schema import TraceLayout, extra_column
+from parity.trace.writer import TraceWriter
 
 
 class RunnerError(RuntimeError):

@@ -28,7 +28,8 @@ from parity.plan.frameworks import pytorch
 from parity.plan.keys import RunKey
 from parity.trace import fixtures
 from parity.trace.provenance import trace_metadata
-from parity.trace.schema import TraceLayout, TraceWriter, extra_column
+from parity.trace.schema import TraceLayout, extra_column
+from parity.trace.writer import TraceWriter
 
 TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64}
 
