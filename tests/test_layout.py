@@ -40,6 +40,7 @@ FLOORS = {
     "localise": 4,
     "probe": 4,
     "detection": 4,
+    "own": 2.5,
     "fuzz": 5,
     "remote": 5,
     "report": 6,

@@ -26,7 +26,7 @@ from parity.plan.plan import Plan
 from parity.plan.runspec import runner_spec
 from parity.run import own_check
 from parity.run import torch as torch_runner
-from parity.trace.schema import TraceReader
+from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_config
 
