@@ -88,7 +88,9 @@ def train(
     ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
     :class:`RunnerError` when the binary exits non-zero or its stream is malformed, and
     ``fixtures.FixtureError`` for a fixture that does not match its checksum; the trace is
-    then not written.
+    then not written. A framework error during a step, which the binary reports in its
+    ``end`` frame (status ``failed``, the step, the error), is written as a trace with
+    status ``failed``: the steps before it are kept and the comparison reports it.
     """
     s = settings
     fixtures.load(fixture)  # the binary reads it itself: refuse a corrupt one here first
@@ -149,6 +151,11 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
                 ended = True
                 if "train_seconds" in frame.meta:
                     writer.meta["runner"]["train_seconds"] = float(frame.meta["train_seconds"])
+                if frame.meta.get("status") == "failed":
+                    # The framework's own error during a step: a finding, recorded.
+                    step, error = int(frame.meta["step"]), frame.meta.get("error", "")
+                    log.error("%s failed at step %d: %s", key.label, step, error)
+                    writer.fail(step, error)
         status = proc.wait()
         if status != 0 or not ended:
             raise RunnerError(

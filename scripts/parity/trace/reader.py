@@ -24,7 +24,7 @@ from parity.trace.schema import (
     TraceLayout,
     check_metadata,
     loss_from_bits,
-    recorded_steps,
+    steps_recorded,
 )
 
 
@@ -96,7 +96,7 @@ class TraceReader:
         except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
             raise TraceError(self.path, f"index is malformed ({e})") from None
         self.steps: list[int] = steps
-        want = recorded_steps(self.meta["steps"], self.meta["record_every"])
+        want = steps_recorded(self.meta)
         if steps != want:
             missing = sorted(set(want) - set(steps))
             what = f"step {missing[0]} is missing" if missing else "steps are out of order"

@@ -59,7 +59,9 @@ VALUE_COLUMN = "value"
 FLOAT_TYPES = {"f32": pa.float32(), "f64": pa.float64()}
 NUMPY_TYPES = {"f32": np.dtype("<f4"), "f64": np.dtype("<f8")}
 EXTRA_KINDS = ("grad", "exp_avg", "exp_avg_sq")
-STATUSES = ("complete", "diverged")
+#: ``failed``: the framework raised an error during a step (its message in the metadata's
+#: ``error``, the step in ``failed_step``); the steps before it are recorded.
+STATUSES = ("complete", "diverged", "failed")
 
 #: Metadata every trace carries, with the Python type of each value.
 REQUIRED_METADATA: dict[str, type | tuple[type, ...]] = {
@@ -210,3 +212,16 @@ def check_metadata(path, meta: Mapping) -> None:
         )
     if meta["status"] not in STATUSES:
         raise TraceError(path, f"metadata field 'status' is {meta['status']!r}")
+    if meta["status"] == "failed":
+        step, error = meta.get("failed_step"), meta.get("error")
+        if not isinstance(step, int) or isinstance(step, bool) or not isinstance(error, str):
+            raise TraceError(path, "a failed trace needs failed_step (int) and error (text)")
+
+
+def steps_recorded(meta: Mapping) -> list[int]:
+    """The steps a trace with metadata ``meta`` holds: :func:`recorded_steps`, or for a run
+    that failed at step k those before k."""
+    want = recorded_steps(meta["steps"], meta["record_every"])
+    if meta["status"] == "failed":
+        return [s for s in want if s < meta["failed_step"]]
+    return want
