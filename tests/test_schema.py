@@ -436,7 +436,7 @@ def test_a_run_that_failed_keeps_the_steps_before_its_failure_and_the_error(tmp_
 def test_a_failed_trace_without_its_step_or_error_is_refused(tmp_path):
     meta = dict(base_meta(steps=1), status="failed", diverged_step=None, failed_step=1)
     meta.update(schema_version=schema.SCHEMA_VERSION, dtype="f32", params=[["w", [2]]], extras=[])
-    with pytest.raises(TraceError, match="failed_step .* and error"):
+    with pytest.raises(TraceError, match=r"failed_step .* and error"):
         schema.check_metadata(tmp_path / "t.parquet", meta)
 
 
