@@ -42,7 +42,7 @@ from parity.plan import frameworks
 #: A release as the config spells it: semantic version, optionally with a pre-release part
 #: (``0.12.0-alpha.1``); the build rule's wildcard holds the same.
 VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?"
-VERSION_RE = re.compile(rf"^{VERSION_PATTERN}$")
+VERSION_RE = re.compile(rf"^{VERSION_PATTERN}\Z")
 #: The folder of the further releases' lock files, relative to the Rust workspace.
 LOCK_FOLDER = "versions"
 #: How the ``<run>_v<v>`` against primary comparison is named after the run.

@@ -58,7 +58,7 @@ from parity.probe import limits as size_limits
 from parity.probe import shapes as probe_shapes
 from parity.probe.ops import op_args, op_names, resolve_ref, schema, typed_value
 
-NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
 #: The dtypes a probe runs in (the training dtypes plus the half-precision ones).
 PROBE_DTYPES = ("f32", "f64", "f16", "bf16")
 #: Quantity suffixes: the gradient of an input, its value after the optimizer step, and the
