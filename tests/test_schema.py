@@ -446,3 +446,43 @@ def test_a_trace_that_did_not_fail_must_hold_every_step(tmp_path):
     w.write_step(0, None, {"w": np.zeros(2, np.float32)})
     with pytest.raises(TraceError, match="trace ends before step 1"):
         w.close()
+
+
+def forge(path, out, **changes):
+    """A copy of trace ``path`` whose sealed metadata says ``changes`` (resealed: a seal
+    proves only that nothing changed since it was made, not who made it)."""
+    f = pq.ParquetFile(path)
+    kv = dict(f.metadata.metadata)
+    meta = json.loads(kv[METADATA_KEY])
+    meta.update(changes)
+    kv.update(integrity.seal(METADATA_KEY, json.dumps(meta, sort_keys=True)))
+    table = f.read().replace_schema_metadata(kv)
+    pq.write_table(table, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"steps": 10**15}, "'steps' is 1000000000000000, beyond"),
+        ({"record_every": 0}, "'record_every' is 0, not >= 1"),
+        ({"dtype": "f16"}, "'dtype' is 'f16', not f32 or f64"),
+        ({"params": [[f"p{i}", [1]] for i in range(2_000_000)]}, "lists 2000000 parameters"),
+        ({"params": [["w", [10**6, 10**6]]]}, "claims 1000000000000 elements"),
+        ({"params": [["w", "2"]]}, "'params'[0] is not [name, shape]"),
+        ({"extras": ["grad:nothing"]}, "'extras' holds 'grad:nothing'"),
+    ],
+    ids=["steps", "record_every", "dtype", "two million params", "huge shape", "shape", "extra"],
+)
+def test_a_crafted_footer_is_refused_before_anything_is_built_from_it(tmp_path, changes, message):
+    path = write_trace(tmp_path / "t.parquet", [{"w": np.zeros(2)}, {"w": np.ones(2)}])
+    bad = forge(path, tmp_path / "bad.parquet", **changes)
+    with pytest.raises(TraceError) as e:
+        TraceReader(bad)
+    assert message in str(e.value) and str(bad) in str(e.value)
+
+
+def test_an_expectation_is_checked_before_the_layout_is_built(tmp_path):
+    path = write_trace(tmp_path / "t.parquet", [{"w": np.zeros(2)}, {"w": np.ones(2)}])
+    with pytest.raises(TraceError, match="metadata 'experiment' is 'hand', expected 'other'"):
+        TraceReader(path, expect={"experiment": "other"})
