@@ -93,7 +93,9 @@ def train(
     status ``failed``: the steps before it are kept and the comparison reports it.
     """
     s = settings
-    fixtures.load(fixture)  # the binary reads it itself: refuse a corrupt one here first
+    # The binary reads it itself: refuse a corrupt or mismatched one here first, as the
+    # PyTorch runner does, naming the tensor.
+    fixtures.check(fixture, fixtures.load(fixture), s)
     spec = runner_spec(key, s, fixture)
     names = spec["record"]["tensors"] or [n for n, _ in model_params(s["model"])]
     extras = []
