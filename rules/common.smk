@@ -16,7 +16,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
 
-from parity.core import integrity, paths, yamlfile  # noqa: E402
+from parity.core import environment, integrity, paths, yamlfile  # noqa: E402
 from parity.plan import limits  # noqa: E402
 from parity.report import matrix as version_matrix  # noqa: E402
 from parity.plan import versions  # noqa: E402
@@ -63,6 +63,13 @@ try:
     PROBES = ProbePlan.from_config(config, workflow.basedir, workdir=os.getcwd())
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
+if workflow.is_main_process and not workflow.dryrun:
+    # The machine, before any job: a usable temporary folder; HOME for cargo's builds.
+    _env_problems = environment.problems(builds=True)
+    if _env_problems:
+        raise WorkflowError(
+            "this machine's environment (nothing was run):\n  " + "\n  ".join(_env_problems)
+        )
 
 
 def require_device(device):
