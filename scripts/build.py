@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 
+from parity.core import integrity
 from parity.core.fileio import atomic_path, exclusive_lock, job_logger
 from parity.plan import versions
 
@@ -85,6 +86,7 @@ with atomic_path(sm.output[0]) as tmp, exclusive_lock(target_dir + ".lock", 7200
         run("cargo", "clean", "--release", *cargo, "-p", "parity-common")
         if not build_and_copy(tmp):
             raise RuntimeError(f"{binary} reports source id {source_id(tmp)}, not {b['source_id']}")
+integrity.write_binary_record(sm.output[0], b["source_id"])
 log.info(
     "copied %s (%s %s, source id %s) to %s",
     binary,

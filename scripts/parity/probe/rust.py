@@ -23,7 +23,7 @@ from pathlib import Path
 from parity.probe.format import Probe
 from parity.probe.plan import ProbeKey
 from parity.probe.results import OK, Outcome, write_results
-from parity.run.rust import RunnerError, invocation, log_tail
+from parity.run.rust import RunnerError, check_binary, invocation, log_tail
 from parity.trace.frames import Frame, FrameError, read_frames
 from parity.trace.provenance import probe_metadata
 
@@ -175,6 +175,7 @@ def run_batch(
     (:func:`complete_probes`), so that the batch's cache keeps them.
     """
     name = Path(binary).name
+    check_binary(binary)
     spec = batch_spec(probes, dtype, device)
     with invocation(spec, threads, log_path) as (spec_path, env, stderr):
         cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from parity.core import integrity
 from parity.core.fileio import atomic_path, exclusive_lock
 from parity.own import crate as own_crate
 from parity.plan import versions
@@ -120,4 +121,5 @@ def build_own(
             raise OwnBuildError(
                 f"{binary} reports source id {got!r}, not this build's {build['source_id']}"
             )
+    integrity.write_binary_record(out, build["source_id"])
     log.info("copied %s (source id %s) to %s", binary, build["source_id"], out)

@@ -165,9 +165,7 @@ def expected(settings: Mapping[str, Any]) -> dict[str, tuple[np.dtype, tuple[int
     else:
         out["x"] = (np.dtype(np.float32), (*lead, *in_shape))
         if settings["loss"] == "mse":
-            target = (
-                model["io"]["target"]["shape"] if model["family"] == "own" else [outputs]
-            )
+            target = model["io"]["target"]["shape"] if model["family"] == "own" else [outputs]
             out["y"] = (np.dtype(np.float32), (*lead, *target))
         else:
             out["y"] = (np.dtype(np.int64), lead)
