@@ -10,7 +10,7 @@ def runner_binary(framework, device, version=None):
     )
 
 
-RUST_DIR = Path(workflow.basedir) / "rust"
+RUST_DIR = Path(PARITY_DIR) / "rust"
 
 
 RUST_MANIFEST = workdir_path(RUST_DIR / "Cargo.toml")

@@ -19,13 +19,13 @@ def checkout_commit():
     import subprocess
 
     proc = subprocess.run(
-        ["git", "-C", workflow.basedir, "rev-parse", "HEAD"],
+        ["git", "-C", PARITY_DIR, "rev-parse", "HEAD"],
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
         raise WorkflowError(
-            f"remote: {workflow.basedir} is not a git checkout with a commit: a remote host "
+            f"remote: {PARITY_DIR} is not a git checkout with a commit: a remote host "
             f"runs this checkout's commit ({proc.stderr.strip()})"
         )
     return proc.stdout.strip()
