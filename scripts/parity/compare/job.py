@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from parity.compare import maths as compare
 from parity.compare import verdicts
+from parity.compare.diagnosis import diagnosis_findings, float64_tables
 from parity.core import integrity
 from parity.core.config import canonical_hash
 from parity.core.fileio import sha256_file
@@ -239,7 +240,7 @@ def _split(
     out_result: str,
     code: str | None,
 ) -> tuple[list[dict], dict]:
-    """Write the float64 split table from its ``rows`` (``compare.float64_tables``): its
+    """Write the float64 split table from its ``rows`` (``diagnosis.float64_tables``): its
     CSV, Markdown twins and sealed result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
     keys = comp.keys
@@ -307,11 +308,11 @@ def _diagnosis(
     code: str | None,
 ) -> tuple[list[dict], dict]:
     """Write why a pair differs, per step and localised (docs/diagnosis.md): the diagnosis
-    ``rows`` (``compare.float64_tables``), their findings (``compare.diagnosis_findings``)
+    ``rows`` (``diagnosis.float64_tables``), their findings (``diagnosis.diagnosis_findings``)
     and the per-step result ``perstep`` (its first step beyond the tolerance) in the
     sealed result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
-    findings = compare.diagnosis_findings(rows)
+    findings = diagnosis_findings(rows)
     result = {
         "kind": "diagnosis",
         "experiment": comp.experiment,
@@ -346,7 +347,7 @@ def float64_job(
 ) -> dict[str, dict]:
     """The float64 split and the diagnosis of one comparison, in one job: the four traces
     (``ref32``, ``cand32``, ``ref64``, ``cand64`` → path) and the fixture are opened and
-    checked once, and read once for both tables (``compare.float64_tables``); the per-step
+    checked once, and read once for both tables (``diagnosis.float64_tables``); the per-step
     result ``perstep_result`` gives the first step beyond the tolerance (the diagnosis
     records it and its figure marks it) and the rounding level both figures draw.
 
@@ -363,7 +364,7 @@ def float64_job(
     perstep = read_result(perstep_result)
     scale = perstep["param_scale"]
     x = fixtures.load(fixture)["x"]
-    split_rows, diagnosis_rows = compare.float64_tables(readers, job["model"], x, job["diagnosis"])
+    split_rows, diagnosis_rows = float64_tables(readers, job["model"], x, job["diagnosis"])
     out = outputs["split"]
     split_from = {k: v for k, v in made_from.items() if k != "perstep"}
     rows, split = _split(job, split_rows, split_from, out["csv"], out["md"], out["result"], code)

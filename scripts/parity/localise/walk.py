@@ -16,12 +16,12 @@ The walk goes through that dataflow order and judges each quantity by two rules,
 against rounding rather than against a fixed tolerance:
 
 * **float32**, the fp64-referenced rule of PyTorch's compiler accuracy checks
-  (``same()`` in torch/_dynamo/utils.py, as in :func:`parity.compare.maths.fp64_rule`), per
+  (``same()`` in torch/_dynamo/utils.py, as in :func:`parity.compare.diagnosis.fp64_rule`), per
   tensor: RMSE(ref64 − cand32) ≤ m · max(RMSE(ref64 − ref32), floor) + atol. The floor,
   ``f32_floor_ulps`` float32 units of roundoff (2⁻²⁴) times RMS(ref64), keeps a tensor that
   the reference happens to round exactly (a one-element loss, a bias gradient) from
   demanding more of the candidate than float32 can hold;
-* **float64**, the float64 split (as :func:`parity.compare.maths.f64_rounding_threshold`):
+* **float64**, the float64 split (as :func:`parity.compare.diagnosis.f64_rounding_threshold`):
   max|ref64 − cand64| ≤ factor · max(2⁻²⁹ · drift32, 2⁻⁵² · max|ref64|), where drift32 is
   the larger of max|ref32 − ref64| and max|cand32 − cand64|. Beyond it the two float64
   replays compute different formulas, however small the float32 difference.
@@ -40,8 +40,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parity.compare import maths as compare
-from parity.compare.closeness import max_abs_diff
+from parity.compare.closeness import MaxDiff, fp64_rule_multiplier, max_abs_diff
+from parity.compare.diagnosis import ROUNDOFF_RATIO, rmse, ulp_at
 from parity.core.models import model_params
 from parity.render.tables import LOCALISE_COLUMNS
 
@@ -294,8 +294,8 @@ def _judge_f32_only(r32, c32, d, ulp, s: Settings) -> Judgement:
     if not (np.isfinite(r32).all() and np.isfinite(c32).all()):
         bad = not math.isfinite(d.value) or d.value > 0
         return Judgement(d.value, d.index, ulp, None, None, None, bad, "not finite")
-    m = compare.fp64_rule_multiplier(r32.size, s.multiplier)
-    err = compare.rmse({"v": r32}, {"v": c32}, ["v"])
+    m = fp64_rule_multiplier(r32.size, s.multiplier)
+    err = rmse({"v": r32}, {"v": c32}, ["v"])
     floor = s.f32_floor_ulps * U32 * _rms(np.asarray(r32, np.float64))
     ratio = err / floor if floor > 0 else (0.0 if err == 0 else math.inf)
     ok = err <= m * floor + s.atol
@@ -311,7 +311,7 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
     d = max_abs_diff({"v": r32}, {"v": c32}, ["v"])
     ulp = None
     if r32.dtype == c32.dtype and r32.dtype in (np.float32, np.float64) and r32.size:
-        ulp = compare.ulp_at({"v": r32}, {"v": c32}, d)
+        ulp = ulp_at({"v": r32}, {"v": c32}, d)
     if "ref64" not in arrays or "cand64" not in arrays:
         return _judge_f32_only(r32, c32, d, ulp, s)
     r64, c64 = arrays["ref64"].reshape(-1), arrays["cand64"].reshape(-1)
@@ -320,9 +320,9 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
     if not (np.isfinite(c32).all() and np.isfinite(r64).all()):
         ratio, ok32 = math.inf, False
     else:
-        m = compare.fp64_rule_multiplier(r32.size, s.multiplier)
-        ref_err = compare.rmse({"v": r64}, {"v": r32}, ["v"])
-        cand_err = compare.rmse({"v": r64}, {"v": c32}, ["v"])
+        m = fp64_rule_multiplier(r32.size, s.multiplier)
+        ref_err = rmse({"v": r64}, {"v": r32}, ["v"])
+        cand_err = rmse({"v": r64}, {"v": c32}, ["v"])
         floor = max(ref_err, s.f32_floor_ulps * U32 * _rms(np.asarray(r64, np.float64)))
         ratio = cand_err / floor if floor > 0 else (0.0 if cand_err == 0 else math.inf)
         ok32 = cand_err <= m * floor + s.atol
@@ -335,7 +335,7 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
         max_abs_diff({"v": c32}, {"v": c64}, ["v"]).value,
     )
     scale = float(np.max(np.abs(r64))) if r64.size and np.isfinite(r64).all() else 0.0
-    threshold = s.f64_rounding_factor * max(compare.ROUNDOFF_RATIO * drift, 2 * U64 * scale)
+    threshold = s.f64_rounding_factor * max(ROUNDOFF_RATIO * drift, 2 * U64 * scale)
     if not math.isfinite(threshold):
         threshold = 0.0
     ok64 = f64 <= threshold
@@ -356,7 +356,7 @@ def _update_ulp(j: Judgement, name: str, records) -> Judgement:
     a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
     if a.dtype != b.dtype:
         return j
-    ulp = compare.ulp_at({"v": a}, {"v": b}, compare.MaxDiff(j.max_abs_diff, "v", j.where))
+    ulp = ulp_at({"v": a}, {"v": b}, MaxDiff(j.max_abs_diff, "v", j.where))
     return replace(j, ulp=ulp)
 
 
