@@ -583,7 +583,7 @@ def test_a_release_that_did_not_build_is_named_in_the_partial_summary_and_probe_
     config, tmp_path, monkeypatch
 ):
     from parity.probe import table as probes_table
-    from parity.report import summary
+    from parity.report import partial
 
     for name, exp in config["experiments"].items():
         exp["enabled"] = name == "a3_sgd"
@@ -597,7 +597,7 @@ def test_a_release_that_did_not_build_is_named_in_the_partial_summary_and_probe_
     log.parent.mkdir(parents=True)
     log.write_text("error[E0425]: cannot find function `conv1d_single_group`\n")
     jobs = [(c, plan.comparison_job(c)) for c in plan.comparisons()]
-    summary.partial_summary_job(
+    partial.partial_summary_job(
         jobs, plan.unsupported_params(), {}, "s.csv", "s.md", "s.sources.json"
     )
     with open("s.csv", encoding="utf-8") as f:
