@@ -24,6 +24,7 @@ import numpy as np
 from parity.probe import format as probes
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
+from parity.probe.shapes_common import ShapeError
 
 #: A layout step: (op, YAML arguments), applied forward from the stored leaf.
 LayoutStep = tuple[str, dict]
@@ -333,7 +334,7 @@ def out_shape(op: str, args: dict, shapes: Sequence[Sequence[int]]) -> tuple[int
     ``probe_shapes.infer`` refuses them or a dimension leaves 1…6 … 0 elements."""
     try:
         out, _ = probe_shapes.infer(op, probe_ops.op_args(op, args), shapes)
-    except probe_shapes.ShapeError:
+    except ShapeError:
         return None
     if any(n < 1 for n in out) or math.prod(out) > 4096:
         return None

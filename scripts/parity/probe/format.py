@@ -57,6 +57,7 @@ from parity.plan.limits import DEFAULTS as LIMIT_DEFAULTS
 from parity.probe import limits as size_limits
 from parity.probe import shapes as probe_shapes
 from parity.probe.ops import op_args, op_names, resolve_ref, schema, typed_value
+from parity.probe.shapes_common import FLOAT, INT64, CaseShapeError
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 #: The dtypes a probe runs in (the training dtypes plus the half-precision ones).
@@ -219,9 +220,9 @@ def _input(path: Path, name: str, spec: Mapping) -> dict:
     else:
         shape = spec["zeros"]
         values = [0.0] * math.prod(shape)
-    dtype = spec.get("dtype", probe_shapes.FLOAT)
+    dtype = spec.get("dtype", FLOAT)
     requires_grad = bool(spec.get("requires_grad", False))
-    if dtype == probe_shapes.INT64:
+    if dtype == INT64:
         if requires_grad:
             raise ProbeError(
                 path, f"{field}.requires_grad", "an int64 input has no gradient; remove it"
@@ -346,7 +347,7 @@ def _values(path: Path, field: str, value: Any, shape: list[int] | None, kind: s
                     f"nested as {nesting}, the quantity's shape is {shape} (nest as the "
                     "shape, or give a flat list)",
                 )
-    if kind == probe_shapes.INT64:
+    if kind == INT64:
         bad = [v for v in flat if not (math.isfinite(v) and v.is_integer())]
         if bad:
             raise ProbeError(path, field, f"{bad[0]!r}: an int64 quantity has integer values")
@@ -412,7 +413,7 @@ def _case(
     shapes: dict[str, tuple[list[int], str]] | None
     try:
         shapes = probe_shapes.infer_case(list(inputs.values()), normalized)
-    except probe_shapes.CaseShapeError as e:
+    except CaseShapeError as e:
         if expect != ERROR:
             raise ProbeError(path, f"{field}.{e.field}", e.problem) from None
         shapes = None
@@ -534,7 +535,7 @@ class Probe:
     def quantity_shapes(self, case: str | Mapping) -> dict[str, tuple[list[int], str]]:
         """Quantity → (shape, kind ``"float"``/``"int64"``) of a case (its name or its
         normalized dict), as ``probe_shapes.infer_case`` infers them (``[n, ...]`` with n
-        optimizer steps > 1). Raises ``probe_shapes.CaseShapeError`` for a case that
+        optimizer steps > 1). Raises ``CaseShapeError`` for a case that
         expects an error."""
         c = self.case(case) if isinstance(case, str) else case
         return probe_shapes.infer_case(self.spec["inputs"], c)

@@ -74,7 +74,7 @@ def _elementwise(op: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 def _matmul(x: Sequence[torch.Tensor]) -> torch.Tensor:
     """``torch.matmul`` of ``[..., m, k]`` by ``[..., k, n]`` with equal batch dimensions, as
-    the probe language defines it (probe_shapes.matmul): torch.matmul would broadcast the
+    the probe language defines it (shapes_dense.matmul): torch.matmul would broadcast the
     batch or accept rank 1, which a probe spells out with broadcast_to and unsqueeze.
     Raises ``ValueError`` otherwise."""
     a, b = x
