@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from parity.core.fileio import atomic_path, current_umask, write_text_atomic
-from parity.probe.format import load
+from parity.probe.loader import load
 from parity.probe.plan import ProbeKey
 from parity.probe.results import Outcome, write_results
 from parity.render import figures, tables

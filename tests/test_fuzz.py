@@ -2,12 +2,14 @@
 routes and their adjoints, shrinking against a fake checker with a known minimal form,
 and the written probe files' validity (parity.fuzz)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from parity.fuzz import campaign, check, generate, report, shrink
 from parity.fuzz.generate import Case, Route
-from parity.probe import format as probes
+from parity.probe import loader
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
 
@@ -149,7 +151,7 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     rows = report.write(
         result,
         5,
-        probes.Path("probes"),
+        Path("probes"),
         tmp_path / "f.csv",
         tmp_path / "f.md",
         tmp_path / "probes",
@@ -158,14 +160,14 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     )
     assert len(rows) == 2
     for r in rows:
-        p = probes.load(r["probe"])
+        p = loader.load(r["probe"])
         (c,) = p.cases
         assert c["known_bug"]["candle"]["cpu"]
         assert (tmp_path / "repro" / f"{p.name}.rs").read_text().count("fn main") == 1
-    p = probes.load(rows[0]["probe"])
+    p = loader.load(rows[0]["probe"])
     assert p.case("case")["known_bug"]["candle"]["cpu"]["y"] == {"values": [0.0] * 24}
     assert (
-        probes.load(rows[1]["probe"]).case("case")["known_bug"]["candle"]["cpu"]["x1.grad"]
+        loader.load(rows[1]["probe"]).case("case")["known_bug"]["candle"]["cpu"]["x1.grad"]
         == "framework-error"
     )
     # The repository's matmul probe records a broadcast left batch: the forward finding
@@ -209,7 +211,7 @@ def test_a_known_bug_of_other_releases_does_not_cover_the_release_fuzzed():
     every, newer = candle_cases(None), candle_cases({"candle": "0.11.1"})
     older_only = {
         (name, c["name"])
-        for name, p in probes.discover("probes").items()
+        for name, p in loader.discover("probes").items()
         for c in p.cases
         if "0.11.1" not in c["known_bug_versions"].get("candle", ["0.11.1"])
     }

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from parity.core import fileio, integrity, paths
-from parity.probe.format import load
+from parity.probe.loader import load
 from parity.probe.plan import ProbeKey
 from parity.probe.results import Outcome, ProbeResultError, read_results, write_results
 from parity.report import partial

@@ -12,7 +12,7 @@ import yaml
 from parity.compare import verdicts
 from parity.probe import rust as rust_probe
 from parity.probe import torch as probe_torch
-from parity.probe.format import load
+from parity.probe.loader import load
 from parity.probe.ops import op_names
 from parity.probe.plan import ProbeKey
 from parity.probe.results import judge_probe_row, read_results

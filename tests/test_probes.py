@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from parity.compare import verdicts
-from parity.probe.format import ProbeError, discover, load, parse
+from parity.probe.format import ProbeError
+from parity.probe.loader import discover, load, parse
 from parity.probe.ops import op_defaults, op_names
 from parity.probe.plan import ProbeKey, ProbePlan
 from parity.probe.results import (

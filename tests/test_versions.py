@@ -300,7 +300,7 @@ def test_a_further_release_probes_every_probe_in_a_batch_of_its_own(config):
 
 
 def test_a_known_bug_may_name_the_releases_it_is_in(tmp_path):
-    from parity.probe import format as probes
+    from parity.probe import loader
 
     path = tmp_path / "p.yaml"
     path.write_text(
@@ -312,7 +312,7 @@ def test_a_known_bug_may_name_the_releases_it_is_in(tmp_path):
         "    compare: [y]\n"
         "    known_bug: {candle: {versions: [0.11.0], cpu: {y: [1.0, 1.0]}}}\n"
     )
-    case = probes.load(path).case("c")
+    case = loader.load(path).case("c")
     assert case["known_bug_versions"] == {"candle": ["0.11.0"]}
     assert case["known_bug"]["candle"]["cpu"]["y"] is not None
 

@@ -37,7 +37,7 @@ import numpy as np
 from parity.fuzz.campaign import Campaign, Finding
 from parity.fuzz.check import ERROR, MISSING_GRAD, kind_of
 from parity.fuzz.generate import Case, dump, input_name, to_doc
-from parity.probe import format as probes
+from parity.probe import loader
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
 
@@ -78,9 +78,9 @@ def known_bug_cases(
     releases = releases or {}
     out = []
     if isinstance(source, (str, Path)):
-        found = probes.discover(source)
+        found = loader.discover(source)
     else:
-        found = {(p := probes.load(path)).name: p for path in source}
+        found = {(p := loader.load(path)).name: p for path in source}
     for name, p in found.items():
         for c in p.cases:
             if not c["known_bug"]:
@@ -390,7 +390,7 @@ def write(
     ``known``: the probes whose ``known_bug`` entries findings are matched with (a folder or
     a list of probe files), for the releases fuzzed (``settings["releases"]``, framework →
     release; :func:`known_bug_cases`).
-    Every probe file is read back with ``probes.load`` (a ``ProbeError`` is a bug here)."""
+    Every probe file is read back with ``loader.load`` (a ``ProbeError`` is a bug here)."""
     probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
     probe_dir.mkdir(parents=True, exist_ok=True)
     repro_dir.mkdir(parents=True, exist_ok=True)
@@ -401,7 +401,7 @@ def write(
         doc, header = probe_doc(f, name, seed)
         path = probe_dir / f"{name}.yaml"
         path.write_text(header + dump(doc), encoding="utf-8")
-        probes.load(path)
+        loader.load(path)
         src = candle_source(f, name) if f.framework == "candle" else burn_source(f, name)
         torch_lines = "".join(
             f"// PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}\n"

@@ -16,7 +16,8 @@ from parity.core.devices import DEVICES
 from parity.plan import limits as size_limits
 from parity.plan import versions
 from parity.plan.frameworks import PROBE_DTYPES, probe_unsupported_reason
-from parity.probe.format import Probe, discover
+from parity.probe.format import Probe
+from parity.probe.loader import discover
 
 #: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
 #: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
