@@ -259,7 +259,7 @@ def read_results(
 
 # ----- judging -----------------------------------------------------------------------------
 
-#: Ops whose result is int64 (``probe_spec.rs``, ``Op::integer_output``).
+#: Ops whose result is int64 (``probe_spec/op.rs``, ``Op::integer_output``).
 INTEGER_OPS = frozenset({"argmax", "argmin", "argsort"})
 #: Ops that only move values: an integer tensor stays integer through them.
 LAYOUT_OPS = frozenset(

@@ -4,7 +4,7 @@ into probe outcomes (``probe_results``). Kept apart from the training side
 (:mod:`parity.run.rust`), so that a trace's code hash does not cover the probe maths.
 
 The binary reads a ``ProbeBatch``, ``{"probes": [Probe.runner_spec(dtype, device), ...]}``
-(``rust/parity-common/src/probe_spec.rs``), and writes a header frame, then per probe in
+(``rust/parity-common/src/probe_spec/op.rs``), and writes a header frame, then per probe in
 batch order, per case, per quantity one ``result`` frame (metadata ``probe``, ``case``,
 ``quantity``, ``status``, ``message``; tensor ``values`` when ok), then one ``end`` frame.
 It runs the binary itself (not ``rust_runner.run_frames``) to read what a runner that
