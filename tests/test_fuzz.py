@@ -94,7 +94,16 @@ def fake_checker(calls):
     def checker(named):
         calls.append(len(named))
         return {
-            n: [check.Failure("candle", "f32", "y", check.FORWARD, "fail", "fake")]
+            n: [
+                check.Failure(
+                    "fail",
+                    message="fake",
+                    framework="candle",
+                    dtype="f32",
+                    quantity="y",
+                    kind=check.FORWARD,
+                )
+            ]
             if "broadcast_to" in c.inputs[0].route.kinds()
             else []
             for n, c in named
@@ -132,17 +141,24 @@ def test_shrinking_a_case_that_never_fails_the_same_way_keeps_it():
 def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     case = _broadcast_matmul()
     fail = check.Failure(
-        "candle",
-        "f32",
-        "y",
-        check.FORWARD,
         "fail",
-        "differs",
-        tuple([0.0] * 24),
-        tuple([1.0] * 24),
-        tuple([1.0] * 24),
+        message="differs",
+        framework="candle",
+        dtype="f32",
+        quantity="y",
+        kind=check.FORWARD,
+        values=tuple([0.0] * 24),
+        reference=tuple([1.0] * 24),
+        reference64=tuple([1.0] * 24),
     )
-    err = check.Failure("candle", "f32", "x1.grad", check.ERROR, "framework-error", "boom")
+    err = check.Failure(
+        "framework-error",
+        message="boom",
+        framework="candle",
+        dtype="f32",
+        quantity="x1.grad",
+        kind=check.ERROR,
+    )
     findings = [
         campaign.Finding("matmul", "candle", "f32", check.FORWARD, case, [fail], ["a", "b"]),
         campaign.Finding("matmul", "candle", "f32", check.ERROR, case, [err], ["c"]),

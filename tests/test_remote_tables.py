@@ -18,8 +18,9 @@ from parity.core import hosts, integrity, paths
 from parity.plan.plan import Plan
 from parity.probe import table as probes_table
 from parity.probe.format import Probe
+from parity.probe.judge import judge_probe_row
 from parity.probe.plan import ProbeKey, ProbePlan
-from parity.probe.results import Outcome, judge_probe_row
+from parity.probe.results import Outcome
 from parity.remote import crosshost
 from parity.remote import fetch as remote
 from parity.report import check, partial, summary

@@ -20,8 +20,8 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
+from parity.compare import judgement
 from parity.compare import maths as compare
-from parity.compare import verdicts
 from parity.compare.diagnosis import diagnosis_findings, float64_tables
 from parity.core import integrity
 from parity.core.config import canonical_hash
@@ -151,12 +151,16 @@ def perstep_job(
     status = _status(ref, cand)
     if comp.tolerance == 0:
         # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
-        verdict = verdicts.check_verdict(result.bitwise_identical, comp.expect)
+        judged = judgement.judge_check(
+            result.bitwise_identical, comp.expect, "every step identical bit for bit"
+        )
     else:
         # closeness counts NaN against NaN as equal; a run that diverged still never passes
         # a tolerance (two runs that diverge alike are not a training that matches).
-        judged = worst if status == "ok" else math.inf
-        verdict = verdicts.tolerance_verdict(judged, comp.tolerance, comp.expect)
+        judged = judgement.judge_worst(
+            worst if status == "ok" else math.inf, worst_where, comp.tolerance, comp.expect
+        )
+    verdict = judged.verdict
     beyond = compare.first_beyond(rows, comp.tolerance)
     stuck = ", ".join(result.never_updated)
     notes = [
@@ -321,9 +325,9 @@ def _diagnosis(
         "tol_exceeded_step": perstep["tol_exceeded_step"],
         "tol_exceeded_where": perstep["tol_exceeded_where"],
         **findings,
-        "fp64_rule_verdict": verdicts.check_verdict(
-            findings["fp64_rule_first_fail"] is None, comp.expect
-        ),
+        "fp64_rule_verdict": judgement.judge_check(
+            findings["fp64_rule_first_fail"] is None, comp.expect, "the fp64-referenced rule"
+        ).verdict,
         "f64_rounding_factor": job["diagnosis"]["f64_rounding_factor"],
     }
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)

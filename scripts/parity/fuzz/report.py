@@ -142,7 +142,7 @@ def classify(f: Finding, known: Sequence[Mapping]) -> tuple[list[str], list[str]
     framework ("no backward") is known as ``x-support``."""
     same, related = [], []
     support = probe_ops.op_support(f.op).get(f.framework, "").lower()
-    note = " ".join(x.note.lower() for x in f.failures)
+    note = " ".join(x.message.lower() for x in f.failures)
     if f.kind in (ERROR, MISSING_GRAD) and "no backward" in support and "backward" in note:
         same.append("x-support")
     for k in known:
@@ -198,7 +198,7 @@ def probe_doc(f: Finding, name: str, seed: int) -> tuple[dict, str]:
             "read?): no known_bug values recorded, the verdict is fail"
         )
     for x in f.failures:
-        lines.append(f"#   {x.quantity}: {x.note[:300]}")
+        lines.append(f"#   {x.quantity}: {x.message[:300]}")
         lines.append(f"#   PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}")
     return doc, "\n".join(lines) + "\n"
 
@@ -405,7 +405,8 @@ def write(
         src = candle_source(f, name) if f.framework == "candle" else burn_source(f, name)
         torch_lines = "".join(
             f"// PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}\n"
-            f"// {f.framework} {x.dtype}: {x.quantity} = {_fmt(x.values) if x.values else x.note}\n"
+            f"// {f.framework} {x.dtype}: {x.quantity} = "
+            f"{_fmt(x.values) if x.values else x.message}\n"
             for x in f.failures
         )
         (repro_dir / f"{name}.rs").write_text(torch_lines + src, encoding="utf-8")
@@ -428,7 +429,7 @@ def write(
                 "related": " ".join(related),
                 "probe": str(path),
                 "repro": str(repro_dir / f"{name}.rs"),
-                "note": f.failures[0].note[:200],
+                "note": f.failures[0].message[:200],
             }
         )
     with open(csv_path, "w", newline="", encoding="utf-8") as fh:

@@ -47,7 +47,7 @@ def batch_outcomes(
 ) -> tuple[dict, dict[str, list[Outcome]]]:
     """The outcomes of a batch's frame stream (``frames``, from runner ``name``), by probe.
 
-    Returns (metadata for ``probe_results.write_results``: framework version, host, runner
+    Returns (metadata for ``results.write_results``: framework version, host, runner
     from the header; outcomes by probe name, each in stream order). Raises
     :class:`RunnerError` when the stream lacks its header or end frame, its header names
     another framework than ``framework``, a frame is not a ``result`` frame, a result
@@ -231,7 +231,7 @@ def probe(
 ) -> None:
     """Run one probe (a batch of one, :func:`run_batch`) in ``key.dtype`` on ``key.device``
     with the Rust runner of ``key.framework`` and write its results to ``out``
-    (``probe_results.write_results``). Raises :class:`RunnerError` as :func:`run_batch`
+    (``results.write_results``). Raises :class:`RunnerError` as :func:`run_batch`
     does; nothing is written then."""
     ((_, outcomes, metadata),) = run_batch(
         [probe], key.framework, key.dtype, key.device, binary, threads, log, log_path

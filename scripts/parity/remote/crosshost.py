@@ -33,8 +33,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from parity.compare import judgement, verdicts
 from parity.compare import maths as compare
-from parity.compare import verdicts
 from parity.compare.job import job_stamp
 from parity.core import integrity, paths
 from parity.core.fileio import atomic_path, sha256_file
@@ -148,6 +148,7 @@ def _open(side: Mapping, files: Mapping[str, str]) -> TraceReader:
 def _row(experiment, kind, pair, ref: TraceReader, cand: TraceReader) -> dict:
     result = compare.perstep(ref, cand)
     worst, step = compare.worst(result.rows, "max_dparam")
+    where = next((r["where"] for r in result.rows if r["step"] == step), "")
     tol = float(pair["tolerance"])
     return {
         "experiment": experiment,
@@ -161,7 +162,7 @@ def _row(experiment, kind, pair, ref: TraceReader, cand: TraceReader) -> dict:
         "worst_step": step,
         "bitwise_identical": result.bitwise_identical,
         "tolerance": tol,
-        "verdict": verdicts.tolerance_verdict(worst, tol, pair["expect"]),
+        "verdict": judgement.judge_worst(worst, where, tol, pair["expect"]).verdict,
         "expected_verdict": verdicts.EXPECTATIONS[pair["expect"]],
         "reference_host": ref.meta["host"],
         "candidate_host": cand.meta["host"],
