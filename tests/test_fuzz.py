@@ -2,12 +2,14 @@
 routes and their adjoints, shrinking against a fake checker with a known minimal form,
 and the written probe files' validity (parity.fuzz)."""
 
+import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from parity.fuzz import campaign, check, generate, report, shrink
+from parity.fuzz import campaign, check, generate, job, report, shrink
 from parity.fuzz.generate import Case, Route
 from parity.probe import loader
 from parity.probe import ops as probe_ops
@@ -164,7 +166,9 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
         campaign.Finding("matmul", "candle", "f32", check.ERROR, case, [err], ["c"]),
     ]
     result = campaign.Campaign(findings, {}, 3, 3, {"total": 1.0})
-    rows = report.write(
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "fuzz_from_an_earlier_campaign.yaml").write_text("stale")
+    rows = job.write_findings(
         result,
         5,
         Path("probes"),
@@ -190,6 +194,64 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     # (x0 broadcast → transpose) is related, not the same layout.
     assert rows[0]["known_bug"] == "new" and "matmul_broadcast:broadcast_left" in rows[0]["related"]
     assert "| matmul | candle | f32 | forward |" in (tmp_path / "f.md").read_text()
+    # each folder is replaced whole: an earlier campaign's probe file is gone
+    assert sorted(p.name for p in (tmp_path / "probes").iterdir()) == sorted(
+        Path(r["probe"]).name for r in rows
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".old-"))]
+    with open(tmp_path / "f.csv", newline="", encoding="utf-8") as f:
+        assert f.readline().startswith("op,framework,dtype,kind,layout")
+
+
+def test_the_fuzz_job_writes_every_output_atomically_and_the_summary_last(tmp_path):
+    """The job function the rule's adapter calls, with PyTorch alone (no framework to
+    fuzz): the campaign runs its cases and the control, and every output is written."""
+    outputs = {
+        "csv": str(tmp_path / "fuzz" / "findings.csv"),
+        "md": str(tmp_path / "fuzz" / "findings.md"),
+        "summary": str(tmp_path / "fuzz" / "summary.json"),
+        "probes": str(tmp_path / "fuzz" / "probes"),
+        "repro": str(tmp_path / "fuzz" / "repro"),
+    }
+    Path(outputs["repro"]).mkdir(parents=True)
+    (Path(outputs["repro"]) / "stale.rs").write_text("from an earlier campaign")
+    settings = {
+        "seed": 3,
+        "ops": ["matmul"],
+        "cases_per_op": 2,
+        "frameworks": [],
+        "dtypes": ["f32"],
+        "shrinks_per_class": 1,
+    }
+    log = logging.getLogger("test_fuzz")
+    summary = job.fuzz(settings, [], [], outputs, 1, log)
+    assert list(summary) == [
+        "settings",
+        "cases",
+        "failing_cases",
+        "findings",
+        "new",
+        "control_failures",
+        "seconds",
+        "threads",
+        "machine",
+    ]
+    assert (summary["cases"], summary["findings"], summary["control_failures"]) == (2, 0, {})
+    written = json.loads(Path(outputs["summary"]).read_text())
+    assert written == {**summary, "settings": settings}
+    assert Path(outputs["summary"]).read_text() == json.dumps(summary, indent=2)
+    assert list(Path(outputs["repro"]).iterdir()) == []
+    assert list(Path(outputs["probes"]).iterdir()) == []
+    assert Path(outputs["md"]).read_text().startswith("# Layout fuzzer findings")
+    assert sorted(p.name for p in (tmp_path / "fuzz").iterdir()) == [
+        "findings.csv",
+        "findings.md",
+        "probes",
+        "repro",
+        "summary.json",
+    ]
+    with pytest.raises(ValueError):  # a binary per framework, or none is run
+        job.fuzz({**settings, "frameworks": ["candle"]}, [], [], outputs, 1, log)
 
 
 def test_known_bug_cases_read_the_layout_before_the_op():
