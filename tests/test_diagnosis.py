@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import os
 import re
 
 import numpy as np
@@ -218,6 +219,32 @@ def _perstep_and_float64(tmp_path, figure=()):
         log,
     )
     return perstep, results
+
+
+def test_the_compare_job_writes_every_table_of_its_outputs(tmp_path):
+    """compare(), as the rules call it: with the float64 outputs (rule compare) the three
+    tables, each with its figure; without (rule perstep) the per-step table alone."""
+    plan, fixture, paths = _relu_flip_case(tmp_path)
+    job = plan.comparison_job(plan.comparison("hand", "cpu"))
+    log = logging.getLogger("test")
+    perstep = {k: str(tmp_path / f"p.{k}") for k in ("csv", "md", "png", "svg")}
+    perstep["result"] = str(tmp_path / "p.json")
+    float64 = {
+        f"{kind}_{k}": v
+        for kind, files in _float64_outputs(tmp_path).items()
+        for k, v in files.items()
+    }
+    both = compare_jobs.compare(job, paths, str(fixture), {**perstep, **float64}, log)
+    assert list(both) == ["perstep", "split", "diagnosis"]
+    assert both["diagnosis"]["relu_flip_step"] == 3
+    for path in [*perstep.values(), *float64.values()]:
+        assert os.path.getsize(path) > 0, path
+    alone = tmp_path / "alone"
+    outputs = {k: str(alone / os.path.basename(v)) for k, v in perstep.items()}
+    f32 = {k: paths[k] for k in ("ref32", "cand32")}
+    only = compare_jobs.compare(job, f32, str(fixture), outputs, log)
+    assert list(only) == ["perstep"] and only["perstep"]["tol_exceeded_step"] == 2
+    assert sorted(os.listdir(alone)) == ["p.csv", "p.html", "p.json", "p.md", "p.png", "p.svg"]
 
 
 def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):

@@ -104,7 +104,7 @@ def test_crosshost_rows_become_summary_rows_and_check_gates_on_them(in_tmp):
     integrity.write_sealed_json(path, result)
     out = [str(in_tmp / f"results/tables/summary.{e}") for e in ("csv", "md")]
     record = str(in_tmp / "results/tables/summary.sources.json")
-    rows = summary.summary_job([str(path)], [], *out, record)
+    rows = summary.summary([str(path)], [], *out, record)
     by_key = {(r["comparison"], r["device"]): r for r in rows}
     assert set(by_key) == {
         ("same run torch f32", "cpu@mac"),
@@ -114,7 +114,7 @@ def test_crosshost_rows_become_summary_rows_and_check_gates_on_them(in_tmp):
     assert by_key[("same run torch f32", "cpu@mac")]["pair"] == "torch f32 cpu vs torch f32 cpu@mac"
     assert by_key[("main", "cpu@mac")]["worst_dparam"] == float("inf")  # null: diverged
     assert by_key[("same run candle f32", "cpu@mac")]["candidate_host"] == "mac.local"
-    bad = check.check_job(out[0], LOG, summary_record=record)
+    bad = check.check(out[0], LOG, summary_record=record)
     assert {(r["comparison"], r["device"], r["verdict"]) for r in bad} == {
         ("same run candle f32", "cpu@mac", "fail"),
         ("main", "cpu@mac", "fail"),
@@ -137,7 +137,7 @@ def test_a_failed_host_is_error_rows_naming_the_host_stage_log_and_missing_trace
         "job": p,
     }
     out = [f"results/tables/summary.partial.{e}" for e in ("csv", "md")]
-    n = partial.partial_summary_job(
+    n = partial.partial_summary(
         [], [], {}, *out, "results/tables/summary.partial.sources.json", (), [job]
     )
     with open(out[0], encoding="utf-8") as f:

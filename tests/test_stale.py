@@ -186,7 +186,7 @@ def test_a_trace_that_is_gone_takes_its_pass_with_it(run, monkeypatch):
     plan = Plan(config)
     (workdir / TRACE).unlink()
     with pytest.raises(check.StaleTable, match=f"{TRACE} is gone"):
-        check.check_job("results/tables/summary.csv", logging.getLogger("t"), None)
+        check.check("results/tables/summary.csv", logging.getLogger("t"), None)
     codes = {"perstep": None, "split": None, "diagnosis": None, "summary": None}
     comparisons = [(c, plan.comparison_job(c)) for c in plan.comparisons()]
     line = partial.after_failed_run(comparisons, plan.unsupported_params(), codes)

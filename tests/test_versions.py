@@ -557,7 +557,7 @@ def test_the_matrix_files_and_their_markdown(tmp_path):
         w.writeheader()
         w.writerows(probe_rows)
     out_csv, out_md = tmp_path / "versions.csv", tmp_path / "versions.md"
-    M.versions_job(
+    M.versions_table(
         _params(BUG),
         str(summary_csv),
         str(probes_csv),
@@ -597,9 +597,7 @@ def test_a_release_that_did_not_build_is_named_in_the_partial_summary_and_probe_
     log.parent.mkdir(parents=True)
     log.write_text("error[E0425]: cannot find function `conv1d_single_group`\n")
     jobs = [(c, plan.comparison_job(c)) for c in plan.comparisons()]
-    partial.partial_summary_job(
-        jobs, plan.unsupported_params(), {}, "s.csv", "s.md", "s.sources.json"
-    )
+    partial.partial_summary(jobs, plan.unsupported_params(), {}, "s.csv", "s.md", "s.sources.json")
     with open("s.csv", encoding="utf-8") as f:
         status = {r["comparison"]: r["status"] for r in csv.DictReader(f)}
     cargo = (

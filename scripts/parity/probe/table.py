@@ -163,7 +163,7 @@ def _params_hash(plan: ProbePlan, hosts: RemoteHosts) -> str:
     return canonical_hash(params)
 
 
-def probes_table_job(
+def probes_table(
     plan: ProbePlan,
     out_csv: str,
     out_md: str,

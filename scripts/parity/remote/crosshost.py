@@ -229,7 +229,7 @@ def markdown(table: list[dict], manifest: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def crosshost_job(
+def crosshost(
     params: Mapping,
     manifest_path: str,
     out_csv: str,
@@ -295,7 +295,7 @@ def summary_comparison(kind: str, name: str, dtype: str) -> str:
 
 
 def summary_rows(result: Mapping) -> list[dict]:
-    """The summary rows of a cross-host result (what :func:`crosshost_job` sealed): one per
+    """The summary rows of a cross-host result (what :func:`crosshost` sealed): one per
     row of the table, device the remote's label (``cpu@mac``), pair ``reference vs
     candidate``, the worst max|dparam| over the steps and its step, the tolerance, the
     verdict and the expected verdict, hosts and versions; ``status`` names the table. The

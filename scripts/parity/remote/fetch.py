@@ -4,7 +4,7 @@ its traces and probe results back, and compare them here.
 One host's job from commit to checked manifest, each step a function below; the ssh and
 rsync commands it runs are ``commands``'s, the cross-host comparison is ``crosshost``.
 
-One job per host (``rules/remote.smk``, :func:`fetch_job`):
+One job per host (``rules/remote.smk``, :func:`remote_fetch`):
 
 1. the remote checkout is put at this checkout's commit: ``git push`` of the commit over
    the same SSH connection to ``refs/parity/sync`` of the remote repository (made with
@@ -26,7 +26,7 @@ Transport and credentials are OpenSSH's and rsync's (``parity.remote.commands``)
 value reaches a program as one argument of an argument list, and the one command line the
 remote shell reads is built with :func:`shlex.quote`.
 
-Pure Python apart from the subprocesses :func:`fetch_job` starts.
+Pure Python apart from the subprocesses :func:`remote_fetch` starts.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
     return good, missing
 
 
-def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str) -> dict:
+def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: str) -> dict:
     """A host's job (see the module docstring). Writes the manifest on success; on failure
     writes ``status.json`` naming the stage and the missing cells and raises
     :class:`RemoteError`."""

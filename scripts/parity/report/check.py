@@ -34,7 +34,7 @@ def check_record(table: str, record_path: str) -> None:
         )
 
 
-def check_job(
+def check(
     summary_csv: str,
     log: logging.Logger,
     probes_csv: str | None = None,

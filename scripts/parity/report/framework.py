@@ -20,7 +20,7 @@ FRAMEWORK_SUMMARY_COLUMNS = (
 )
 
 
-def framework_summary_job(items: Sequence[Mapping], out_csv: str, out_md: str) -> list[dict]:
+def framework_summary(items: Sequence[Mapping], out_csv: str, out_md: str) -> list[dict]:
     """The study's framework table, computed from the runs: per configured experiment, the
     f32 max|dparam| after the last step and the f64-vs-f64 distance after the last step,
     for each framework against PyTorch on the CPU, read from the result files ``items``

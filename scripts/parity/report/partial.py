@@ -6,7 +6,7 @@ keeps ``summary.csv`` only if every result it was made from is still the current
 of its comparison (:func:`summary_problems`); else it removes it (so the next run's
 summary job makes it again: Snakemake reruns a missing output) and writes
 ``summary.partial.*`` beside it, with an ``error`` row naming the log of each comparison
-that has no current result (:func:`partial_summary_job`). Both under the tables' lock, so
+that has no current result (:func:`partial_summary`). Both under the tables' lock, so
 two runs in one folder never both rewrite them. With remote hosts, each row a host owes
 and cannot give is an ``error`` row naming the host, the stage that failed and the log
 (:func:`remote_error_rows`). The rows and tables are ``parity.report.summary``'s.
@@ -148,7 +148,7 @@ def _build_failure(key, expectation: Mapping) -> str | None:
     return versions.build_failure(key.framework, version, key.device)
 
 
-def partial_summary_job(
+def partial_summary(
     comparisons: ComparisonJobs,
     unsupported: Sequence[Mapping],
     codes: Mapping[str, str | None],
@@ -244,7 +244,7 @@ def after_failed_run(
                 remove_files(partial_paths(paths.SUMMARY_PARTIAL))
                 return f"{paths.SUMMARY.format(ext='csv')} is current; it was kept"
             removed = remove_files(table_paths(paths.SUMMARY, paths.SUMMARY_SOURCES))
-            n = partial_summary_job(
+            n = partial_summary(
                 comparisons,
                 unsupported,
                 codes,

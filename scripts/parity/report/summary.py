@@ -222,7 +222,7 @@ def _html(md_path: str) -> str:
     return str(md_path).rsplit(".", 1)[0] + ".html"
 
 
-def summary_job(
+def summary(
     results: Sequence[str],
     unsupported: Sequence[Mapping],
     out_csv: str,
