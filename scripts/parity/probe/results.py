@@ -2,7 +2,7 @@
 and its checked reader.
 
 One file per (probe, framework, dtype, device), ``results/probes/{probe}/{framework}-{dtype}-
-{device}.parquet`` (``probe_plan.ProbeKey.result``), one row per (case, quantity) in the probe's
+{device}.parquet`` (``plan.ProbeKey.result``), one row per (case, quantity) in the probe's
 order (``Probe.quantities``):
 
 * ``case``, ``quantity`` (string, not null): ``batch2``, ``w.grad``;

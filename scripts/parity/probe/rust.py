@@ -1,6 +1,6 @@
 """The Rust side of op probes: runs a runner binary's ``probe`` subcommand
 (``candle-parity``, ``burn-parity``) on a batch of probes and turns its ``result`` frames
-into probe outcomes (``probe_results``). Kept apart from the training side
+into probe outcomes (``parity.probe.results``). Kept apart from the training side
 (:mod:`parity.run.rust`), so that a trace's code hash does not cover the probe maths.
 
 The binary reads a ``ProbeBatch``, ``{"probes": [Probe.runner_spec(dtype, device), ...]}``

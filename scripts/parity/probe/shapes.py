@@ -4,7 +4,7 @@ Every op of ``schemas/probe.schema.yaml`` has one short, documented public funct
 module of its family (``shapes_layout``, ``shapes_conv``, ``shapes_dense``,
 ``shapes_index``), gathered here in one table (:data:`OPS`, run through :func:`infer`)
 that the loader, the size limits and the layout fuzzer share. Each goes from its input
-shapes and kinds and its *normalized* arguments (``probes.py``'s form: every argument
+shapes and kinds and its *normalized* arguments (``normalize``'s form: every argument
 explicit, pairs as ``[h, w]``, reductions' ``dims`` a list or None) to its output shape and
 kind, following PyTorch 2.15's rules (convolution, transposed-convolution and pooling
 output sizes, dimension ranges, narrow bounds, ``expand``'s rules for ``broadcast_to``,

@@ -1,4 +1,4 @@
-"""The PyTorch side of the probes: interprets a normalized probe (``probes.Probe``).
+"""The PyTorch side of the probes: interprets a normalized probe (``format.Probe``).
 
 PyTorch is the reference every other framework is compared against, so each op here is the
 PyTorch function whose semantics the probe language names (``amax`` for ``max``, stable
@@ -431,7 +431,7 @@ def run(probe: Probe, dtype: str, device: str, threads: int, log: logging.Logger
 
 
 def runner_metadata(device: str) -> dict:
-    """What the result file records about this PyTorch run (``probe_results``)."""
+    """What the result file records about this PyTorch run (``parity.probe.results``)."""
     return probe_metadata(
         torch.__version__,
         {
