@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from parity.core import fileio, integrity, paths
-from parity.probe.format import load
+from parity.probe.loader import load
 from parity.probe.plan import ProbeKey
 from parity.probe.results import Outcome, ProbeResultError, read_results, write_results
-from parity.report import summary
+from parity.report import partial
 from parity.trace import fixtures
 from parity.trace.reader import TraceReader
 from parity.trace.schema import TraceError
@@ -188,8 +188,8 @@ def test_the_tables_lock_keeps_a_second_writer_out(tmp_path, monkeypatch):
             fileio.exclusive_lock(paths.TABLES_LOCK, timeout=0.2),
         ):
             pass
-        monkeypatch.setattr(summary, "ONERROR_WAIT", 0.2)
-        line = summary.after_failed_run([], [], {})
+        monkeypatch.setattr(partial, "ONERROR_WAIT", 0.2)
+        line = partial.after_failed_run([], [], {})
         assert "could not be written" in line and "held by another run" in line
     finally:
         holder.join()

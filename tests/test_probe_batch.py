@@ -19,7 +19,8 @@ from parity.core import paths
 from parity.plan import versions
 from parity.probe import batch as probe_batch
 from parity.probe import rust as rust_probe
-from parity.probe.format import Probe, load
+from parity.probe.format import Probe
+from parity.probe.loader import load
 from parity.probe.plan import ProbePlan
 from parity.probe.results import Outcome, ProbeResultError, read_results
 from parity.run.rust import RunnerError

@@ -51,7 +51,7 @@ def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
         "parity/core/models.py",
         "parity/plan/frameworks/candle.py",
     } <= files
-    # compare.maths.float64_tables imports activations inside the function.
+    # compare.diagnosis.float64_tables imports activations inside the function.
     assert "parity/compare/activations.py" in parity_files("compare.py")
 
 

@@ -66,7 +66,7 @@ def crosshost_inputs(wildcards):
 
 def remote_crosshost_jobs():
     """Every cross-host job the summary gathers, one per remote host and experiment:
-    ``{"host", "experiment", "result", "job"}`` (parity.report.summary.RemoteJobs); empty without
+    ``{"host", "experiment", "result", "job"}`` (parity.report.partial.RemoteJobs); empty without
     remote hosts."""
     from parity.remote.crosshost import crosshost_params
 
