@@ -1,17 +1,26 @@
-"""The commands of a remote host's job: the ssh and rsync argument lists built from the
-host's config (every value one argument of an argument list; the one command line the
-remote shell reads built with :func:`shlex.quote`), and :class:`Runner`, which runs them,
+"""The commands of a remote host's job: the ssh, rsync and git argument lists built from
+the host's config, and :class:`Runner`, which runs them (never through a local shell),
 logs each command and its output, and raises :class:`RemoteError` naming the host and
 the stage. The job that runs them in order is ``parity.remote.fetch``.
 
 Transport and credentials are OpenSSH's and rsync's: the config names a destination
 (``user@host`` or an ``ssh_config`` alias), optionally a port, an identity file and an
 ``ssh_config`` file.
+
+Every config value reaches a program as one word. Locally it is one argument of an
+argument list. Where a remote shell reads it, it is quoted with :func:`shlex.quote`: the
+command line ssh runs there (:func:`shell_line`, :func:`quote_path`, :func:`env_prefix`),
+rsync's remote path and ``--rsync-path`` (:func:`rsync_argv`, run with :func:`rsync_env`);
+the ssh command that rsync's ``-e`` and git's ``core.sshCommand`` name is a line of
+quoted words too, which rsync splits by the same quotes and git hands to ``sh``. What
+cannot travel as one word (a control character, a destination that is not a host name) is
+refused by the config schema before any job runs (``schemas/config.schema.yaml``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -81,7 +90,12 @@ def in_checkout(path: str, line: str) -> str:
 def rsync_argv(host: Mapping[str, Any], remote_path: str, files_from: str, dest: str) -> list[str]:
     """rsync pulling the listed files (relative to the remote's ``results/``) into
     ``dest``: times kept, files not yet complete in :data:`PARTIAL_DIR` until the whole
-    transfer is (``--delay-updates``), statistics for the log."""
+    transfer is (``--delay-updates``), statistics for the log.
+
+    Three of its values reach the remote shell: the remote path and ``--rsync-path`` (which
+    rsync puts into the command it asks ssh to run there) are quoted with
+    :func:`shlex.quote`, and ``-e`` is a quoted line that rsync splits itself. Run it with
+    :func:`rsync_env`, which stops a newer rsync from escaping the quoted path again."""
     argv = [
         "rsync",
         "--recursive",
@@ -97,8 +111,22 @@ def rsync_argv(host: Mapping[str, Any], remote_path: str, files_from: str, dest:
     if host.get("bwlimit"):
         argv.append(f"--bwlimit={int(host['bwlimit'])}")
     if host.get("rsync_path"):
-        argv.append(f"--rsync-path={host['rsync_path']}")
-    return [*argv, "--", f"{host['ssh']}:{remote_path.rstrip('/')}/results/", dest + "/"]
+        argv.append(f"--rsync-path={shlex.quote(host['rsync_path'])}")
+    there = shlex.quote(remote_path.rstrip("/") + "/results/")
+    return [*argv, "--", f"{host['ssh']}:{there}", dest + "/"]
+
+
+def rsync_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of :func:`rsync_argv`'s rsync: ``environ`` (default this process's)
+    with rsync's own argument protection off, so that the remote shell reads the remote
+    path exactly as :func:`shlex.quote` wrote it. rsync 3.2.4 and later backslash-escape
+    a remote path unless ``RSYNC_OLD_ARGS`` is set (older ones ignore it, and send it as
+    given); ``RSYNC_PROTECT_ARGS`` of the user's environment would send it past the shell,
+    quotes and all."""
+    env = dict(os.environ if environ is None else environ)
+    env["RSYNC_OLD_ARGS"] = "2"
+    env["RSYNC_PROTECT_ARGS"] = "0"
+    return env
 
 
 def transferred(stats: str) -> int | None:
@@ -120,11 +148,13 @@ class Runner:
         input: str | None = None,
         check: bool = True,
         capture: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess:
-        """Run ``argv`` (a local program and its arguments) in the workflow folder with
-        ``input`` on its standard input; its output (stdout and stderr together, text) is
-        logged unless ``capture``. Raises :class:`RemoteError` for ``stage`` when it exits
-        non-zero and ``check``."""
+        """Run ``argv`` (a local program and its arguments, no shell) in the workflow folder
+        with ``input`` on its standard input and ``env`` as its environment (default this
+        process's); its output (stdout and stderr together, text) is logged unless
+        ``capture``. Raises :class:`RemoteError` for ``stage`` when it exits non-zero and
+        ``check``."""
         self.log.info("%s: %s", stage, shlex.join(argv))
         proc = subprocess.run(
             list(argv),
@@ -133,6 +163,7 @@ class Runner:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=self.basedir,
+            env=None if env is None else dict(env),
         )
         if proc.stdout and not capture:
             self.log.info("%s output:\n%s", stage, proc.stdout.rstrip())

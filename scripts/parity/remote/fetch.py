@@ -18,13 +18,16 @@ One job per host (``rules/remote.smk``, :func:`remote_fetch`):
    into ``results/remote/{host}/``; a file being copied lives in a ``.rsync-partial``
    folder until every file of the transfer is complete (``--delay-updates``), so a cut
    transfer leaves no half-copied file under a trace's name, and a rerun resumes it;
-4. every file brought back is opened by its reader (sealed metadata and page checksums),
-   and the manifest (``results/remote/{host}/manifest.json``, the job's only output) is
+4. every file brought back is read whole by its reader (sealed metadata, and every page
+   against its checksum; a file that fails is named and removed, so that a rerun fetches
+   it again), and the manifest (``results/remote/{host}/manifest.json``, the job's only output) is
    written last, atomically: what came back, its sha256, the remote's commit, host, CPU.
 
 Transport and credentials are OpenSSH's and rsync's (``parity.remote.commands``): every
-value reaches a program as one argument of an argument list, and the one command line the
-remote shell reads is built with :func:`shlex.quote`.
+value reaches a program as one word, one argument of an argument list here and quoted
+with :func:`shlex.quote` wherever the remote shell reads it (the command lines ssh runs,
+rsync's remote path and ``--rsync-path``); the remote checkout's absolute path, which the
+remote reports, is treated the same way.
 
 Pure Python apart from the subprocesses :func:`remote_fetch` starts.
 """
@@ -53,6 +56,7 @@ from parity.remote.commands import (
     last_lines,
     quote_path,
     rsync_argv,
+    rsync_env,
     shell_line,
     ssh_options,
     transferred,
@@ -138,7 +142,13 @@ def sync_checkout(r: Runner, commit: str) -> str:
         raise RemoteError(
             r.host, "connect", f"cannot make a checkout at {path}: {last_lines(proc.stdout)}"
         )
-    abs_path = proc.stdout.strip().splitlines()[-1]
+    # the last line, exactly: a folder's name may end in a space
+    lines = proc.stdout.splitlines()
+    if not lines or not lines[-1].startswith("/"):
+        raise RemoteError(
+            r.host, "connect", f"no absolute path came back for {path}: {last_lines(proc.stdout)}"
+        )
+    abs_path = lines[-1]
     status = r.ssh(
         in_checkout(abs_path, "git status --porcelain --untracked-files=no"), "status"
     ).stdout
@@ -155,8 +165,10 @@ def sync_checkout(r: Runner, commit: str) -> str:
         check=False,
     )
     if has.returncode != 0:
-        url = f"ssh://{r.settings['ssh']}{abs_path}"
-        env_ssh = shlex.join(["ssh", *ssh_options(r.settings)])
+        # scp-like, not ssh://: git would percent-decode a URL's path ("%20" a space); git
+        # quotes the path in the command its ssh runs there
+        url = f"{r.settings['ssh']}:{abs_path}"
+        env_ssh = shlex.join(["ssh", *ssh_options(r.settings)])  # git runs it with sh
         r.run(
             [
                 "git",
@@ -231,6 +243,7 @@ def fetch(r: Runner, abs_path: str, job: FetchJob, dest: str) -> tuple[int, str]
             rsync_argv(job.settings, abs_path, files_from, str(Path(dest).resolve())),
             "rsync",
             check=False,
+            env=rsync_env(),
         )
     finally:
         Path(files_from).unlink(missing_ok=True)
@@ -238,9 +251,12 @@ def fetch(r: Runner, abs_path: str, job: FetchJob, dest: str) -> tuple[int, str]
 
 
 def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
-    """Open every file that came back with its reader (checksums, sealed metadata, what a
-    trace must carry). Returns (local path → sha256 of the good files, labels of the
-    missing or bad cells)."""
+    """Read every file that came back whole with its reader before it is recorded as good:
+    a trace's sealed metadata, what it must carry and every page against its checksum
+    (``TraceReader.verify``), a probe result's seal and every page. A file that fails is
+    named and removed here (rsync, which compares sizes and times, would otherwise keep it
+    and never fetch it again), so a rerun fetches it again. Returns (local path → sha256
+    of the good files, labels of the missing or bad cells)."""
     import pyarrow as pa
 
     from parity.core import integrity
@@ -248,32 +264,39 @@ def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
     from parity.trace.reader import TraceReader
     from parity.trace.schema import TraceError
 
+    def bad(local: str, label: str, e: Exception) -> str:
+        Path(local).unlink(missing_ok=True)
+        return f"{label} ({e}; removed here, a rerun fetches it again)"
+
     good, missing = {}, []
     for path, expect in job.traces.items():
         local = remote_file(job.host, path)
+        label = job.labels.get(path, path)
         if not Path(local).is_file():
-            missing.append(job.labels.get(path, path))
+            missing.append(label)
             continue
+        sha = sha256_file(local)  # of the bytes that are then read and checked
         try:
-            TraceReader(local, expect=expect)
+            TraceReader(local, expect=expect).verify()
         except TraceError as e:
-            missing.append(f"{job.labels.get(path, path)} ({e})")
+            missing.append(bad(local, label, e))
             continue
-        good[local] = sha256_file(local)
+        good[local] = sha
     for path in job.probes:
         local = remote_file(job.host, path)
         if not Path(local).is_file():
             missing.append(f"probe {path}")
             continue
+        sha = sha256_file(local)
         try:
             pf = integrity.open_parquet(local)
             if integrity.unseal(local, pf.metadata.metadata, PROBE_KEY) is None:
-                raise ValueError("no probe metadata")
+                raise ValueError(f"{local}: no probe metadata")
             pf.read()  # every page against its checksum
         except (OSError, ValueError, pa.ArrowException, integrity.IntegrityError) as e:
-            missing.append(f"probe {path} ({e})")
+            missing.append(bad(local, f"probe {path}", e))
             continue
-        good[local] = sha256_file(local)
+        good[local] = sha
     return good, missing
 
 
@@ -313,7 +336,7 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
                 missing,
             )
         if missing:
-            why = "its snakemake run failed" if failed_remote else "they did not come back"
+            why = "its snakemake run failed" if failed_remote else "they did not come back whole"
             raise RemoteError(
                 job.host,
                 "snakemake" if failed_remote else "rsync",
@@ -330,6 +353,8 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
                 job.host,
             )
     except RemoteError as e:
+        # what an earlier run recorded as good is not, or no longer known to be
+        Path(manifest).unlink(missing_ok=True)
         if not e.missing:
             e.missing = [
                 job.labels.get(p, p)
