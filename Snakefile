@@ -15,9 +15,15 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+#: This checkout (the workflow's folder), also when the workflow is a module of another
+#: (where workflow.basedir is the other's folder).
+PARITY_DIR = str(workflow.current_basedir)
+
+
 # The defaults, read from this checkout whatever the working directory: a config of one's
-# own (--configfile, or a module's config) is merged over them (docs/own-model.md).
-configfile: os.path.join(workflow.basedir, "config.yaml")
+# own (--configfile) is merged over them; a module's config is merged over them in
+# rules/common.smk (a module ignores this directive).
+configfile: os.path.join(PARITY_DIR, "config.yaml")
 
 
 report: "report/workflow.rst"

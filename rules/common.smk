@@ -6,6 +6,7 @@
 # them while the file is read). What an experiment means lives in scripts/parity/plan/plan/;
 # result paths in scripts/parity/core/paths.py.
 
+import copy
 import glob
 import os
 import sys
@@ -14,9 +15,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-sys.path.insert(0, os.path.join(workflow.basedir, "scripts"))
+sys.path.insert(0, os.path.join(PARITY_DIR, "scripts"))
 
-from parity.core import integrity, paths, yamlfile  # noqa: E402
+from parity.core import environment, integrity, paths, yamlfile  # noqa: E402
 from parity.plan import limits  # noqa: E402
 from parity.report import matrix as version_matrix  # noqa: E402
 from parity.plan import versions  # noqa: E402
@@ -32,6 +33,18 @@ from parity.probe.format import ProbeError  # noqa: E402
 #: This run's id, recorded with the tables over many results; jobs inherit it.
 os.environ.setdefault(integrity.RUN_ID_ENV, integrity.new_run_id())
 
+# As a module of another workflow (docs/own-model.md), the config is the other's alone:
+# the defaults of this checkout go under it, as --configfile merges a file over them.
+_DEFAULTS = os.path.join(PARITY_DIR, "config.yaml")
+if _DEFAULTS not in map(os.path.abspath, workflow.configfiles):
+    from snakemake.utils import update_config
+
+    _given = copy.deepcopy(dict(config))
+    _merged = yamlfile.load(_DEFAULTS)
+    update_config(_merged, _given)
+    config.clear()
+    config.update(_merged)
+
 LIMITS = limits.settings(config)
 try:
     # Snakemake has parsed the config files already, keeping the last value of a key given
@@ -43,7 +56,7 @@ try:
     limits.check_config_numbers(config)
 except (yamlfile.YamlError, ConfigError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
-CONFIG_SCHEMA = os.path.join(workflow.basedir, "schemas", "config.schema.yaml")
+CONFIG_SCHEMA = os.path.join(PARITY_DIR, "schemas", "config.schema.yaml")
 try:
     validate(config, CONFIG_SCHEMA)
 except WorkflowError:
@@ -55,14 +68,22 @@ except WorkflowError:
         + "\n  ".join(schema_errors(config, CONFIG_SCHEMA))
     ) from None
 try:
-    _version_problems = versions.check(config, os.path.join(workflow.basedir, "rust"))
+    _version_problems = versions.check(config, os.path.join(PARITY_DIR, "rust"))
     if _version_problems:
         raise ConfigError.every(_version_problems)
     PLAN = Plan(config)
     limits.check_plan(PLAN, LIMITS)
-    PROBES = ProbePlan.from_config(config, workflow.basedir, workdir=os.getcwd())
+    PROBES = ProbePlan.from_config(config, PARITY_DIR, workdir=os.getcwd())
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
+if workflow.is_main_process and not workflow.dryrun:
+    # The machine, before any job: a usable temporary folder; HOME for cargo's builds.
+    _env_problems = environment.problems(builds=True)
+    if _env_problems:
+        raise WorkflowError(
+            "this machine's environment (nothing was run):\n  "
+            + "\n  ".join(_env_problems)
+        )
 
 
 def require_device(device):
@@ -118,7 +139,7 @@ def code(script):
     """Param ``code`` of a rule: the hash of its script and the parity modules that script
     runs (parity.core.codeversion), so an edit reruns exactly the jobs whose code changed.
     """
-    return code_version(os.path.join(workflow.basedir, "scripts", script))
+    return code_version(os.path.join(PARITY_DIR, "scripts", script))
 
 
 def known_experiment(experiment):

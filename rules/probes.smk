@@ -3,8 +3,9 @@
 # still one result per (probe, framework, dtype, device); then one table. A batch job
 # takes each unchanged probe's result from its content cache (parity.probe.batch), so
 # editing one probe file reruns the batches but recomputes only that probe. What a probe
-# means lives in scripts/parity/probe/format.py; the probe files are probes/*.yaml. Each job
-# receives its normalized probes as params. Without probes there are no probe jobs.
+# means lives in scripts/parity/probe/format.py (read by loader.py); the probe files are
+# probes/*.yaml. Each job receives its normalized probes as params. Without probes there
+# are no probe jobs.
 
 
 include: "functions/probes.smk"

@@ -6,7 +6,7 @@
 rule training_loop_page:
     """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
     input:
-        text=workdir_path(os.path.join(workflow.basedir, "report", "training_loop.rst")),
+        text=workdir_path(os.path.join(PARITY_DIR, "report", "training_loop.rst")),
         defaults=[
             "results/defaults/torch.json",
             "results/defaults/candle.json",

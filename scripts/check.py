@@ -4,11 +4,11 @@ expectation."""
 import sys
 
 from parity.core.fileio import job_logger
-from parity.report import summary
+from parity.report.check import check
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-bad = summary.check_job(
+bad = check(
     sm.input.summary,
     log,
     sm.input.get("probes"),

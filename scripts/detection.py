@@ -1,11 +1,11 @@
 """Snakemake job: the detection and false-alarm tables and figure (see parity.detection.table)."""
 
 from parity.core.fileio import job_logger
-from parity.detection import table as detection
+from parity.detection.table import detection
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-detection.detection_job(
+detection(
     sm.params.detection,
     sm.output.csv,
     sm.output.md,

@@ -1,11 +1,11 @@
 """Snakemake job: localise one comparison, or skip it (see parity.localise.job)."""
 
 from parity.core.fileio import job_logger
-from parity.localise import job as localise_job
+from parity.localise.job import localise
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-localise_job.localise_job(
+localise(
     sm.params.job,
     sm.input.perstep,
     sm.input.get("diagnosis"),

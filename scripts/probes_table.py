@@ -1,13 +1,13 @@
 """Snakemake job: the probe table and its Markdown twin (see
-parity.probe.table.probes_table_job)."""
+parity.probe.table.probes_table)."""
 
 from parity.core.fileio import job_logger
-from parity.probe import table as probes_table
 from parity.probe.plan import ProbePlan
+from parity.probe.table import probes_table
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-probes_table.probes_table_job(
+probes_table(
     ProbePlan.from_params(sm.params.plan),
     sm.output.csv,
     sm.output.md,

@@ -1,9 +1,9 @@
-"""Snakemake job: the provenance of every trace (see parity.report.pages.provenance_job)."""
+"""Snakemake job: the provenance of every trace (see parity.report.pages.provenance)."""
 
 from parity.core.fileio import job_logger
-from parity.report import pages as report_pages
+from parity.report.pages import provenance
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-rows = report_pages.provenance_job(list(sm.input), sm.output.csv, sm.output.md)
+rows = provenance(list(sm.input), sm.output.csv, sm.output.md)
 log.info("%d traces", len(rows))

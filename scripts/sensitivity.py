@@ -1,11 +1,11 @@
 """Snakemake job: the learning-rate sensitivity search (see parity.detection.sensitivity)."""
 
 from parity.core.fileio import job_logger
-from parity.detection import sensitivity
+from parity.detection.sensitivity import sensitivity
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-sensitivity.sensitivity_job(
+sensitivity(
     sm.params.settings,
     sm.input.reference,
     sm.input.fixture,

@@ -1,11 +1,11 @@
-"""Snakemake job: the summary of every comparison (see parity.report.summary.summary_job)."""
+"""Snakemake job: the summary of every comparison (see parity.report.summary.summary)."""
 
 from parity.core.fileio import job_logger
-from parity.report import summary
+from parity.report.summary import summary
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-rows = summary.summary_job(
+rows = summary(
     list(sm.input),
     sm.params.unsupported,
     sm.output.csv,

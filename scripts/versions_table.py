@@ -1,12 +1,12 @@
 """Snakemake job: the release matrix, which releases of candle and burn have each known
-fault (see parity.report.matrix.versions_job)."""
+fault (see parity.report.matrix.versions_table)."""
 
 from parity.core.fileio import job_logger
-from parity.report import matrix as version_matrix
+from parity.report.matrix import versions_table
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
-version_matrix.versions_job(
+versions_table(
     sm.params.matrix,
     sm.input.summary,
     getattr(sm.input, "probes", None),

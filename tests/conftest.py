@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+from parity.core import integrity
 from parity.core.fileio import exclusive_lock
 from parity.plan import versions
 from parity.trace.schema import TraceLayout
@@ -138,7 +139,7 @@ def run_workflow(
 def build_runner(crate, dest: Path) -> str:
     """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``) of the pinned
     release, built (or found up to date) in the target folder the workflow builds it in
-    (``burn`` for burn, ``default`` for candle's CPU build: scripts/build.py, so
+    (``burn`` for burn, ``default`` for candle's CPU build: parity.run.build, so
     their dependencies are compiled once) and copied into ``dest``; returns the copy's
     path. The build and the copy hold the target folder's lock, as the workflow's build job
     does: a workflow run building another release into the same folder cannot swap the
@@ -164,7 +165,19 @@ def build_runner(crate, dest: Path) -> str:
         )
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(target / "release" / crate, dest / crate)
+    record_binary(dest / crate)
     return str(dest / crate)
+
+
+def record_binary(binary, source_id=None) -> None:
+    """The build record a job checks before it starts ``binary`` (the one a build job writes,
+    ``integrity.write_binary_record``), for a binary a test built or made itself; the
+    source id is the binary's own answer unless given."""
+    if source_id is None:
+        source_id = subprocess.run(
+            [str(binary), "source-id"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    integrity.write_binary_record(binary, source_id)
 
 
 @pytest.fixture(scope="session")

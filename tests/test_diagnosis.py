@@ -3,12 +3,13 @@
 import json
 import logging
 import math
+import os
 import re
 
 import numpy as np
 import pytest
 
-from parity.compare import activations
+from parity.compare import activations, closeness, diagnosis
 from parity.compare import job as compare_jobs
 from parity.compare import maths as compare
 from parity.core.fileio import sha256_file
@@ -27,38 +28,38 @@ def f32(*v):
 def test_ulp_distance_counts_representable_numbers_between():
     one = np.float32(1)
     three_up = np.nextafter(np.nextafter(np.nextafter(one, 2), 2), 2)
-    assert compare.max_ulp({"p": f32(1.0)}, {"p": np.array([three_up])}, ["p"]) == 3
-    assert compare.max_ulp({"p": f32(0.0)}, {"p": f32(-0.0)}, ["p"]) == 0
+    assert diagnosis.max_ulp({"p": f32(1.0)}, {"p": np.array([three_up])}, ["p"]) == 3
+    assert diagnosis.max_ulp({"p": f32(0.0)}, {"p": f32(-0.0)}, ["p"]) == 0
     tiny = np.float32(1e-45)  # smallest float32 subnormal
-    assert compare.max_ulp({"p": np.array([tiny])}, {"p": np.array([-tiny])}, ["p"]) == 2
+    assert diagnosis.max_ulp({"p": np.array([tiny])}, {"p": np.array([-tiny])}, ["p"]) == 2
     d = np.array([1.0])
-    assert compare.max_ulp({"p": d}, {"p": np.nextafter(d, 2)}, ["p"]) == 1
-    assert math.isnan(compare.max_ulp({"p": f32(1.0)}, {"p": f32(np.nan)}, ["p"]))
+    assert diagnosis.max_ulp({"p": d}, {"p": np.nextafter(d, 2)}, ["p"]) == 1
+    assert math.isnan(diagnosis.max_ulp({"p": f32(1.0)}, {"p": f32(np.nan)}, ["p"]))
     with pytest.raises(TypeError):
-        compare.max_ulp({"p": f32(1.0)}, {"p": np.array([1.0])}, ["p"])
+        diagnosis.max_ulp({"p": f32(1.0)}, {"p": np.array([1.0])}, ["p"])
 
 
 def test_ulp_at_the_largest_difference():
     a = {"w": f32(1.0, 100.0)}
     b = {"w": np.array([np.nextafter(np.float32(1), 2), np.float32(100.0)], np.float32)}
-    at = compare.max_abs_diff(a, b, ["w"])
-    assert at.where == "w[0]" and compare.ulp_at(a, b, at) == 1
+    at = closeness.max_abs_diff(a, b, ["w"])
+    assert at.where == "w[0]" and diagnosis.ulp_at(a, b, at) == 1
 
 
 def test_rmse_over_all_tensors():
     a = {"x": np.array([0.0, 0.0]), "y": np.array([0.0, 0.0])}
     b = {"x": np.array([1.0, -1.0]), "y": np.array([1.0, 1.0])}
-    assert compare.rmse(a, b, ["x", "y"]) == 1.0
+    assert diagnosis.rmse(a, b, ["x", "y"]) == 1.0
 
 
 def test_signed_errors_agree_when_both_runs_round_alike():
     r64 = {"w": np.array([1.0, 2.0, 3.0])}
     r32 = {"w": np.array([1.0, 2.0 + 1e-7, 3.0])}
     c32 = {"w": np.array([1.0, 2.0 + 1e-7, 3.0 - 1e-9])}
-    a = compare.error_agreement(r32, r64, c32, r64, ["w"])
+    a = diagnosis.error_agreement(r32, r64, c32, r64, ["w"])
     assert a.same and a.ref.where == a.cand.where == "w[1]" and a.ref.value > 0
     assert a.max_diff == pytest.approx(1e-9)
-    b = compare.error_agreement(r32, r64, {"w": np.array([1.0, 2.0 - 1e-7, 3.0])}, r64, ["w"])
+    b = diagnosis.error_agreement(r32, r64, {"w": np.array([1.0, 2.0 - 1e-7, 3.0])}, r64, ["w"])
     assert not b.same  # same place, opposite sign
     assert b.corr == pytest.approx(-1.0)
 
@@ -66,18 +67,18 @@ def test_signed_errors_agree_when_both_runs_round_alike():
 def test_fp64_rule_compares_distances_to_the_float64_run():
     r64 = {"w": np.zeros(4)}
     r32 = {"w": np.full(4, 1e-7)}
-    close = compare.fp64_rule(r32, {"w": np.full(4, 2.9e-7)}, r64, ["w"], "auto", 0.0)
-    far = compare.fp64_rule(r32, {"w": np.full(4, 3.1e-7)}, r64, ["w"], "auto", 0.0)
+    close = diagnosis.fp64_rule(r32, {"w": np.full(4, 2.9e-7)}, r64, ["w"], "auto", 0.0)
+    far = diagnosis.fp64_rule(r32, {"w": np.full(4, 3.1e-7)}, r64, ["w"], "auto", 0.0)
     assert close.multiplier == 3.0  # fewer than 1000 elements: TorchDynamo's 3
     assert close.passed and not far.passed
     assert far.ratio == pytest.approx(3.1)
-    assert compare.fp64_rule_multiplier(5000, "auto") == 2.0
-    assert compare.fp64_rule_multiplier(10, 4) == 4.0
+    assert closeness.fp64_rule_multiplier(5000, "auto") == 2.0
+    assert closeness.fp64_rule_multiplier(10, 4) == 4.0
 
 
 def test_f64_rounding_threshold_scales_f32_drift_by_the_roundoff_ratio():
-    assert compare.f64_rounding_threshold(2.0**-24, 1.0) == 2.0**-53
-    assert compare.f64_rounding_threshold(1e-6, 1000) == pytest.approx(1.8626e-12, rel=1e-4)
+    assert diagnosis.f64_rounding_threshold(2.0**-24, 1.0) == 2.0**-53
+    assert diagnosis.f64_rounding_threshold(1e-6, 1000) == pytest.approx(1.8626e-12, rel=1e-4)
 
 
 def test_mlp_preactivations_in_float64():
@@ -220,6 +221,32 @@ def _perstep_and_float64(tmp_path, figure=()):
     return perstep, results
 
 
+def test_the_compare_job_writes_every_table_of_its_outputs(tmp_path):
+    """compare(), as the rules call it: with the float64 outputs (rule compare) the three
+    tables, each with its figure; without (rule perstep) the per-step table alone."""
+    plan, fixture, paths = _relu_flip_case(tmp_path)
+    job = plan.comparison_job(plan.comparison("hand", "cpu"))
+    log = logging.getLogger("test")
+    perstep = {k: str(tmp_path / f"p.{k}") for k in ("csv", "md", "png", "svg")}
+    perstep["result"] = str(tmp_path / "p.json")
+    float64 = {
+        f"{kind}_{k}": v
+        for kind, files in _float64_outputs(tmp_path).items()
+        for k, v in files.items()
+    }
+    both = compare_jobs.compare(job, paths, str(fixture), {**perstep, **float64}, log)
+    assert list(both) == ["perstep", "split", "diagnosis"]
+    assert both["diagnosis"]["relu_flip_step"] == 3
+    for path in [*perstep.values(), *float64.values()]:
+        assert os.path.getsize(path) > 0, path
+    alone = tmp_path / "alone"
+    outputs = {k: str(alone / os.path.basename(v)) for k, v in perstep.items()}
+    f32 = {k: paths[k] for k in ("ref32", "cand32")}
+    only = compare_jobs.compare(job, f32, str(fixture), outputs, log)
+    assert list(only) == ["perstep"] and only["perstep"]["tol_exceeded_step"] == 2
+    assert sorted(os.listdir(alone)) == ["p.csv", "p.html", "p.json", "p.md", "p.png", "p.svg"]
+
+
 def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
     perstep, results = _perstep_and_float64(tmp_path)
     assert perstep["tol_exceeded_step"] == 2
@@ -236,7 +263,7 @@ def test_relu_flip_and_f64_divergence_are_located_at_the_known_step(tmp_path):
 
 def test_the_float64_job_reads_once_and_writes_the_split_of_compare_split(tmp_path):
     """The float64 job takes its split from the diagnosis pass over the four traces
-    (``compare.float64_tables``); its CSV is the one ``compare.split``'s rows give, and the
+    (``diagnosis.float64_tables``); its CSV is the one ``compare.split``'s rows give, and the
     traces are each read once."""
     _perstep_and_float64(tmp_path)
     run = {"ref": "torch", "cand": "candle"}

@@ -8,8 +8,8 @@ import stat
 import numpy as np
 import pytest
 
-from parity.core.fileio import atomic_path, current_umask, write_text_atomic
-from parity.probe.format import load
+from parity.core.fileio import atomic_dir, atomic_path, current_umask, write_text_atomic
+from parity.probe.loader import load
 from parity.probe.plan import ProbeKey
 from parity.probe.results import Outcome, write_results
 from parity.render import figures, tables
@@ -80,3 +80,30 @@ def test_a_copied_binary_keeps_its_execute_bit(tmp_path, umask):
     with atomic_path(tmp_path / "bin" / "runner") as tmp:
         shutil.copy2(src, tmp)
     assert oct(mode(tmp_path / "bin" / "runner")) == oct(0o777 & ~umask)
+
+
+def test_a_folder_is_published_whole_with_the_umasks_mode(tmp_path, umask):
+    out = tmp_path / "results" / "probes"
+    out.mkdir(parents=True)
+    (out / "stale.yaml").write_text("from an earlier run")
+    with atomic_dir(out) as tmp:
+        assert tmp.parent == out.parent and tmp.name.startswith(".tmp-probes.")
+        assert (out / "stale.yaml").exists()  # the old folder stays until the new one is whole
+        (tmp / "new.yaml").write_text("x")
+    assert sorted(p.name for p in out.iterdir()) == ["new.yaml"]
+    assert oct(mode(out)) == oct(0o777 & ~umask)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["probes"]  # nothing left beside
+
+
+def test_a_folder_whose_writer_fails_is_left_as_it_was(tmp_path):
+    out = tmp_path / "repro"
+    out.mkdir()
+    (out / "old.rs").write_text("old")
+    with pytest.raises(RuntimeError, match="boom"), atomic_dir(out) as tmp:
+        (tmp / "half.rs").write_text("half")
+        raise RuntimeError("boom")
+    assert [p.name for p in tmp_path.iterdir()] == ["repro"]
+    assert [p.name for p in out.iterdir()] == ["old.rs"]
+    with atomic_dir(tmp_path / "fresh") as tmp:  # no folder there yet
+        (tmp / "a").write_text("a")
+    assert (tmp_path / "fresh" / "a").read_text() == "a"

@@ -1,6 +1,9 @@
 """Fixtures: drawn in float64, rounded to float32 once, same seed → same bytes."""
 
+import re
+
 import numpy as np
+import pytest
 from safetensors.numpy import load_file
 
 from parity.plan.plan import Plan
@@ -77,3 +80,62 @@ def test_default_config_fixture_round_trips(tmp_path):
     fixtures.write(tmp_path / "f.safetensors", settings)
     back = load_file(tmp_path / "f.safetensors")
     assert np.array_equal(back["x"], fixtures.draw(settings)["x"])
+
+
+def _every_experiment():
+    plan = Plan(load_config())
+    return [(e, plan.run_settings(e, next(iter(x["runs"])))) for e, x in plan.experiments.items()]
+
+
+def test_every_experiments_fixture_holds_what_its_runs_expect():
+    for e, settings in _every_experiment():
+        fixtures.check(e, fixtures.draw(settings), settings)
+
+
+def _altered(change):
+    _, settings = next(x for x in _every_experiment() if x[0] == "a3_sgd")
+    tensors = fixtures.draw(settings)
+    change(tensors)
+    return tensors, settings
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.update(x=t["x"].astype(np.float64)), "x is float64, not float32"),
+        (lambda t: t.pop("fc1.bias"), "no tensor 'fc1.bias'"),
+        (
+            lambda t: t.update({"fc1.weight": t["fc1.weight"].T.copy()}),
+            "shape [8, 16], not [16, 8]",
+        ),
+        (lambda t: t.update(y=t["y"][..., :2].copy()), "y has shape [1, 32, 2], not [1, 32, 4]"),
+    ],
+    ids=["float64 input", "missing parameter", "transposed weight", "targets"],
+)
+def test_a_fixture_that_does_not_fit_the_run_is_refused_naming_the_tensor(change, message):
+    tensors, settings = _altered(change)
+    with pytest.raises(fixtures.FixtureError, match=re.escape(message)):
+        fixtures.check("fx.safetensors", tensors, settings)
+
+
+def test_the_pytorch_runner_refuses_a_fixture_the_rust_runners_would(tmp_path):
+    """Both sides check a fixture alike: the PyTorch runner names the tensor instead of
+    casting a float64 input silently."""
+    import logging
+
+    from parity.plan.keys import RunKey
+    from parity.run import torch as torch_runner
+
+    tensors, settings = _altered(lambda t: t.update(x=t["x"].astype(np.float64)))
+    path = tmp_path / "fx.safetensors"
+    fixtures.save(path, tensors, {"model": settings["model"]})
+    with pytest.raises(fixtures.FixtureError, match="x is float64, not float32"):
+        torch_runner.train(
+            RunKey("a3_sgd", "torch", "f32", "cpu"),
+            settings,
+            str(path),
+            str(tmp_path / "t"),
+            1,
+            logging.getLogger("t"),
+        )
+    assert not (tmp_path / "t").exists()

@@ -2,12 +2,16 @@
 routes and their adjoints, shrinking against a fake checker with a known minimal form,
 and the written probe files' validity (parity.fuzz)."""
 
+import json
+import logging
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from parity.fuzz import campaign, check, generate, report, shrink
+from parity.fuzz import campaign, check, generate, job, report, shrink
 from parity.fuzz.generate import Case, Route
-from parity.probe import format as probes
+from parity.probe import loader
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
 
@@ -92,7 +96,16 @@ def fake_checker(calls):
     def checker(named):
         calls.append(len(named))
         return {
-            n: [check.Failure("candle", "f32", "y", check.FORWARD, "fail", "fake")]
+            n: [
+                check.Failure(
+                    "fail",
+                    message="fake",
+                    framework="candle",
+                    dtype="f32",
+                    quantity="y",
+                    kind=check.FORWARD,
+                )
+            ]
             if "broadcast_to" in c.inputs[0].route.kinds()
             else []
             for n, c in named
@@ -130,26 +143,35 @@ def test_shrinking_a_case_that_never_fails_the_same_way_keeps_it():
 def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     case = _broadcast_matmul()
     fail = check.Failure(
-        "candle",
-        "f32",
-        "y",
-        check.FORWARD,
         "fail",
-        "differs",
-        tuple([0.0] * 24),
-        tuple([1.0] * 24),
-        tuple([1.0] * 24),
+        message="differs",
+        framework="candle",
+        dtype="f32",
+        quantity="y",
+        kind=check.FORWARD,
+        values=tuple([0.0] * 24),
+        reference=tuple([1.0] * 24),
+        reference64=tuple([1.0] * 24),
     )
-    err = check.Failure("candle", "f32", "x1.grad", check.ERROR, "framework-error", "boom")
+    err = check.Failure(
+        "framework-error",
+        message="boom",
+        framework="candle",
+        dtype="f32",
+        quantity="x1.grad",
+        kind=check.ERROR,
+    )
     findings = [
         campaign.Finding("matmul", "candle", "f32", check.FORWARD, case, [fail], ["a", "b"]),
         campaign.Finding("matmul", "candle", "f32", check.ERROR, case, [err], ["c"]),
     ]
     result = campaign.Campaign(findings, {}, 3, 3, {"total": 1.0})
-    rows = report.write(
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "fuzz_from_an_earlier_campaign.yaml").write_text("stale")
+    rows = job.write_findings(
         result,
         5,
-        probes.Path("probes"),
+        Path("probes"),
         tmp_path / "f.csv",
         tmp_path / "f.md",
         tmp_path / "probes",
@@ -158,20 +180,78 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     )
     assert len(rows) == 2
     for r in rows:
-        p = probes.load(r["probe"])
+        p = loader.load(r["probe"])
         (c,) = p.cases
         assert c["known_bug"]["candle"]["cpu"]
         assert (tmp_path / "repro" / f"{p.name}.rs").read_text().count("fn main") == 1
-    p = probes.load(rows[0]["probe"])
+    p = loader.load(rows[0]["probe"])
     assert p.case("case")["known_bug"]["candle"]["cpu"]["y"] == {"values": [0.0] * 24}
     assert (
-        probes.load(rows[1]["probe"]).case("case")["known_bug"]["candle"]["cpu"]["x1.grad"]
+        loader.load(rows[1]["probe"]).case("case")["known_bug"]["candle"]["cpu"]["x1.grad"]
         == "framework-error"
     )
     # The repository's matmul probe records a broadcast left batch: the forward finding
     # (x0 broadcast → transpose) is related, not the same layout.
     assert rows[0]["known_bug"] == "new" and "matmul_broadcast:broadcast_left" in rows[0]["related"]
     assert "| matmul | candle | f32 | forward |" in (tmp_path / "f.md").read_text()
+    # each folder is replaced whole: an earlier campaign's probe file is gone
+    assert sorted(p.name for p in (tmp_path / "probes").iterdir()) == sorted(
+        Path(r["probe"]).name for r in rows
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".old-"))]
+    with open(tmp_path / "f.csv", newline="", encoding="utf-8") as f:
+        assert f.readline().startswith("op,framework,dtype,kind,layout")
+
+
+def test_the_fuzz_job_writes_every_output_atomically_and_the_summary_last(tmp_path):
+    """The job function the rule's adapter calls, with PyTorch alone (no framework to
+    fuzz): the campaign runs its cases and the control, and every output is written."""
+    outputs = {
+        "csv": str(tmp_path / "fuzz" / "findings.csv"),
+        "md": str(tmp_path / "fuzz" / "findings.md"),
+        "summary": str(tmp_path / "fuzz" / "summary.json"),
+        "probes": str(tmp_path / "fuzz" / "probes"),
+        "repro": str(tmp_path / "fuzz" / "repro"),
+    }
+    Path(outputs["repro"]).mkdir(parents=True)
+    (Path(outputs["repro"]) / "stale.rs").write_text("from an earlier campaign")
+    settings = {
+        "seed": 3,
+        "ops": ["matmul"],
+        "cases_per_op": 2,
+        "frameworks": [],
+        "dtypes": ["f32"],
+        "shrinks_per_class": 1,
+    }
+    log = logging.getLogger("test_fuzz")
+    summary = job.fuzz(settings, [], [], outputs, 1, log)
+    assert list(summary) == [
+        "settings",
+        "cases",
+        "failing_cases",
+        "findings",
+        "new",
+        "control_failures",
+        "seconds",
+        "threads",
+        "machine",
+    ]
+    assert (summary["cases"], summary["findings"], summary["control_failures"]) == (2, 0, {})
+    written = json.loads(Path(outputs["summary"]).read_text())
+    assert written == {**summary, "settings": settings}
+    assert Path(outputs["summary"]).read_text() == json.dumps(summary, indent=2)
+    assert list(Path(outputs["repro"]).iterdir()) == []
+    assert list(Path(outputs["probes"]).iterdir()) == []
+    assert Path(outputs["md"]).read_text().startswith("# Layout fuzzer findings")
+    assert sorted(p.name for p in (tmp_path / "fuzz").iterdir()) == [
+        "findings.csv",
+        "findings.md",
+        "probes",
+        "repro",
+        "summary.json",
+    ]
+    with pytest.raises(ValueError):  # a binary per framework, or none is run
+        job.fuzz({**settings, "frameworks": ["candle"]}, [], [], outputs, 1, log)
 
 
 def test_known_bug_cases_read_the_layout_before_the_op():
@@ -209,7 +289,7 @@ def test_a_known_bug_of_other_releases_does_not_cover_the_release_fuzzed():
     every, newer = candle_cases(None), candle_cases({"candle": "0.11.1"})
     older_only = {
         (name, c["name"])
-        for name, p in probes.discover("probes").items()
+        for name, p in loader.discover("probes").items()
         for c in p.cases
         if "0.11.1" not in c["known_bug_versions"].get("candle", ["0.11.1"])
     }

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from parity.probe import format as probes
+from parity.probe import loader
 
 from conftest import load_test_config, run_workflow
 
@@ -60,7 +60,7 @@ def test_every_written_probe_reproduces_through_the_probes_target(fuzz_run):
     names = sorted(p.name.removesuffix(".yaml") for p in folder.glob("*.yaml"))
     assert len(names) == len(rows) > 0
     for n in names:
-        probes.load(folder / f"{n}.yaml")
+        loader.load(folder / f"{n}.yaml")
     config = fuzz_config()
     config["probes"].update({"folder": str(folder), "select": None, "dtypes": ["f32"]})
     run_workflow(workdir, config, "--cores", "2", "results/tables/probes.csv")
@@ -73,7 +73,7 @@ def test_every_written_probe_reproduces_through_the_probes_target(fuzz_run):
             for t in table
             if (t["probe"], t["framework"], t["dtype"]) == (probe, r["framework"], "f32")
         }
-        bug = probes.load(folder / f"{probe}.yaml").case("case")["known_bug"]
+        bug = loader.load(folder / f"{probe}.yaml").case("case")["known_bug"]
         for q in r["quantities"].split():
             # Values that differ between runs are not recorded: their verdict is fail.
             recorded = q in bug.get(r["framework"], {}).get("cpu", {})

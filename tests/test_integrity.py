@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from parity.core import fileio, integrity, paths
-from parity.probe.format import load
+from parity.probe.loader import load
 from parity.probe.plan import ProbeKey
 from parity.probe.results import Outcome, ProbeResultError, read_results, write_results
-from parity.report import summary
+from parity.report import partial
 from parity.trace import fixtures
 from parity.trace.reader import TraceReader
 from parity.trace.schema import TraceError
@@ -188,10 +188,73 @@ def test_the_tables_lock_keeps_a_second_writer_out(tmp_path, monkeypatch):
             fileio.exclusive_lock(paths.TABLES_LOCK, timeout=0.2),
         ):
             pass
-        monkeypatch.setattr(summary, "ONERROR_WAIT", 0.2)
-        line = summary.after_failed_run([], [], {})
+        monkeypatch.setattr(partial, "ONERROR_WAIT", 0.2)
+        line = partial.after_failed_run([], [], {})
         assert "could not be written" in line and "held by another run" in line
     finally:
         holder.join()
     with fileio.exclusive_lock(paths.TABLES_LOCK, timeout=1):
         pass
+
+
+# ----- runner binaries ---------------------------------------------------------------
+
+
+def _binary(tmp_path, text="#!/bin/sh\necho abc\n"):
+    b = tmp_path / "runner"
+    b.write_text(text)
+    b.chmod(0o755)
+    return b
+
+
+def test_a_binary_its_build_recorded_passes_the_check(tmp_path):
+    b = _binary(tmp_path)
+    rec = integrity.write_binary_record(b, "abc")
+    assert integrity.check_binary(b) == rec and rec["source_id"] == "abc"
+
+
+def test_a_binary_replaced_after_its_build_is_refused_by_name(tmp_path):
+    """A wrapper script put in its place (or another release's binary with the old time):
+    its sha256 is not the one its build recorded."""
+    b = _binary(tmp_path)
+    integrity.write_binary_record(b, "abc")
+    b.write_text('#!/bin/sh\nexec /bin/true "$@"\n')
+    with pytest.raises(integrity.BinaryError) as e:
+        integrity.check_binary(b)
+    assert f"{b} is not the binary its build wrote" in str(e.value)
+    assert f"delete {b} and rerun" in str(e.value)
+
+
+def test_a_binary_without_a_build_record_is_refused(tmp_path):
+    b = _binary(tmp_path)
+    with pytest.raises(integrity.BinaryError, match="has no build record"):
+        integrity.check_binary(b)
+
+
+def test_the_rust_wrapper_refuses_to_start_a_binary_that_is_not_its_build(tmp_path):
+    import logging
+
+    from parity.plan.keys import RunKey
+    from parity.plan.plan import Plan
+    from parity.run import rust as rust_runner
+    from parity.trace import fixtures
+
+    from conftest import load_config
+
+    plan = Plan(load_config())
+    s = plan.run_settings("a3_sgd", "candle")
+    fx = tmp_path / "fx.safetensors"
+    fixtures.write(fx, plan.fixture_settings("a3_sgd"))
+    b = _binary(tmp_path)
+    with pytest.raises(rust_runner.RunnerError, match="has no build record"):
+        rust_runner.train(
+            RunKey("a3_sgd", "candle", "f32", "cpu"),
+            s,
+            str(fx),
+            str(b),
+            str(tmp_path / "t"),
+            1,
+            logging.getLogger("t"),
+            None,
+        )
+    assert not (tmp_path / "t").exists()

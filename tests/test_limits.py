@@ -12,7 +12,8 @@ from parity.core.config import ConfigError, merge
 from parity.plan import limits
 from parity.plan.plan import Plan
 from parity.probe import limits as probe_limits
-from parity.probe.format import ProbeError, load
+from parity.probe.format import ProbeError
+from parity.probe.loader import load
 from parity.run.rust import RunnerError, spec_json
 from test_probes import CONV1D, write_probe
 

@@ -234,7 +234,7 @@ def _run_job(params, perstep, out, tmp_path):
 
     from parity.core import integrity
 
-    result = localise_job.localise_job(
+    result = localise_job.localise(
         params, perstep, None, out, logging.getLogger("test"), str(tmp_path / "log")
     )
     assert result == integrity.read_sealed_json(out["result"])
@@ -352,7 +352,7 @@ SKIPPED_JOB = """
 import json, logging, sys
 from parity.localise import job as localise_job
 a = json.load(open(sys.argv[1]))
-r = localise_job.localise_job(a["params"], a["perstep"], None, a["out"], logging.getLogger(), None)
+r = localise_job.localise(a["params"], a["perstep"], None, a["out"], logging.getLogger(), None)
 heavy = ("matplotlib", "torch", "parity.localise.replay", "parity.localise.walk", "pyarrow",
          "safetensors")
 print(json.dumps({"status": r["status"], "loaded": [m for m in heavy if m in sys.modules]}))

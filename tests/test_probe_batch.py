@@ -19,13 +19,14 @@ from parity.core import paths
 from parity.plan import versions
 from parity.probe import batch as probe_batch
 from parity.probe import rust as rust_probe
-from parity.probe.format import Probe, load
+from parity.probe.format import Probe
+from parity.probe.loader import load
 from parity.probe.plan import ProbePlan
 from parity.probe.results import Outcome, ProbeResultError, read_results
 from parity.run.rust import RunnerError
 from parity.trace.frames import Frame, read_frames
 
-from conftest import REPO, load_test_config, run_workflow
+from conftest import REPO, load_test_config, record_binary, run_workflow
 
 LOG = logging.getLogger("test")
 NAMES = ["conv1d_grad", "conv2d_grad", "relu_abs_at_zero"]
@@ -394,6 +395,7 @@ def fake_runner(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(FAKE_RUNNER.format(python=sys.executable))
     path.chmod(0o755)
+    record_binary(path, "fake")
     return str(path)
 
 

@@ -12,10 +12,11 @@ import yaml
 from parity.compare import verdicts
 from parity.probe import rust as rust_probe
 from parity.probe import torch as probe_torch
-from parity.probe.format import load
+from parity.probe.judge import judge_probe_row
+from parity.probe.loader import load
 from parity.probe.ops import op_names
 from parity.probe.plan import ProbeKey
-from parity.probe.results import judge_probe_row, read_results
+from parity.probe.results import read_results
 
 from conftest import REPO
 
@@ -139,9 +140,9 @@ cases:
         assert "contiguous" in o.message
         j = judge_probe_row(probe, key, o, None)
         assert j.verdict == verdicts.UNSUPPORTED and verdicts.meets_expectation(j.verdict)
-        assert j.note.startswith("not supported by burn: contiguous")
+        assert j.message.startswith("not supported by burn: contiguous")
         j = judge_probe_row(probe, key, outcomes[("view", q)], None)
-        assert (j.verdict, j.max_diff) == (verdicts.PASS, 0.0)
+        assert (j.verdict, j.worst) == (verdicts.PASS, 0.0)
 
 
 def test_candle_reports_missing_gradients_and_errors_as_outcomes(candle_binary, tmp_path):
@@ -196,7 +197,7 @@ def test_a_new_probe_file_runs_without_code_changes(candle_binary, burn_binary, 
         key = ProbeKey(probe.name, framework, dtype, "cpu")
         for case, q in probe.quantities():
             j = judge_probe_row(probe, key, outcomes[(case, q)], results["torch"][(case, q)])
-            assert (j.verdict, j.max_diff) == (verdicts.PASS, 0.0), (framework, q, j)
+            assert (j.verdict, j.worst) == (verdicts.PASS, 0.0), (framework, q, j)
 
 
 def test_every_op_is_exercised_by_some_probe():

@@ -11,20 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from parity.compare import verdicts
+from parity.compare import closeness, verdicts
 from parity.core import devices
 from parity.plan import frameworks
 from parity.probe import format as probes
 from parity.probe.format import Probe
-from parity.probe.plan import FP64_RULE_DEFAULTS, ProbeKey, ProbePlan
-from parity.probe.results import (
-    Outcome,
-    fp64_check,
+from parity.probe.fp64 import fp64_check, ulp
+from parity.probe.judge import (
     integer_quantity,
     judge_probe_row,
+    match_known_bug,
     same_shape,
-    ulp,
+    value_verdict,
 )
+from parity.probe.plan import FP64_RULE_DEFAULTS, ProbeKey, ProbePlan
+from parity.probe.results import Outcome
 from parity.probe.table import table_rows, write_table
 from parity.render.tables import PROBE_COLUMNS
 
@@ -145,7 +146,7 @@ def test_the_false_alarm_passes_by_the_float64_referenced_rule(softmax_grads):
     assert j.fp64.fp64_diff == pytest.approx(cand_err)
     assert j.fp64.reference_fp64_diff == pytest.approx(torch_err)
     assert j.fp64.floor == 2.0**-23  # one float32 ulp at magnitude 1 (|x.grad| < 0.02)
-    assert j.note.startswith(
+    assert j.message.startswith(
         "passed by the float64-referenced rule: max|burn f32 cpu − torch f64 cpu| = 4.87e-07 "
         "≤ 3 × max|torch f32 cpu − torch f64 cpu| (6.25e-07) + 1.19e-07; beyond the "
         "tolerance: mismatched elements: 2 / 12 (16.7%), greatest absolute difference: "
@@ -157,7 +158,7 @@ def test_the_false_alarm_passes_by_the_float64_referenced_rule(softmax_grads):
     rounded = g64.astype(np.float32).astype(np.float64)
     assert np.abs(rounded - g64).max() < 1e-9
     j = _judge_softmax(rounded, g32, g64)
-    assert j.verdict == verdicts.PASS and j.note.startswith("passed by the tolerance")
+    assert j.verdict == verdicts.PASS and j.message.startswith("passed by the tolerance")
 
 
 def test_a_real_difference_fails_both_rules(softmax_grads):
@@ -166,8 +167,8 @@ def test_a_real_difference_fails_both_rules(softmax_grads):
     candidate[5] += 1e-4
     j = _judge_softmax(candidate, g32, g64)
     assert j.verdict == verdicts.FAIL and not j.fp64.passed
-    assert j.note.startswith("mismatched elements: 1 / 12")
-    assert "the float64-referenced rule fails too" in j.note
+    assert j.message.startswith("mismatched elements: 1 / 12")
+    assert "the float64-referenced rule fails too" in j.message
 
 
 def test_fp64_rule_settings_reach_the_judgement(softmax_grads):
@@ -194,12 +195,12 @@ def test_a_shape_other_than_the_reference_run_fails():
     probe = _probe([_case("c", ["y"])], tolerance={"f32": 1e-3})
     values = [1, 2, 3, 4, 5, 6]
     j = judge_probe_row(probe, _key(), ok(values, (2, 3)), ok(values, (3, 2)))
-    assert j.verdict == verdicts.FAIL and j.max_diff == 0.0
-    assert j.note == "shape [2, 3] where the reference has [3, 2]"
+    assert j.verdict == verdicts.FAIL and j.worst == 0.0
+    assert j.message == "shape [2, 3] where the reference has [3, 2]"
     assert j.reference_shape == (3, 2)
     # A scalar loss: PyTorch's [] equals burn's [1].
     j = judge_probe_row(probe, _key("burn"), ok([2.5], (1,)), ok([2.5], ()))
-    assert (j.verdict, j.note) == (verdicts.PASS, "")
+    assert (j.verdict, j.message) == (verdicts.PASS, "")
 
 
 def test_exact_values_compare_count_and_nesting_shape():
@@ -207,13 +208,13 @@ def test_exact_values_compare_count_and_nesting_shape():
     nested = {"values": values, "shape": [3, 2]}  # written [[1, 2], [3, 4], [5, 6]]
     probe = _probe([_case("c", ["y"], exact={"y": nested})])
     j = judge_probe_row(probe, _key(), ok(values, (2, 3)), None)
-    assert j.verdict == verdicts.FAIL and "shape [2, 3] where the reference has [3, 2]" in j.note
+    assert j.verdict == verdicts.FAIL and "shape [2, 3] where the reference has [3, 2]" in j.message
     assert judge_probe_row(probe, _key(), ok(values, (3, 2)), None).verdict == verdicts.PASS
     # A flat list: only the element count counts.
     probe = _probe([_case("c", ["y"], exact={"y": {"values": values}})])
     assert judge_probe_row(probe, _key(), ok(values, (2, 3)), None).verdict == verdicts.PASS
     j = judge_probe_row(probe, _key(), ok(values[:4], (4,)), None)
-    assert j.verdict == verdicts.FAIL and j.note == "4 values where the reference has 6"
+    assert j.verdict == verdicts.FAIL and j.message == "4 values where the reference has 6"
     # A fill fits any shape.
     probe = _probe([_case("c", ["y"], exact={"y": {"fill": 1.0}})])
     assert judge_probe_row(probe, _key(), ok([1] * 6, (2, 3)), None).verdict == verdicts.PASS
@@ -260,7 +261,7 @@ def test_integer_quantities_are_compared_exactly():
     # Non-integers where integers belong fail even when equal.
     frac = ok([0.5, 1], (2,), quantity="i")
     j = judge_probe_row(probe, _key(), frac, frac)
-    assert j.verdict == verdicts.FAIL and "not integers" in j.note
+    assert j.verdict == verdicts.FAIL and "not integers" in j.message
 
 
 # ----- expect: error ---------------------------------------------------------------------------
@@ -273,7 +274,7 @@ def test_an_expected_error_passes_with_the_frameworks_message():
     err = Outcome.error("c", "y", "shape mismatch: [2] vs [3]")
     j = judge_probe_row(ERROR_CASE, _key(), err, None)
     assert j.verdict == verdicts.PASS
-    assert j.note == "error as expected: shape mismatch: [2] vs [3]"
+    assert j.message == "error as expected: shape mismatch: [2] vs [3]"
     # The reference refusing the case is what the case expects, not a missing reference;
     # PyTorch's own rows pass on its error too.
     torch_err = Outcome.error("c", "y", "RuntimeError: The size of tensor a")
@@ -285,7 +286,7 @@ def test_an_expected_error_passes_with_the_frameworks_message():
 
 def test_values_where_an_error_is_expected_fail():
     j = judge_probe_row(ERROR_CASE, _key("burn"), ok([1, 2, 3], (3,)), None)
-    assert (j.verdict, j.note) == (verdicts.FAIL, "returned values where an error is expected")
+    assert (j.verdict, j.message) == (verdicts.FAIL, "returned values where an error is expected")
     # PyTorch itself must refuse it too.
     j = judge_probe_row(ERROR_CASE, _key("torch"), ok([1, 2, 3], (3,)), None)
     assert j.verdict == verdicts.FAIL
@@ -349,10 +350,10 @@ def test_half_precision_rows_pass_by_the_float64_rule(dtype, bits):
     key = _key("candle", dtype)
     j = judge_probe_row(probe, key, ok(cand, (2,)), ok(torch_dt, (2,)), ok(ref64, (2,)))
     # 2·one ≤ 3 × one + floor (one ulp at 2: 2·one).
-    assert j.verdict == verdicts.PASS, j.note
+    assert j.verdict == verdicts.PASS, j.message
     assert j.fp64.floor == 2 * one and j.fp64.reference_fp64_diff == one
     assert f"passed by the float64-referenced rule: max|candle {dtype} cpu − torch f64 cpu|" in (
-        j.note
+        j.message
     )
     # Off by far more than PyTorch's own rounding: fails.
     far = [1.0, 2.0 + 64 * one]
@@ -390,12 +391,12 @@ def test_the_float64_rule_leaves_exact_values_f64_rows_and_overflow_alone():
         ok([1.0, 70000.0], (2,)),
     )
     assert j.verdict == verdicts.FAIL and j.fp64 is None
-    assert "float64-referenced rule not applied" in j.note
+    assert "float64-referenced rule not applied" in j.message
     # A float64 reference that errored: the tolerance only, and the note says why.
     err64 = Outcome.error("c", "y", "boom")
     j = judge_probe_row(probe, _key(), ok(off, (2,)), ok(ref, (2,)), err64)
     assert j.verdict == verdicts.FAIL
-    assert "float64-referenced rule not applied: torch f64 cpu framework-error" in j.note
+    assert "float64-referenced rule not applied: torch f64 cpu framework-error" in j.message
 
 
 def test_fp64_check_direct():
@@ -562,3 +563,50 @@ def test_table_rows_carry_shape_and_the_float64_errors(tmp_path, softmax_grads):
     md = out_md.read_text()
     assert "| shape |" in md and "[3, 4]" in md and "passed by the float64-referenced rule" in md
     assert (tmp_path / "probes.html").exists()
+
+
+# ----- the verdict of values and the known-bug match ---------------------------------------
+
+
+def _probe_verdict(worst, bug=None, **flags):
+    """The verdict of values whose max difference from the reference is ``worst`` and from a
+    recorded known bug's values ``bug`` (None: no bug recorded), tolerance 1e-6: the value
+    verdict, then the known-bug match, as ``judge_probe_row`` reaches it."""
+    verdict = value_verdict(closeness.within(worst, 1e-6), **flags)
+    reproduced = bug is not None and closeness.within(bug, 1e-6)
+    return match_known_bug(verdict, bug is not None, reproduced)
+
+
+@pytest.mark.parametrize(
+    ("worst", "bug", "non_finite", "verdict"),
+    [
+        (0.0, None, False, verdicts.PASS),
+        (0.0, 5.0, False, verdicts.KNOWN_BUG_FIXED),
+        (5.0, 0.0, False, verdicts.KNOWN_BUG),
+        (5.0, 5.0, False, verdicts.FAIL),
+        (math.inf, None, True, verdicts.NON_FINITE),
+        (math.inf, 0.0, True, verdicts.KNOWN_BUG),  # the known bug's own NaN/Inf, reproduced
+        (math.nan, None, False, verdicts.FAIL),  # values of another size
+    ],
+)
+def test_probe_verdict(worst, bug, non_finite, verdict):
+    assert _probe_verdict(worst, bug, non_finite=non_finite) == verdict
+
+
+@pytest.mark.parametrize(
+    ("worst", "bug", "fp64_pass", "invalid", "verdict"),
+    [
+        (5.0, None, True, False, verdicts.PASS),  # the float64-referenced rule passes it
+        (5.0, None, False, False, verdicts.FAIL),
+        (5.0, 5.0, True, False, verdicts.KNOWN_BUG_FIXED),
+        (0.0, None, False, True, verdicts.FAIL),  # equal values in another shape
+        (0.0, None, True, True, verdicts.FAIL),  # no rule passes a shape that differs
+        (0.0, 0.0, False, True, verdicts.KNOWN_BUG),  # a recorded bug of that shape
+        (math.inf, None, True, False, verdicts.PASS),  # only the rule decides then
+    ],
+)
+def test_probe_verdict_with_the_fp64_rule_and_invalid_values(
+    worst, bug, fp64_pass, invalid, verdict
+):
+    got = _probe_verdict(worst, bug, fp64_pass=fp64_pass, invalid=invalid)
+    assert got == verdict

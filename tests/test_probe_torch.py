@@ -2,7 +2,7 @@
 
 Every expected value is computed here by hand or with plain numpy (never torch), from small
 integer inputs, so the interpreter is checked against the semantics the probe language
-names (``rust/parity-common/src/probe_spec.rs``), not against itself.
+names (``rust/parity-common/src/probe_spec/op.rs``), not against itself.
 """
 
 from __future__ import annotations
@@ -921,7 +921,7 @@ def test_every_op_of_the_contract_has_an_interpreter():
 
     from conftest import REPO
 
-    text = (REPO / "rust/parity-common/src/probe_spec.rs").read_text()
+    text = (REPO / "rust/parity-common/src/probe_spec/op.rs").read_text()
     body = text[text.index("pub enum Op {") :]
     body = body[: body.index("\n}\n")]
     variants = re.findall(r"^    ([A-Z][A-Za-z0-9]*)\b", body, flags=re.M)

@@ -9,16 +9,12 @@ import pytest
 import yaml
 
 from parity.compare import verdicts
-from parity.probe.format import ProbeError, discover, load, parse
+from parity.probe.format import ProbeError
+from parity.probe.judge import judge_probe_row
+from parity.probe.loader import discover, load, parse
 from parity.probe.ops import op_defaults, op_names
 from parity.probe.plan import ProbeKey, ProbePlan
-from parity.probe.results import (
-    Outcome,
-    ProbeResultError,
-    judge_probe_row,
-    read_results,
-    write_results,
-)
+from parity.probe.results import Outcome, ProbeResultError, read_results, write_results
 from parity.render.tables import number, values_text
 
 from conftest import REPO, load_config
@@ -873,11 +869,11 @@ BUG = {"candle": {"cpu": {"w.grad": WRONG}}}
 
 def test_judge_against_the_reference_run_and_exact_values(tmp_path):
     assert _judge(tmp_path, RIGHT).verdict == verdicts.PASS
-    assert _judge(tmp_path, RIGHT).note == ""
+    assert _judge(tmp_path, RIGHT).message == ""
     j = _judge(tmp_path, WRONG)
-    assert (j.verdict, j.max_diff, j.reference) == (verdicts.FAIL, 152.0, "torch f32 cpu")
+    assert (j.verdict, j.worst, j.reference) == (verdicts.FAIL, 152.0, "torch f32 cpu")
     # The note is closeness's mismatch message, located in the quantity's row-major layout.
-    assert j.note == (
+    assert j.message == (
         "mismatched elements: 6 / 6 (100.0%), greatest absolute difference: 152 at "
         "w.grad[2] (up to 0 allowed)"
     )
@@ -928,18 +924,18 @@ def test_a_known_bug_in_some_releases_only(tmp_path):
 
 def test_judge_outcomes_without_values(tmp_path):
     j = _judge(tmp_path, None, status=verdicts.MISSING_GRADIENT)
-    assert j.verdict == verdicts.MISSING_GRADIENT and j.max_diff is None
+    assert j.verdict == verdicts.MISSING_GRADIENT and j.worst is None
     j = _judge(tmp_path, None, status=verdicts.FRAMEWORK_ERROR)
-    assert j.verdict == verdicts.FRAMEWORK_ERROR and j.note == "RuntimeError: boom"
+    assert j.verdict == verdicts.FRAMEWORK_ERROR and j.message == "RuntimeError: boom"
     j = _judge(tmp_path, [340, math.nan, 444, 484, 568, math.inf])
-    assert j.verdict == verdicts.NON_FINITE and j.max_diff == math.inf
-    assert j.note.startswith(
+    assert j.verdict == verdicts.NON_FINITE and j.worst == math.inf
+    assert j.message.startswith(
         "mismatched elements: 2 / 6 (33.3%), greatest absolute difference: inf at w.grad[1]"
     )
     # Unsupported is accepted (the framework's API lacks the op) and says whose API.
     j = _judge(tmp_path, None, framework="burn", status=verdicts.UNSUPPORTED)
-    assert (j.verdict, j.note) == (verdicts.UNSUPPORTED, "not supported by burn: no such op")
-    assert j.max_diff is None and j.reference_values is None
+    assert (j.verdict, j.message) == (verdicts.UNSUPPORTED, "not supported by burn: no such op")
+    assert j.worst is None and j.reference_values is None
     # Even where the probe records a known bug for the framework.
     j = _judge(tmp_path, None, framework="candle", status=verdicts.UNSUPPORTED, known_bug=BUG)
     assert j.verdict == verdicts.UNSUPPORTED
@@ -948,8 +944,8 @@ def test_judge_outcomes_without_values(tmp_path):
 def test_judge_values_of_another_size_have_no_difference(tmp_path):
     # closeness refuses arrays of different sizes; the row says so and fails.
     j = _judge(tmp_path, [340, 392])
-    assert j.verdict == verdicts.FAIL and math.isnan(j.max_diff)
-    assert j.note == "2 values where the reference has 6"
+    assert j.verdict == verdicts.FAIL and math.isnan(j.worst)
+    assert j.message == "2 values where the reference has 6"
 
 
 @pytest.mark.parametrize(

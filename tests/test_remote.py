@@ -23,6 +23,7 @@ import pytest
 from parity.core.configcheck import schema_errors
 from parity.core.fileio import sha256_file
 from parity.plan.plan import Plan
+from parity.remote import commands
 from parity.remote import fetch as remote
 from parity.remote.crosshost import crosshost_params, here_traces
 from parity.trace.reader import TraceReader
@@ -47,15 +48,15 @@ def test_config_values_reach_programs_as_single_arguments():
         "identity": "/keys/id ed25519",
         "env": {"PATH": "/a b:$(reboot)"},
     }
-    argv = remote.ssh_argv(host, remote.in_checkout(host["path"], "true"))
+    argv = commands.ssh_argv(host, commands.in_checkout(host["path"], "true"))
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
     assert argv[argv.index("-i") + 1] == "/keys/id ed25519"
     assert argv[argv.index("-p") + 1] == "2222"
     assert argv[-3:-1] == ["--", "me@mac.local"]
     # the one line the remote shell reads: the path and env values quoted
     assert argv[-1] == "cd \"$HOME\"/'my parity; rm -rf x' && true"
-    assert remote.env_prefix(host) == "env 'PATH=/a b:$(reboot)' "
-    rsync = remote.rsync_argv(host, "/abs/p", "/tmp/list", "/here")
+    assert commands.env_prefix(host) == "env 'PATH=/a b:$(reboot)' "
+    rsync = commands.rsync_argv(host, "/abs/p", "/tmp/list", "/here")
     assert rsync[-2:] == ["me@mac.local:/abs/p/results/", "/here/"]
     assert "--delay-updates" in rsync and "--partial-dir=.rsync-partial" in rsync
 
@@ -73,8 +74,8 @@ def test_schema_refuses_an_option_as_destination_and_unknown_keys():
 
 
 def test_transferred_reads_rsync_stats():
-    assert remote.transferred("Number of regular files transferred: 1,204\n") == 1204
-    assert remote.transferred("nothing") is None
+    assert commands.transferred("Number of regular files transferred: 1,204\n") == 1204
+    assert commands.transferred("nothing") is None
 
 
 def test_a_mac_brings_back_metal_and_its_cpu_runs_compared_with_this_cpu():
@@ -382,13 +383,13 @@ def test_a_cut_transfer_leaves_nothing_half_copied_and_a_rerun_resumes(
     assert all(f"remote host {HOST}: rsync failed" in r["note"] for r in there)
     # nothing half-copied under a result's name: what is there is whole and the remote's
     results = workdir / f"results/remote/{HOST}"
-    partial_files = [p for p in results.rglob("*") if remote.PARTIAL_DIR in p.parts]
+    partial_files = [p for p in results.rglob("*") if commands.PARTIAL_DIR in p.parts]
     for p in results.rglob("*.parquet"):
-        if remote.PARTIAL_DIR in p.parts:
+        if commands.PARTIAL_DIR in p.parts:
             continue
         there = checkout / "results" / p.relative_to(results)
         assert sha256_file(p) == sha256_file(there)
-    print(f"after the cut: {len(partial_files)} files waiting in {remote.PARTIAL_DIR}")
+    print(f"after the cut: {len(partial_files)} files waiting in {commands.PARTIAL_DIR}")
     # a rerun (no throttle) resumes and completes; the remote recomputes nothing
     run_workflow(workdir, config_with(sshd, checkout), "--cores", "2", target)
     m = manifest(workdir)

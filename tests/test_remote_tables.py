@@ -18,11 +18,12 @@ from parity.core import hosts, integrity, paths
 from parity.plan.plan import Plan
 from parity.probe import table as probes_table
 from parity.probe.format import Probe
+from parity.probe.judge import judge_probe_row
 from parity.probe.plan import ProbeKey, ProbePlan
-from parity.probe.results import Outcome, judge_probe_row
+from parity.probe.results import Outcome
 from parity.remote import crosshost
 from parity.remote import fetch as remote
-from parity.report import summary
+from parity.report import check, partial, summary
 
 from conftest import load_test_config
 
@@ -103,7 +104,7 @@ def test_crosshost_rows_become_summary_rows_and_check_gates_on_them(in_tmp):
     integrity.write_sealed_json(path, result)
     out = [str(in_tmp / f"results/tables/summary.{e}") for e in ("csv", "md")]
     record = str(in_tmp / "results/tables/summary.sources.json")
-    rows = summary.summary_job([str(path)], [], *out, record)
+    rows = summary.summary([str(path)], [], *out, record)
     by_key = {(r["comparison"], r["device"]): r for r in rows}
     assert set(by_key) == {
         ("same run torch f32", "cpu@mac"),
@@ -113,7 +114,7 @@ def test_crosshost_rows_become_summary_rows_and_check_gates_on_them(in_tmp):
     assert by_key[("same run torch f32", "cpu@mac")]["pair"] == "torch f32 cpu vs torch f32 cpu@mac"
     assert by_key[("main", "cpu@mac")]["worst_dparam"] == float("inf")  # null: diverged
     assert by_key[("same run candle f32", "cpu@mac")]["candidate_host"] == "mac.local"
-    bad = summary.check_job(out[0], LOG, summary_record=record)
+    bad = check.check(out[0], LOG, summary_record=record)
     assert {(r["comparison"], r["device"], r["verdict"]) for r in bad} == {
         ("same run candle f32", "cpu@mac", "fail"),
         ("main", "cpu@mac", "fail"),
@@ -136,7 +137,7 @@ def test_a_failed_host_is_error_rows_naming_the_host_stage_log_and_missing_trace
         "job": p,
     }
     out = [f"results/tables/summary.partial.{e}" for e in ("csv", "md")]
-    n = summary.partial_summary_job(
+    n = partial.partial_summary(
         [], [], {}, *out, "results/tables/summary.partial.sources.json", (), [job]
     )
     with open(out[0], encoding="utf-8") as f:
@@ -156,7 +157,7 @@ def test_a_failed_host_is_error_rows_naming_the_host_stage_log_and_missing_trace
     assert "same run candle f64" in md and "cpu@mac" in md
     # once its manifest is written, a missing result is the cross-host job's: its log
     Path(remote.REMOTE_MANIFEST.format(host="mac")).write_text("{}")
-    (row,) = summary.remote_error_rows({**job, "job": {**p, "comparisons": []}}, "gone")[:1]
+    (row,) = partial.remote_error_rows({**job, "job": {**p, "comparisons": []}}, "gone")[:1]
     assert row["status"].startswith("remote host mac: no current cross-host result (gone)")
     assert paths.CROSSHOST_LOG.format(experiment=EXPERIMENT, host="mac") in row["status"]
 

@@ -18,7 +18,7 @@ import pytest
 from parity.core.codeversion import closure, code_version
 from parity.plan import versions
 
-from conftest import REPO, load_test_config, run_workflow
+from conftest import REPO, load_test_config, record_binary, run_workflow
 
 SCRIPTS = REPO / "scripts"
 
@@ -51,7 +51,7 @@ def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):
         "parity/core/models.py",
         "parity/plan/frameworks/candle.py",
     } <= files
-    # compare.maths.float64_tables imports activations inside the function.
+    # compare.diagnosis.float64_tables imports activations inside the function.
     assert "parity/compare/activations.py" in parity_files("compare.py")
 
 
@@ -120,6 +120,7 @@ def finished(tmp_path_factory, candle_binary, burn_binary):
         target = workdir / versions.runner_binary(framework, versions.pinned(framework), "cpu")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(binary, target)
+        record_binary(target)
     args = ("--cores", "2")
     run_workflow(workdir, config, *args, snakefile=repo / "Snakefile")
     nothing = run_workflow(workdir, config, "-n", *args, snakefile=repo / "Snakefile")

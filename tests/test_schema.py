@@ -416,3 +416,73 @@ def test_arrays_handed_over_are_kept_as_they_are(tmp_path):
         w.write_step(1, 1.0, {"w": view[2:]}, handed_over=True)
     recs = list(TraceReader(tmp_path / "h.parquet").iter_steps())
     assert [r.tensors["w"].tolist() for r in recs] == [[1, 2], [3, 4]]
+
+
+def test_a_run_that_failed_keeps_the_steps_before_its_failure_and_the_error(tmp_path):
+    """A framework error during step 2 of 3 (a backward the framework cannot run): the
+    trace holds steps 0 and 1, status failed, the step and the framework's message."""
+    layout = TraceLayout.of("f32", [("w", (2,))])
+    path = tmp_path / "t.parquet"
+    with TraceWriter(path, layout, base_meta(steps=3)) as w:
+        w.write_step(0, None, {"w": np.zeros(2, np.float32)})
+        w.write_step(1, 0.5, {"w": np.ones(2, np.float32)})
+        w.fail(2, "Backward is not supported for ConvTranspose1D")
+    r = TraceReader(path)
+    assert r.steps == [0, 1]
+    assert r.meta["status"] == "failed" and r.meta["failed_step"] == 2
+    assert r.meta["error"] == "Backward is not supported for ConvTranspose1D"
+
+
+def test_a_failed_trace_without_its_step_or_error_is_refused(tmp_path):
+    meta = dict(base_meta(steps=1), status="failed", diverged_step=None, failed_step=1)
+    meta.update(schema_version=schema.SCHEMA_VERSION, dtype="f32", params=[["w", [2]]], extras=[])
+    with pytest.raises(TraceError, match=r"failed_step .* and error"):
+        schema.check_metadata(tmp_path / "t.parquet", meta)
+
+
+def test_a_trace_that_did_not_fail_must_hold_every_step(tmp_path):
+    layout = TraceLayout.of("f32", [("w", (2,))])
+    w = TraceWriter(tmp_path / "t.parquet", layout, base_meta(steps=3))
+    w.write_step(0, None, {"w": np.zeros(2, np.float32)})
+    with pytest.raises(TraceError, match="trace ends before step 1"):
+        w.close()
+
+
+def forge(path, out, **changes):
+    """A copy of trace ``path`` whose sealed metadata says ``changes`` (resealed: a seal
+    proves only that nothing changed since it was made, not who made it)."""
+    f = pq.ParquetFile(path)
+    kv = dict(f.metadata.metadata)
+    meta = json.loads(kv[METADATA_KEY])
+    meta.update(changes)
+    kv.update(integrity.seal(METADATA_KEY, json.dumps(meta, sort_keys=True)))
+    table = f.read().replace_schema_metadata(kv)
+    pq.write_table(table, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"steps": 10**15}, "'steps' is 1000000000000000, beyond"),
+        ({"record_every": 0}, "'record_every' is 0, not >= 1"),
+        ({"dtype": "f16"}, "'dtype' is 'f16', not f32 or f64"),
+        ({"params": [[f"p{i}", [1]] for i in range(2_000_000)]}, "lists 2000000 parameters"),
+        ({"params": [["w", [10**6, 10**6]]]}, "claims 1000000000000 elements"),
+        ({"params": [["w", "2"]]}, "'params'[0] is not [name, shape]"),
+        ({"extras": ["grad:nothing"]}, "'extras' holds 'grad:nothing'"),
+    ],
+    ids=["steps", "record_every", "dtype", "two million params", "huge shape", "shape", "extra"],
+)
+def test_a_crafted_footer_is_refused_before_anything_is_built_from_it(tmp_path, changes, message):
+    path = write_trace(tmp_path / "t.parquet", [{"w": np.zeros(2)}, {"w": np.ones(2)}])
+    bad = forge(path, tmp_path / "bad.parquet", **changes)
+    with pytest.raises(TraceError) as e:
+        TraceReader(bad)
+    assert message in str(e.value) and str(bad) in str(e.value)
+
+
+def test_an_expectation_is_checked_before_the_layout_is_built(tmp_path):
+    path = write_trace(tmp_path / "t.parquet", [{"w": np.zeros(2)}, {"w": np.ones(2)}])
+    with pytest.raises(TraceError, match="metadata 'experiment' is 'hand', expected 'other'"):
+        TraceReader(path, expect={"experiment": "other"})

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from parity.core import paths
+from parity.core import integrity, paths
 from parity.plan.plan import Plan
 from parity.probe.plan import ProbePlan
-from parity.report import summary
+from parity.report import check, partial
 from parity.trace.reader import TraceReader
 
-from conftest import REPO, load_test_config, run_workflow
+from conftest import REPO, load_test_config, record_binary, run_workflow
 
 pytestmark = pytest.mark.workflow
 
@@ -64,20 +64,21 @@ def test_every_output_is_readable_by_the_group(finished):
             modes[str(p.relative_to(workdir))] = stat.S_IMODE(p.stat().st_mode)
     assert len(modes) > 50
     for name, mode in modes.items():
-        want = 0o775 if name.startswith("results/bin/") else 0o664
+        binary = name.startswith("results/bin/") and not name.endswith(".record.json")
+        want = 0o775 if binary else 0o664
         assert oct(mode) == oct(want), name
 
 
 def test_the_summary_says_what_it_was_made_from(finished):
     workdir, config = finished
-    record = summary.integrity.read_sealed_json(workdir / paths.SUMMARY_SOURCES)
+    record = integrity.read_sealed_json(workdir / paths.SUMMARY_SOURCES)
     plan = Plan(config)
     assert set(record["made_from"]) == {c.result(k) for c in plan.comparisons() for k in c.kinds}
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", record["run_id"])
     md = (workdir / "results/tables/summary.md").read_text()
     n = len(record["made_from"])  # per-step, split, diagnosis and localisation results
     assert f"Made by run {record['run_id']} from {n} comparison results" in md
-    probes = summary.integrity.read_sealed_json(workdir / paths.PROBES_SOURCES)
+    probes = integrity.read_sealed_json(workdir / paths.PROBES_SOURCES)
     probe_plan = ProbePlan.from_config(config, REPO)
     assert set(probes["made_from"]) == set(probe_plan.results())
     assert probes["run_id"] == record["run_id"]
@@ -163,6 +164,7 @@ def test_a_crashed_probe_job_is_named_in_the_partial_probe_table(run):
         f'exec {real} "$@"\n'
     )
     binary.chmod(0o755)
+    record_binary(binary, "a build that crashes")  # this test is about a crash, not the check
     proc = run_workflow(workdir, config, "--cores", "2", "--keep-going", check=False)
     assert proc.returncode != 0
     assert not (workdir / "results/tables/probes.csv").exists()
@@ -185,11 +187,11 @@ def test_a_trace_that_is_gone_takes_its_pass_with_it(run, monkeypatch):
     monkeypatch.chdir(workdir)
     plan = Plan(config)
     (workdir / TRACE).unlink()
-    with pytest.raises(summary.StaleTable, match=f"{TRACE} is gone"):
-        summary.check_job("results/tables/summary.csv", logging.getLogger("t"), None)
+    with pytest.raises(check.StaleTable, match=f"{TRACE} is gone"):
+        check.check("results/tables/summary.csv", logging.getLogger("t"), None)
     codes = {"perstep": None, "split": None, "diagnosis": None, "summary": None}
     comparisons = [(c, plan.comparison_job(c)) for c in plan.comparisons()]
-    line = summary.after_failed_run(comparisons, plan.unsupported_params(), codes)
+    line = partial.after_failed_run(comparisons, plan.unsupported_params(), codes)
     assert "removed the stale results/tables/summary.csv" in line
     row = rows("results/tables/summary.partial.csv")[("a3_sgd", "main")]
     assert row["verdict"] == "error" and "candle f32 cpu failed" in row["status"]

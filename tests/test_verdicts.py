@@ -1,9 +1,12 @@
-"""The verdict vocabulary: each of the six outcomes."""
+"""The verdict vocabulary and how a comparison's verdict is reached: each of the six
+outcomes, through the one judging interface (parity.compare.judgement)."""
 
 import math
 
+import numpy as np
 import pytest
 
+from parity.compare import judgement
 from parity.compare import verdicts as v
 
 
@@ -22,12 +25,15 @@ from parity.compare import verdicts as v
     ],
 )
 def test_tolerance_verdict(worst, expect, verdict):
-    assert v.tolerance_verdict(worst, 1e-6, expect) == verdict
+    j = judgement.judge_worst(worst, "fc1.weight[3]", 1e-6, expect)
+    assert j.verdict == verdict
+    assert (j.worst is worst or j.worst == worst) and j.where == "fc1.weight[3]"
+    assert j.tolerance == 1e-6
 
 
 def test_zero_tolerance_demands_exact_equality():
-    assert v.tolerance_verdict(0.0, 0.0, "pass") == v.PASS
-    assert v.tolerance_verdict(1e-300, 0.0, "pass") == v.FAIL
+    assert judgement.judge_worst(0.0, "w[0]", 0.0, "pass").verdict == v.PASS
+    assert judgement.judge_worst(1e-300, "w[0]", 0.0, "pass").verdict == v.FAIL
 
 
 @pytest.mark.parametrize(
@@ -47,48 +53,48 @@ def test_meets_expectation(verdict, ok):
 
 def test_unknown_values_are_refused():
     with pytest.raises(ValueError, match="expect"):
-        v.tolerance_verdict(0.0, 1.0, "maybe")
+        judgement.judge_worst(0.0, "w[0]", 1.0, "maybe")
+    with pytest.raises(ValueError, match="expect"):
+        judgement.judge_check(True, "maybe")
     with pytest.raises(ValueError, match="unknown verdict"):
         v.meets_expectation("fine")
 
 
 def test_check_verdict_of_a_yes_no_criterion():
-    assert v.check_verdict(True, "pass") == v.PASS
-    assert v.check_verdict(False, "pass") == v.FAIL
-    assert v.check_verdict(True, "fail") == v.UNEXPECTED_PASS
-    assert v.check_verdict(False, "fail") == v.EXPECTED_FAIL
+    assert judgement.judge_check(True, "pass").verdict == v.PASS
+    assert judgement.judge_check(False, "pass").verdict == v.FAIL
+    assert judgement.judge_check(True, "fail").verdict == v.UNEXPECTED_PASS
+    assert judgement.judge_check(False, "fail").verdict == v.EXPECTED_FAIL
+    assert judgement.judge_check(False, message="bit for bit").message == "bit for bit"
 
 
-@pytest.mark.parametrize(
-    ("worst", "bug", "non_finite", "verdict"),
-    [
-        (0.0, None, False, v.PASS),
-        (0.0, 5.0, False, v.KNOWN_BUG_FIXED),
-        (5.0, 0.0, False, v.KNOWN_BUG),
-        (5.0, 5.0, False, v.FAIL),
-        (math.inf, None, True, v.NON_FINITE),
-        (math.inf, 0.0, True, v.KNOWN_BUG),  # the known bug's own NaN/Inf, reproduced
-        (math.nan, None, False, v.FAIL),  # values of another size
-    ],
-)
-def test_probe_verdict(worst, bug, non_finite, verdict):
-    assert v.probe_verdict(worst, 1e-6, known_bug_worst=bug, non_finite=non_finite) == verdict
+def test_a_failing_comparison_says_where_and_by_how_much():
+    j = judgement.judge_worst(2.5e-6, "fc1.weight[3]", 1e-6)
+    assert j.message == (
+        "greatest absolute difference: 2.5e-06 at fc1.weight[3] (up to 1e-06 allowed)"
+    )
+    assert judgement.judge_worst(5e-7, "fc1.weight[3]", 1e-6).message == ""
+    assert not j.accepted and judgement.judge_worst(2.5e-6, "x", 1e-6, "fail").accepted
 
 
-@pytest.mark.parametrize(
-    ("worst", "bug", "fp64_pass", "invalid", "verdict"),
-    [
-        (5.0, None, True, False, v.PASS),  # the float64-referenced rule passes it
-        (5.0, None, False, False, v.FAIL),
-        (5.0, 5.0, True, False, v.KNOWN_BUG_FIXED),
-        (0.0, None, False, True, v.FAIL),  # equal values in another shape
-        (0.0, None, True, True, v.FAIL),  # no rule passes a shape that differs
-        (0.0, 0.0, False, True, v.KNOWN_BUG),  # a recorded bug of that shape
-        (math.inf, None, True, False, v.PASS),  # only the rule decides then
-    ],
-)
-def test_probe_verdict_with_the_fp64_rule_and_invalid_values(
-    worst, bug, fp64_pass, invalid, verdict
-):
-    got = v.probe_verdict(worst, 1e-6, known_bug_worst=bug, fp64_pass=fp64_pass, invalid=invalid)
-    assert got == verdict
+def test_judge_values_measures_holds_and_describes_once():
+    ref = {"w": np.array([1.0, 2.0, 3.0]), "b": np.array([0.5])}
+    ok = judgement.judge(ref, {"w": np.array([1.0, 2.0 + 1e-7, 3.0]), "b": ref["b"]}, 1e-6)
+    assert (ok.verdict, ok.where, ok.message) == (v.PASS, "w[1]", "")
+    assert ok.worst == pytest.approx(1e-7) and ok.tolerance == 1e-6
+    bad = judgement.judge(ref, {"w": ref["w"], "b": np.array([math.nan])}, 1e-6)
+    assert (bad.verdict, bad.worst, bad.where) == (v.FAIL, math.inf, "b[0]")
+    assert bad.message == (
+        "mismatched elements: 1 / 4 (25.0%), greatest absolute difference: inf at b[0] "
+        "(up to 1e-06 allowed)"
+    )
+    with pytest.raises(ValueError):
+        judgement.judge(ref, {"w": np.zeros(2), "b": ref["b"]}, 1e-6)
+
+
+def test_expecting_turns_a_controls_fail_into_its_expected_verdict():
+    failed = judgement.Judgement(v.FAIL, 1.0, "w[0]", 0.0, "why")
+    assert judgement.expecting(failed, "fail") == judgement.Judgement(
+        v.EXPECTED_FAIL, 1.0, "w[0]", 0.0, "why"
+    )
+    assert judgement.expecting(failed, "pass") is failed

@@ -248,6 +248,26 @@ def test_a_staged_workspace_holds_the_release_and_its_lock(tmp_path):
     assert (tmp_path / "ws" / "Cargo.lock").stat().st_mtime_ns == before
 
 
+def test_a_file_the_workspace_no_longer_has_leaves_the_staged_copy(tmp_path):
+    # A module moved from spec.rs to spec/mod.rs: a staging that kept the old file would
+    # hold both, and rustc refuses a module found twice (E0761).
+    rust = tmp_path / "rust"
+    shutil.copytree(REPO / "rust", rust, ignore=shutil.ignore_patterns("target"))
+    ws = tmp_path / "ws"
+    old = ["Cargo.toml", "candle-parity/Cargo.toml", "parity-common/Cargo.toml"]
+    (rust / "parity-common" / "src" / "gone.rs").write_text("// moved\n")
+    versions.stage(rust, [*old, "parity-common/src/gone.rs"], "candle", "0.11.1", ws)
+    (rust / "parity-common" / "src" / "gone.rs").unlink()
+    (rust / "parity-common" / "src" / "gone").mkdir()
+    (rust / "parity-common" / "src" / "gone" / "mod.rs").write_text("// here now\n")
+    versions.stage(rust, [*old, "parity-common/src/gone/mod.rs"], "candle", "0.11.1", ws)
+    assert not (ws / "parity-common" / "src" / "gone.rs").exists()
+    assert (ws / "parity-common" / "src" / "gone" / "mod.rs").read_text() == "// here now\n"
+    assert sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*") if p.is_file()) == sorted(
+        [*old, "Cargo.lock", "parity-common/src/gone/mod.rs"]
+    )
+
+
 def test_a_build_failure_is_named_with_cargos_error_lines(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     log = tmp_path / versions.build_log("candle", "0.11.1", "cpu")
@@ -300,7 +320,7 @@ def test_a_further_release_probes_every_probe_in_a_batch_of_its_own(config):
 
 
 def test_a_known_bug_may_name_the_releases_it_is_in(tmp_path):
-    from parity.probe import format as probes
+    from parity.probe import loader
 
     path = tmp_path / "p.yaml"
     path.write_text(
@@ -312,7 +332,7 @@ def test_a_known_bug_may_name_the_releases_it_is_in(tmp_path):
         "    compare: [y]\n"
         "    known_bug: {candle: {versions: [0.11.0], cpu: {y: [1.0, 1.0]}}}\n"
     )
-    case = probes.load(path).case("c")
+    case = loader.load(path).case("c")
     assert case["known_bug_versions"] == {"candle": ["0.11.0"]}
     assert case["known_bug"]["candle"]["cpu"]["y"] is not None
 
@@ -557,7 +577,7 @@ def test_the_matrix_files_and_their_markdown(tmp_path):
         w.writeheader()
         w.writerows(probe_rows)
     out_csv, out_md = tmp_path / "versions.csv", tmp_path / "versions.md"
-    M.versions_job(
+    M.versions_table(
         _params(BUG),
         str(summary_csv),
         str(probes_csv),
@@ -583,7 +603,7 @@ def test_a_release_that_did_not_build_is_named_in_the_partial_summary_and_probe_
     config, tmp_path, monkeypatch
 ):
     from parity.probe import table as probes_table
-    from parity.report import summary
+    from parity.report import partial
 
     for name, exp in config["experiments"].items():
         exp["enabled"] = name == "a3_sgd"
@@ -597,9 +617,7 @@ def test_a_release_that_did_not_build_is_named_in_the_partial_summary_and_probe_
     log.parent.mkdir(parents=True)
     log.write_text("error[E0425]: cannot find function `conv1d_single_group`\n")
     jobs = [(c, plan.comparison_job(c)) for c in plan.comparisons()]
-    summary.partial_summary_job(
-        jobs, plan.unsupported_params(), {}, "s.csv", "s.md", "s.sources.json"
-    )
+    partial.partial_summary(jobs, plan.unsupported_params(), {}, "s.csv", "s.md", "s.sources.json")
     with open("s.csv", encoding="utf-8") as f:
         status = {r["comparison"]: r["status"] for r in csv.DictReader(f)}
     cargo = (

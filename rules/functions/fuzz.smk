@@ -41,7 +41,7 @@ def fuzz_known_folder():
     """The folder whose probes' ``known_bug`` entries the findings are matched with
     (``fuzz.known_bugs``, relative to the workflow's folder; default ``probes``)."""
     folder = fuzz_settings()["known_bugs"]
-    return folder if os.path.isabs(folder) else os.path.join(workflow.basedir, folder)
+    return folder if os.path.isabs(folder) else os.path.join(PARITY_DIR, folder)
 
 
 def fuzz_known_probes():

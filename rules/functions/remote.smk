@@ -19,13 +19,13 @@ def checkout_commit():
     import subprocess
 
     proc = subprocess.run(
-        ["git", "-C", workflow.basedir, "rev-parse", "HEAD"],
+        ["git", "-C", PARITY_DIR, "rev-parse", "HEAD"],
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
         raise WorkflowError(
-            f"remote: {workflow.basedir} is not a git checkout with a commit: a remote host "
+            f"remote: {PARITY_DIR} is not a git checkout with a commit: a remote host "
             f"runs this checkout's commit ({proc.stderr.strip()})"
         )
     return proc.stdout.strip()
@@ -66,7 +66,7 @@ def crosshost_inputs(wildcards):
 
 def remote_crosshost_jobs():
     """Every cross-host job the summary gathers, one per remote host and experiment:
-    ``{"host", "experiment", "result", "job"}`` (parity.report.summary.RemoteJobs); empty without
+    ``{"host", "experiment", "result", "job"}`` (parity.report.partial.RemoteJobs); empty without
     remote hosts."""
     from parity.remote.crosshost import crosshost_params
 

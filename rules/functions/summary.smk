@@ -21,16 +21,16 @@ def write_partial_summary():
     """After a failed run (onerror): keep summary.csv and probes.csv only where they are
     still current, else remove them and write summary.partial.* / probes.partial.* with
     an "error" row naming the log of each comparison or probe cell without a current
-    result (parity.report.summary.after_failed_run, parity.probe.table.after_failed_run); with
+    result (parity.report.partial.after_failed_run, parity.probe.table.after_failed_run); with
     remote hosts, each cell a host owes without a current result is an "error" row naming
     the host, the stage that failed and its log."""
     from parity.probe import table as probes_table
-    from parity.report import summary
+    from parity.report import partial
 
     codes = job_codes()
     comparisons = [(c, PLAN.comparison_job(c)) for c in PLAN.comparisons()]
     print(
-        summary.after_failed_run(
+        partial.after_failed_run(
             comparisons, PLAN.unsupported_params(), codes, remote_crosshost_jobs()
         ),
         file=sys.stderr,

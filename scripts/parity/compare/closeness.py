@@ -1,9 +1,10 @@
 """Closeness: how far apart two sets of values are, and whether that is close enough.
 
 The one place for it, as ``torch/testing/_comparison.py`` is for PyTorch: the traces
-(``compare``), the probes (``probe_results``) and the verdicts (``verdicts``) all measure a
-difference with :func:`max_abs_diff`, hold it to a tolerance with :func:`within`, and
-describe a mismatch with :func:`mismatch_message`.
+(``compare``), the probes and the localisation all measure a difference with
+:func:`max_abs_diff`, hold it to a tolerance with :func:`within`, and describe a mismatch
+with :func:`mismatch_message` (:func:`difference_message` without the element counts). How
+a verdict is reached from them is ``judgement``.
 
 **The difference.** Values are flat arrays of any float dtype, compared in float64 (a
 float32 value widens exactly, and the difference of two float32 values is exact in
@@ -162,6 +163,17 @@ def _number(v: float) -> str:
     return f"{v:.6g}"
 
 
+def difference_message(worst: float, where: str, tolerance: float) -> str:
+    """The one description of a difference held to a tolerance, after
+    ``torch.testing.assert_close``'s: ``greatest absolute difference: 152 at w.grad[5] (up
+    to 0.000652 allowed)`` (``worst`` and ``tolerance`` absolute, ``where`` as
+    :attr:`MaxDiff.where`)."""
+    return (
+        f"greatest absolute difference: {_number(worst)} at {where} "
+        f"(up to {_number(tolerance)} allowed)"
+    )
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """How two sets of values differ under a tolerance: ``mismatched`` of ``total``
@@ -179,8 +191,7 @@ class Mismatch:
         share = 100.0 * self.mismatched / self.total if self.total else 0.0
         return (
             f"mismatched elements: {self.mismatched} / {self.total} ({share:.1f}%), "
-            f"greatest absolute difference: {_number(self.worst.value)} at {self.worst.where} "
-            f"(up to {_number(self.tolerance)} allowed)"
+            + difference_message(self.worst.value, self.worst.where, self.tolerance)
         )
 
 

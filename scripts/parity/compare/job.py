@@ -1,10 +1,11 @@
 """The comparison jobs: per-step table, float64 split and diagnosis of one comparison,
 as plain functions of what the rule resolved and of paths.
 
-One job per comparison (``scripts/compare.py``, rule ``compare``, or ``perstep`` for
-a comparison without float64 runs): the per-step table (:func:`perstep_job`) and, with
-float64 runs, the split and the diagnosis (:func:`float64_job`, the four traces opened once),
-so a comparison pays one interpreter start and one matplotlib import. The script is a thin
+One job per comparison (:func:`compare`; rule ``compare``, or ``perstep`` for a comparison
+without float64 runs, both through ``scripts/compare.py``): the per-step table
+(:func:`perstep_job`) and, with float64 runs, the split and the diagnosis
+(:func:`float64_job`, the four traces opened once), so a comparison pays one interpreter
+start and one matplotlib import. The script is a thin
 adapter from Snakemake's ``snakemake`` object to these functions; tests call them directly. Every
 job opens its traces against what the rule says they must carry (:func:`open_trace`), and
 writes per table a CSV, its Markdown twin, its figure (drawn in-process from the rows it
@@ -20,8 +21,8 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
-from parity.compare import maths as compare
-from parity.compare import verdicts
+from parity.compare import judgement, maths
+from parity.compare.diagnosis import diagnosis_findings, float64_tables
 from parity.core import integrity
 from parity.core.config import canonical_hash
 from parity.core.fileio import sha256_file
@@ -48,7 +49,7 @@ def open_split(
     sha256 is ``fixture_sha256`` when the caller has it). Returns the readers, keyed like
     ``traces``."""
     readers = {k: open_trace(job, k, traces[k]) for k in ("ref32", "cand32", "ref64", "cand64")}
-    compare.check_comparable(list(readers.values()), fixture_sha256 or sha256_file(fixture))
+    maths.check_comparable(list(readers.values()), fixture_sha256 or sha256_file(fixture))
     return readers
 
 
@@ -132,31 +133,35 @@ def perstep_job(
     summary.
 
     ``job`` is what the rule resolved (``plan.Plan.comparison_job``); the result records
-    the first step beyond the tolerance (``compare.first_beyond``) for the jobs after it.
+    the first step beyond the tolerance (``maths.first_beyond``) for the jobs after it.
     ``figure`` holds the paths (``.png``, ``.svg``) the figure is drawn to (none: not
-    drawn). Raises ``schema.TraceError`` or ``compare.ComparisonError`` for traces that
+    drawn). Raises ``schema.TraceError`` or ``maths.ComparisonError`` for traces that
     cannot be trusted or compared; nothing is written then.
     """
     comp = Comparison.from_params(job["comparison"])
     made_from = sources({"ref32": reference, "cand32": candidate, "fixture": fixture})
     ref = open_trace(job, "ref32", reference)
     cand = open_trace(job, "cand32", candidate)
-    compare.check_comparable([ref, cand], made_from["fixture"]["sha256"])
-    result = compare.perstep(ref, cand)
+    maths.check_comparable([ref, cand], made_from["fixture"]["sha256"])
+    result = maths.perstep(ref, cand)
     rows = result.rows
-    worst, worst_step = compare.worst(rows, "max_dparam")
+    worst, worst_step = maths.worst(rows, "max_dparam")
     worst_where = next((r["where"] for r in rows if r["step"] == worst_step), "")
-    dloss, _ = compare.worst(rows, "dloss")
+    dloss, _ = maths.worst(rows, "dloss")
     status = _status(ref, cand)
     if comp.tolerance == 0:
         # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
-        verdict = verdicts.check_verdict(result.bitwise_identical, comp.expect)
+        judged = judgement.judge_check(
+            result.bitwise_identical, comp.expect, "every step identical bit for bit"
+        )
     else:
         # closeness counts NaN against NaN as equal; a run that diverged still never passes
         # a tolerance (two runs that diverge alike are not a training that matches).
-        judged = worst if status == "ok" else math.inf
-        verdict = verdicts.tolerance_verdict(judged, comp.tolerance, comp.expect)
-    beyond = compare.first_beyond(rows, comp.tolerance)
+        judged = judgement.judge_worst(
+            worst if status == "ok" else math.inf, worst_where, comp.tolerance, comp.expect
+        )
+    verdict = judged.verdict
+    beyond = maths.first_beyond(rows, comp.tolerance)
     stuck = ", ".join(result.never_updated)
     notes = [
         f"reference: {comp.reference.label} (`{reference}`)",
@@ -239,11 +244,11 @@ def _split(
     out_result: str,
     code: str | None,
 ) -> tuple[list[dict], dict]:
-    """Write the float64 split table from its ``rows`` (``compare.float64_tables``): its
+    """Write the float64 split table from its ``rows`` (``diagnosis.float64_tables``): its
     CSV, Markdown twins and sealed result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
     keys = comp.keys
-    worst = {c: compare.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
+    worst = {c: maths.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
     notes = [f"{k}: {keys[k].label}" for k in keys]
     notes.append(
         "columns: max|ref32 − cand32|, max|ref32 − ref64|, max|cand32 − cand64|, "
@@ -307,11 +312,11 @@ def _diagnosis(
     code: str | None,
 ) -> tuple[list[dict], dict]:
     """Write why a pair differs, per step and localised (docs/diagnosis.md): the diagnosis
-    ``rows`` (``compare.float64_tables``), their findings (``compare.diagnosis_findings``)
+    ``rows`` (``diagnosis.float64_tables``), their findings (``diagnosis.diagnosis_findings``)
     and the per-step result ``perstep`` (its first step beyond the tolerance) in the
     sealed result; returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
-    findings = compare.diagnosis_findings(rows)
+    findings = diagnosis_findings(rows)
     result = {
         "kind": "diagnosis",
         "experiment": comp.experiment,
@@ -320,9 +325,9 @@ def _diagnosis(
         "tol_exceeded_step": perstep["tol_exceeded_step"],
         "tol_exceeded_where": perstep["tol_exceeded_where"],
         **findings,
-        "fp64_rule_verdict": verdicts.check_verdict(
-            findings["fp64_rule_first_fail"] is None, comp.expect
-        ),
+        "fp64_rule_verdict": judgement.judge_check(
+            findings["fp64_rule_first_fail"] is None, comp.expect, "the fp64-referenced rule"
+        ).verdict,
         "f64_rounding_factor": job["diagnosis"]["f64_rounding_factor"],
     }
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
@@ -346,7 +351,7 @@ def float64_job(
 ) -> dict[str, dict]:
     """The float64 split and the diagnosis of one comparison, in one job: the four traces
     (``ref32``, ``cand32``, ``ref64``, ``cand64`` → path) and the fixture are opened and
-    checked once, and read once for both tables (``compare.float64_tables``); the per-step
+    checked once, and read once for both tables (``diagnosis.float64_tables``); the per-step
     result ``perstep_result`` gives the first step beyond the tolerance (the diagnosis
     records it and its figure marks it) and the rounding level both figures draw.
 
@@ -363,7 +368,7 @@ def float64_job(
     perstep = read_result(perstep_result)
     scale = perstep["param_scale"]
     x = fixtures.load(fixture)["x"]
-    split_rows, diagnosis_rows = compare.float64_tables(readers, job["model"], x, job["diagnosis"])
+    split_rows, diagnosis_rows = float64_tables(readers, job["model"], x, job["diagnosis"])
     out = outputs["split"]
     split_from = {k: v for k, v in made_from.items() if k != "perstep"}
     rows, split = _split(job, split_rows, split_from, out["csv"], out["md"], out["result"], code)
@@ -376,3 +381,52 @@ def float64_job(
     draw(comp, "diagnosis", rows, [out["png"], out["svg"]], scale, perstep, diagnosis)
     log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, diagnosis)
     return {"split": split, "diagnosis": diagnosis}
+
+
+#: What a comparison job writes for its per-step table, by the rule's output names; with
+#: float64 runs also ``split_<name>`` and ``diagnosis_<name>`` of :data:`FLOAT64_OUTPUTS`.
+PERSTEP_OUTPUTS = ("csv", "md", "result", "png", "svg")
+
+
+def compare(
+    job: Mapping,
+    traces: Mapping[str, str],
+    fixture: str,
+    outputs: Mapping[str, str],
+    log: logging.Logger,
+    code: str | None = None,
+) -> dict[str, dict]:
+    """The job of one comparison (rules ``compare`` and ``perstep``): the per-step table
+    (:func:`perstep_job`), and where ``outputs`` name the float64 tables (``split_csv``
+    and the others of :data:`FLOAT64_OUTPUTS`, rule ``compare``) the float64 split and the
+    diagnosis (:func:`float64_job`), which read the per-step result just written.
+
+    ``job`` is what the rule resolved (``Plan.comparison_job``); ``traces`` the trace of
+    each role (``ref32``, ``cand32``; with float64 runs ``ref64``, ``cand64``); ``fixture``
+    the experiment's fixture; ``outputs`` the rule's outputs by name (:data:`PERSTEP_OUTPUTS`,
+    then ``split_*`` and ``diagnosis_*``); ``code`` the rule's code hash. Returns each
+    table's result by kind (``perstep``, ``split``, ``diagnosis``). Raises like
+    :func:`perstep_job`; nothing of a table is written when its traces cannot be trusted.
+    """
+    results = {
+        "perstep": perstep_job(
+            job,
+            traces["ref32"],
+            traces["cand32"],
+            fixture,
+            outputs["csv"],
+            outputs["md"],
+            outputs["result"],
+            log,
+            code=code,
+            figure=[outputs["png"], outputs["svg"]],
+        )
+    }
+    if "split_csv" in outputs:
+        float64 = {
+            kind: {out: outputs[f"{kind}_{out}"] for out in FLOAT64_OUTPUTS}
+            for kind in ("split", "diagnosis")
+        }
+        roles = {k: traces[k] for k in SPLIT_ROLES}
+        results.update(float64_job(job, roles, fixture, outputs["result"], float64, log, code=code))
+    return results

@@ -1,4 +1,5 @@
-"""The verdict vocabulary, used by every table and by the ``check`` target.
+"""The verdict vocabulary, used by every table and by the ``check`` target; how a verdict
+is reached is ``judgement`` (one ``Judgement`` for every kind of comparison).
 
 | verdict           | meaning                                                          |
 | ----------------- | ---------------------------------------------------------------- |
@@ -35,17 +36,13 @@ returns values for a case that expects an error (``expect: error``, where the fr
 error is a `pass`). Integer quantities (argmax, argmin, argsort) pass only when equal. An
 f32, f16 or bf16 row compared with PyTorch in its dtype passes within the tolerance or by
 the float64-referenced rule: max|value − torch f64| ≤ m · max|torch − torch f64| + a floor
-of ulps (``probe_results.fp64_check``); its note says which.
+of ulps (``parity.probe.fp64.fp64_check``); its note says which.
 
 Differences and whether they are within a tolerance are ``closeness``'s (its NaN/Inf rule:
 NaN and ``inf`` are never within).
 """
 
 from __future__ import annotations
-
-import math
-
-from parity.compare import closeness
 
 PASS = "pass"
 FAIL = "fail"
@@ -83,26 +80,6 @@ PROBE_WORDING = {KNOWN_BUG: "known bug reproduced", KNOWN_BUG_FIXED: "known bug 
 EXPECTATIONS = {"pass": PASS, "fail": EXPECTED_FAIL}
 
 
-def tolerance_verdict(worst: float, tolerance: float, expect: str) -> str:
-    """Verdict of a comparison whose worst difference over all steps is ``worst``, held to
-    ``tolerance`` by ``closeness.within`` (NaN and ``inf`` are never within).
-
-    ``expect`` is ``"pass"`` (a correct pair) or ``"fail"`` (a negative control).
-    Raises ``ValueError`` for another expectation.
-    """
-    if expect not in EXPECTATIONS:
-        raise ValueError(f"expect must be one of {sorted(EXPECTATIONS)}, not {expect!r}")
-    ok = closeness.within(worst, tolerance)
-    if expect == "pass":
-        return PASS if ok else FAIL
-    return UNEXPECTED_PASS if ok else EXPECTED_FAIL
-
-
-def check_verdict(ok: bool, expect: str) -> str:
-    """Verdict of a yes/no criterion (e.g. the fp64-referenced rule) under ``expect``."""
-    return tolerance_verdict(0.0 if ok else math.inf, 0.0, expect)
-
-
 def meets_expectation(verdict: str) -> bool:
     """True for verdicts the ``check`` target accepts."""
     if verdict not in VERDICTS:
@@ -110,44 +87,10 @@ def meets_expectation(verdict: str) -> bool:
     return verdict in ACCEPTED
 
 
-def probe_verdict(
-    worst: float,
-    tolerance: float,
-    *,
-    known_bug_worst: float | None = None,
-    known_bug_tolerance: float | None = None,
-    non_finite: bool = False,
-    fp64_pass: bool = False,
-    invalid: bool = False,
-) -> str:
-    """Verdict of one probe quantity whose values the framework did produce.
-
-    ``worst`` is max|value − reference| (``closeness.max_abs_diff``: ``inf`` where a NaN or
-    an Inf meets a different value; NaN where the counts differ), held to ``tolerance`` by
-    ``closeness.within`` (NaN and ``inf`` never are within); ``known_bug_worst`` the same
-    against the values a recorded known bug produces for this framework and device, or None
-    when none is recorded, held to ``known_bug_tolerance`` (default ``tolerance``; half
-    precision allows the float64-referenced rule's bound); ``non_finite`` whether the
-    values hold NaN or ±Inf where the reference does not; ``fp64_pass`` whether the values
-    pass the float64-referenced rule (``probe_results.fp64_check``), which passes them as
-    the tolerance does; ``invalid``
-    whether they fail whatever their difference (a shape other than the reference's,
-    non-integers in an integer quantity), though a known bug may still reproduce. Missing
-    gradients, framework errors, expected errors and reference rows are decided before
-    this.
-    """
-    if not invalid and (closeness.within(worst, tolerance) or fp64_pass):
-        return PASS if known_bug_worst is None else KNOWN_BUG_FIXED
-    bug_tolerance = tolerance if known_bug_tolerance is None else known_bug_tolerance
-    if known_bug_worst is not None and closeness.within(known_bug_worst, bug_tolerance):
-        return KNOWN_BUG
-    return NON_FINITE if non_finite else FAIL
-
-
 #: The criteria a comparison is judged by, with what each flags (README, "Diagnosis" and
-#: "Detection power"). The verdict above is ``max_abs``; the diagnosis computes the other two.
-#: A fault instance is detected by a criterion that flags it; a correct pair that a
-#: criterion flags is a false alarm of that criterion.
+#: "Detection power"). A comparison's verdict is ``max_abs`` (``judgement.judge_worst``);
+#: the diagnosis computes the other two. A fault instance is detected by a criterion that
+#: flags it; a correct pair that a criterion flags is a false alarm of that criterion.
 CRITERIA = {
     "max_abs": "the worst max|dparam| over all steps exceeds the tolerance",
     "fp64_rule": "RMSE(ref64 − cand32) exceeds multiplier × RMSE(ref64 − ref32) + atol",

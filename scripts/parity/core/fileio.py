@@ -1,5 +1,5 @@
-"""Small file helpers: atomic writes (with the mode the umask gives), hashing, a lock file,
-logging into a job's log file."""
+"""Small file helpers: atomic writes of files and folders (with the mode the umask gives),
+hashing, a lock file, logging into a job's log file."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import glob
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +48,41 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside ``path``; on success it takes the place of ``path``
+    (a folder, whose old contents go, or nothing), else it is removed.
+
+    The folder's contents appear together: a reader sees the old folder or the new one,
+    never a half-written one (two renames, each atomic on POSIX file systems, with the old
+    folder moved aside between them). The folder gets the mode a new folder gets under
+    this process's umask (0777 & ~umask), not mkdtemp's 0700. Raises whatever the body
+    raises, after removing the temporary folder.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # What a job killed earlier left (SIGKILL skips the cleanup below).
+    for prefix in (".tmp-", ".old-"):
+        for stale in path.parent.glob(f"{prefix}{glob.escape(path.name)}.*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~current_umask())
+        old = None
+        if path.is_dir() and not path.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".old-{path.name}.", dir=path.parent))
+            os.replace(path, old)  # onto an empty folder
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def current_umask() -> int:

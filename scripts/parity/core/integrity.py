@@ -31,6 +31,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from parity.core.fileio import sha256_file, write_text_atomic
@@ -201,4 +202,60 @@ def write_record(
         **more,
     }
     write_sealed_json(path, record)
+    return record
+
+
+# ----- runner binaries ---------------------------------------------------------------
+
+#: What a build job records of the binary it wrote, beside it (``<binary>.record.json``).
+BINARY_RECORD = "{binary}.record.json"
+
+
+class BinaryError(RuntimeError):
+    """A runner binary that is not the one its build wrote; the message names it and what
+    to do."""
+
+
+def binary_record(binary: str | os.PathLike) -> Path:
+    """Where the build record of ``binary`` lies."""
+    return Path(BINARY_RECORD.format(binary=binary))
+
+
+def write_binary_record(binary: str | os.PathLike, source_id: str) -> dict:
+    """Record, after a build job checked ``binary``'s source id, its sha256, size and source
+    id beside it (sealed JSON, written atomically). Returns the record."""
+    record = {
+        "binary": Path(binary).name,
+        "binary_sha256": sha256_file(binary),
+        "size": os.path.getsize(binary),
+        "source_id": source_id,
+    }
+    write_text_atomic(binary_record(binary), sealed_json_text(record))
+    return record
+
+
+def check_binary(binary: str | os.PathLike) -> dict:
+    """The build record of ``binary`` when the file is the one its build wrote (its sha256
+    equals the recorded one): what a job checks before it starts a runner, so a wrapper
+    script put in its place, or another release's binary with the old time, is refused by
+    name rather than run. Raises :class:`BinaryError` naming the binary and what to do."""
+    path = binary_record(binary)
+    remedy = f"delete {binary} and rerun: the workflow builds it again"
+    try:
+        record = read_sealed_json(path)
+    except FileNotFoundError:
+        raise BinaryError(f"{binary} has no build record ({path}): {remedy}") from None
+    except (OSError, ValueError, IntegrityError) as e:
+        raise BinaryError(
+            f"{binary}: its build record {path} is unreadable ({e}): {remedy}"
+        ) from None
+    try:
+        got = sha256_file(binary)
+    except OSError as e:
+        raise BinaryError(f"{binary} cannot be read ({e.strerror}): {remedy}") from None
+    if got != record.get("binary_sha256"):
+        raise BinaryError(
+            f"{binary} is not the binary its build wrote (sha256 {got[:12]}…, the build "
+            f"recorded {str(record.get('binary_sha256'))[:12]}…): {remedy}"
+        )
     return record

@@ -31,7 +31,7 @@ MAX_DEPTH = 64
 
 #: Text that YAML 1.1 reads as a string but a user meant as a number in exponent form:
 #: YAML 1.1's float needs a dot in the mantissa and a sign in the exponent.
-_EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+_EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+\Z")
 
 
 class YamlError(ValueError):

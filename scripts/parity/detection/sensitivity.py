@@ -2,7 +2,7 @@
 
 The search (:func:`search`) scans one run per decade of δ, then bisects log10 δ inside the
 decade where detection starts (:func:`bisect_log10`); each δ is a real training run with
-lr·(1 + δ) (:func:`sensitivity_job`), compared with the clean run over every step.
+lr·(1 + δ) (:func:`sensitivity`), compared with the clean run over every step.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def search(
     return Search(trials, bracket, monotone)
 
 
-def sensitivity_job(
+def sensitivity(
     s: Mapping,
     reference: str,
     fixture: str,

@@ -5,8 +5,8 @@ A *fault instance* is a deliberately wrong run compared with the clean run of th
 side (config ``faults.instances``, ``plan.Plan.fault_comparisons``). Each
 comparison is judged by the three criteria of :data:`verdicts.CRITERIA`, all computed by
 the comparison jobs already: the per-step verdict and first step beyond the tolerance
-(``max_abs``, ``compare_jobs.perstep_job``), the fp64-referenced rule and the f64-vs-f64
-rounding threshold (``compare_jobs.diagnosis_job``). Nothing is recomputed here; this
+(``max_abs``, ``compare.job.perstep_job``), the fp64-referenced rule and the f64-vs-f64
+rounding threshold (``compare.job.float64_job``). Nothing is recomputed here; this
 module reads their results. The learning-rate sensitivity search is
 :mod:`parity.detection.sensitivity`.
 """
@@ -347,7 +347,7 @@ def detection_markdown(
     return detection, false_alarms
 
 
-def detection_job(
+def detection(
     params: Mapping,
     out_csv: str,
     out_md: str,

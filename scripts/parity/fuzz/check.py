@@ -1,7 +1,8 @@
 """The differential check: a batch of fuzz cases run in PyTorch (float64 and the run
 dtypes, in this process) and in candle and burn (one runner invocation per framework and
-dtype for the whole batch), each row judged by ``probe_results.judge_probe_row`` against
-PyTorch in the same dtype with the float64-referenced rule.
+dtype for the whole batch), each row judged by ``parity.probe.judge.judge_probe_row``
+against PyTorch in the same dtype with the float64-referenced rule; each failing row is a
+:class:`Failure`, its ``judgement.Judgement`` with where it was found.
 
 A case *fails* for a framework when a quantity's verdict is ``fail`` or ``non-finite``
 (values beyond the rule), ``framework-error`` (where PyTorch has values) or
@@ -24,10 +25,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from parity.compare import verdicts
+from parity.compare.judgement import Judgement
 from parity.fuzz.generate import WEIGHTED_OPS, Case, Route, input_name, to_probe
 from parity.probe.format import Probe
+from parity.probe.judge import judge_probe_row
 from parity.probe.plan import ProbeKey
-from parity.probe.results import OK, Outcome, judge_probe_row
+from parity.probe.results import OK, Outcome
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input gradient", "weight gradient"
 ERROR, MISSING_GRAD = "error", "missing gradient"
@@ -38,17 +41,17 @@ FAILING = frozenset(
 
 
 @dataclass(frozen=True)
-class Failure:
-    """One failing (framework, dtype, quantity) of a case: its ``kind``, ``verdict`` and
-    the judgement's ``note``; ``values``/``reference`` the framework's and PyTorch's
-    values in the run dtype (None for an error), ``reference64`` PyTorch float64's."""
+class Failure(Judgement):
+    """One failing (framework, dtype, quantity) of a case: the probe judgement of that row
+    (``verdict``, ``worst``, ``where``, ``tolerance``, and its note or the framework's
+    error as ``message``) with the failure's ``kind``; ``values``/``reference`` the
+    framework's and PyTorch's values in the run dtype (None for an error),
+    ``reference64`` PyTorch float64's."""
 
-    framework: str
-    dtype: str
-    quantity: str
-    kind: str
-    verdict: str
-    note: str
+    framework: str = ""
+    dtype: str = ""
+    quantity: str = ""
+    kind: str = ""
     values: tuple | None = None
     reference: tuple | None = None
     reference64: tuple | None = None
@@ -129,15 +132,18 @@ def judge(
         vals = None if o.values is None else tuple(float(v) for v in o.values)
         out.append(
             Failure(
-                framework,
-                dtype,
-                o.quantity,
-                kind_of(op, o.quantity, j.verdict),
                 j.verdict,
-                j.note or (o.message or ""),
-                vals,
-                tuple(float(v) for v in r.values),
-                None if r64.status != OK else tuple(float(v) for v in r64.values),
+                j.worst,
+                j.where,
+                j.tolerance,
+                j.message or (o.message or ""),
+                framework=framework,
+                dtype=dtype,
+                quantity=o.quantity,
+                kind=kind_of(op, o.quantity, j.verdict),
+                values=vals,
+                reference=tuple(float(v) for v in r.values),
+                reference64=None if r64.status != OK else tuple(float(v) for v in r64.values),
             )
         )
     return out

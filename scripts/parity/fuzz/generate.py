@@ -5,7 +5,7 @@ A :class:`Case` is plain data: the op, its YAML arguments, per float input a log
 shape, a :class:`Route` and the *stored* values (the leaf the route starts from), and the
 integer weights of the loss ``weighted_sum(y, w)``. :func:`to_doc` writes it as a probe
 document in the v2 YAML form (one case named ``case``), so a finding is directly a probe
-file; :func:`to_probe` parses that document with ``probes.parse`` (validation, shape
+file; :func:`to_probe` parses that document with ``loader.parse`` (validation, shape
 inference). Validity of shapes and arguments is decided by ``probe_shapes.infer``.
 
 Values are small integers (multiples of 1/8 for a few ops), so products and sums are
@@ -24,6 +24,8 @@ import numpy as np
 from parity.probe import format as probes
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
+from parity.probe.loader import parse
+from parity.probe.shapes_common import ShapeError
 
 #: A layout step: (op, YAML arguments), applied forward from the stored leaf.
 LayoutStep = tuple[str, dict]
@@ -333,7 +335,7 @@ def out_shape(op: str, args: dict, shapes: Sequence[Sequence[int]]) -> tuple[int
     ``probe_shapes.infer`` refuses them or a dimension leaves 1…6 … 0 elements."""
     try:
         out, _ = probe_shapes.infer(op, probe_ops.op_args(op, args), shapes)
-    except probe_shapes.ShapeError:
+    except ShapeError:
         return None
     if any(n < 1 for n in out) or math.prod(out) > 4096:
         return None
@@ -441,9 +443,9 @@ def to_doc(case: Case, description: str = "") -> dict:
 
 
 def to_probe(name: str, case: Case) -> probes.Probe:
-    """The case parsed as probe ``name`` (``probes.parse``). Raises ``probes.ProbeError``
+    """The case parsed as probe ``name`` (``loader.parse``). Raises ``probes.ProbeError``
     when it is not a valid probe (a generator bug)."""
-    return probes.parse(f"{name}.yaml", to_doc(case))
+    return parse(f"{name}.yaml", to_doc(case))
 
 
 def dump(doc: dict) -> str:

@@ -1,5 +1,5 @@
-"""Writing a campaign's findings: the table (CSV and Markdown), one probe file per finding
-and a framework-native reproduction per finding.
+"""What a campaign's findings say: the table's rows and Markdown, one probe file per finding
+and a framework-native reproduction per finding (written by ``parity.fuzz.job``).
 
 **Known or new.** A finding is *known* when a case of a probe file in ``probes/`` has a
 ``known_bug`` entry for the finding's framework whose op, kind and layout equal the
@@ -27,7 +27,6 @@ documents for the framework (candle 0.11.0 has no conv_transpose1d backward) is 
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,8 +35,8 @@ import numpy as np
 
 from parity.fuzz.campaign import Campaign, Finding
 from parity.fuzz.check import ERROR, MISSING_GRAD, kind_of
-from parity.fuzz.generate import Case, dump, input_name, to_doc
-from parity.probe import format as probes
+from parity.fuzz.generate import Case, input_name, to_doc
+from parity.probe import loader
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
 
@@ -78,9 +77,9 @@ def known_bug_cases(
     releases = releases or {}
     out = []
     if isinstance(source, (str, Path)):
-        found = probes.discover(source)
+        found = loader.discover(source)
     else:
-        found = {(p := probes.load(path)).name: p for path in source}
+        found = {(p := loader.load(path)).name: p for path in source}
     for name, p in found.items():
         for c in p.cases:
             if not c["known_bug"]:
@@ -142,7 +141,7 @@ def classify(f: Finding, known: Sequence[Mapping]) -> tuple[list[str], list[str]
     framework ("no backward") is known as ``x-support``."""
     same, related = [], []
     support = probe_ops.op_support(f.op).get(f.framework, "").lower()
-    note = " ".join(x.note.lower() for x in f.failures)
+    note = " ".join(x.message.lower() for x in f.failures)
     if f.kind in (ERROR, MISSING_GRAD) and "no backward" in support and "backward" in note:
         same.append("x-support")
     for k in known:
@@ -162,7 +161,8 @@ def probe_name(f: Finding, index: int) -> str:
     return f"fuzz_{f.op}_{f.framework}_{f.kind.replace(' ', '_')}_{index:02d}"
 
 
-def _fmt(values: Iterable[float] | None) -> str:
+def values_text(values: Iterable[float] | None) -> str:
+    """Values as a comment shows them: ``[1, 0.5, -2]`` (``%g``), ``—`` for none."""
     if values is None:
         return "—"
     return "[" + ", ".join(f"{v:g}" for v in values) + "]"
@@ -198,8 +198,8 @@ def probe_doc(f: Finding, name: str, seed: int) -> tuple[dict, str]:
             "read?): no known_bug values recorded, the verdict is fail"
         )
     for x in f.failures:
-        lines.append(f"#   {x.quantity}: {x.note[:300]}")
-        lines.append(f"#   PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}")
+        lines.append(f"#   {x.quantity}: {x.message[:300]}")
+        lines.append(f"#   PyTorch {x.dtype}: {x.quantity} = {values_text(x.reference)}")
     return doc, "\n".join(lines) + "\n"
 
 
@@ -374,69 +374,6 @@ def layout_text(f: Finding) -> str:
     return "; ".join(
         f"{input_name(i)}: {' → '.join(r) or 'contiguous'}" for i, r in enumerate(f.layout)
     )
-
-
-def write(
-    result: Campaign,
-    seed: int,
-    known: str | Path | Sequence[str | Path],
-    csv_path: str | Path,
-    md_path: str | Path,
-    probe_dir: str | Path,
-    repro_dir: str | Path,
-    settings: Mapping,
-) -> list[dict]:
-    """Write the findings table, probe files and reproductions; returns the table rows.
-    ``known``: the probes whose ``known_bug`` entries findings are matched with (a folder or
-    a list of probe files), for the releases fuzzed (``settings["releases"]``, framework →
-    release; :func:`known_bug_cases`).
-    Every probe file is read back with ``probes.load`` (a ``ProbeError`` is a bug here)."""
-    probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
-    probe_dir.mkdir(parents=True, exist_ok=True)
-    repro_dir.mkdir(parents=True, exist_ok=True)
-    known = known_bug_cases(known, settings.get("releases"))
-    rows = []
-    for i, f in enumerate(result.findings):
-        name = probe_name(f, i)
-        doc, header = probe_doc(f, name, seed)
-        path = probe_dir / f"{name}.yaml"
-        path.write_text(header + dump(doc), encoding="utf-8")
-        probes.load(path)
-        src = candle_source(f, name) if f.framework == "candle" else burn_source(f, name)
-        torch_lines = "".join(
-            f"// PyTorch {x.dtype}: {x.quantity} = {_fmt(x.reference)}\n"
-            f"// {f.framework} {x.dtype}: {x.quantity} = {_fmt(x.values) if x.values else x.note}\n"
-            for x in f.failures
-        )
-        (repro_dir / f"{name}.rs").write_text(torch_lines + src, encoding="utf-8")
-        same, related = classify(f, known)
-        rows.append(
-            {
-                "op": f.op,
-                "framework": f.framework,
-                "dtype": f.dtype,
-                "kind": f.kind,
-                "layout": layout_text(f),
-                "quantities": " ".join(x.quantity for x in f.failures),
-                "shapes": " ".join(str(list(x.shape)) for x in f.case.inputs),
-                "args": " ".join(f"{k}={v}" for k, v in f.case.args.items()),
-                "failing_cases": result.failing_by_signature.get(
-                    (f.op, f.framework, f.dtype, f.kind), 0
-                ),
-                "sources": " ".join(f.sources),
-                "known_bug": " ".join(same) or "new",
-                "related": " ".join(related),
-                "probe": str(path),
-                "repro": str(repro_dir / f"{name}.rs"),
-                "note": f.failures[0].note[:200],
-            }
-        )
-    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    Path(md_path).write_text(markdown(rows, result, seed, settings), encoding="utf-8")
-    return rows
 
 
 def markdown(rows: Sequence[Mapping], result: Campaign, seed: int, settings: Mapping) -> str:

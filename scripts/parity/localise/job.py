@@ -104,7 +104,7 @@ def _figure(paths_out, comp: Comparison, result: Mapping) -> None:
     )
 
 
-def localise_job(
+def localise(
     params: Mapping,
     perstep_result: str,
     diagnosis_result: str | None,

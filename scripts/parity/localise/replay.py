@@ -222,7 +222,7 @@ def run_replay(
 
 
 def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: str | None) -> dict:
-    """Run the replays and the walk for ``job`` (``Plan.localise_job``). Returns the result
+    """Run the replays and the walk for ``job`` (``Plan.localise_params``). Returns the result
     (step, culprit, rows, notes; the job adds its status). Raises :class:`ReplayError` when
     it cannot."""
     comp = Comparison.from_params(job["comparison"])

@@ -16,20 +16,21 @@ The walk goes through that dataflow order and judges each quantity by two rules,
 against rounding rather than against a fixed tolerance:
 
 * **float32**, the fp64-referenced rule of PyTorch's compiler accuracy checks
-  (``same()`` in torch/_dynamo/utils.py, as in :func:`parity.compare.maths.fp64_rule`), per
+  (``same()`` in torch/_dynamo/utils.py, as in :func:`parity.compare.diagnosis.fp64_rule`), per
   tensor: RMSE(ref64 − cand32) ≤ m · max(RMSE(ref64 − ref32), floor) + atol. The floor,
   ``f32_floor_ulps`` float32 units of roundoff (2⁻²⁴) times RMS(ref64), keeps a tensor that
   the reference happens to round exactly (a one-element loss, a bias gradient) from
   demanding more of the candidate than float32 can hold;
-* **float64**, the float64 split (as :func:`parity.compare.maths.f64_rounding_threshold`):
+* **float64**, the float64 split (as :func:`parity.compare.diagnosis.f64_rounding_threshold`):
   max|ref64 − cand64| ≤ factor · max(2⁻²⁹ · drift32, 2⁻⁵² · max|ref64|), where drift32 is
   the larger of max|ref32 − ref64| and max|cand32 − cand64|. Beyond it the two float64
   replays compute different formulas, however small the float32 difference.
 
-A quantity *differs* when either rule fails. It is the **culprit** when it is the first
-that differs while every quantity it is computed from agrees; a later quantity that
-differs because an input differs is *downstream*. Quantities a framework cannot record are
-*not recorded* and are looked through: their inputs stand in for them.
+A quantity *differs* when either rule fails (its :func:`judge`, a ``judgement.Judgement``
+like every other verdict: ``fail``, with the rule that failed). It is the **culprit** when
+it is the first that differs while every quantity it is computed from agrees; a later
+quantity that differs because an input differs is *downstream*. Quantities a framework
+cannot record are *not recorded* and are looked through: their inputs stand in for them.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parity.compare import maths as compare
-from parity.compare.closeness import max_abs_diff
+from parity.compare.closeness import MaxDiff, fp64_rule_multiplier, max_abs_diff
+from parity.compare.diagnosis import ROUNDOFF_RATIO, rmse, ulp_at
+from parity.compare.judgement import Judgement
+from parity.compare.verdicts import FAIL, PASS
 from parity.core.models import model_params
 from parity.render.tables import LOCALISE_COLUMNS
 
@@ -269,49 +272,63 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """The measures of one quantity and whether it differs."""
+class QuantityJudgement(Judgement):
+    """The judgement of one quantity against rounding: verdict ``pass`` where it agrees,
+    ``fail`` where it differs (``message``: which rule failed); ``worst`` =
+    max|ref32 − cand32| at ``where`` (``name[index]``, ``index`` the flat index), held to no
+    tolerance (the rules are relative to rounding); the rules' measures: the ULP distance
+    there, the fp64-referenced rule's ratio, max|ref64 − cand64| and its threshold."""
 
-    max_abs_diff: float
-    where: int
-    ulp: float | None
-    fp64_ratio: float | None
-    f64_f64: float | None
-    f64_threshold: float | None
-    differs: bool
-    why: str
+    index: int = 0
+    ulp: float | None = None
+    fp64_ratio: float | None = None
+    f64_f64: float | None = None
+    f64_threshold: float | None = None
+
+    @property
+    def differs(self) -> bool:
+        """Whether the quantity differs (its verdict is ``fail``)."""
+        return self.verdict == FAIL
 
 
 def _rms(x: np.ndarray) -> float:
     return math.sqrt(float(np.mean(np.square(x)))) if x.size else 0.0
 
 
-def _judge_f32_only(r32, c32, d, ulp, s: Settings) -> Judgement:
+def _quantity(d: MaxDiff, ok: bool, why: str, **measures) -> QuantityJudgement:
+    """The judgement of a quantity whose max|ref32 − cand32| is ``d``: agrees when ``ok``,
+    else differs because ``why``; ``measures`` the rules' (:class:`QuantityJudgement`)."""
+    return QuantityJudgement(
+        PASS if ok else FAIL, d.value, d.where, None, "" if ok else why, d.index, **measures
+    )
+
+
+def _judge_f32_only(r32, c32, d, ulp, s: Settings) -> QuantityJudgement:
     """Without float64 replays (a run that has no float64): the float32 rule with the
     reference's float32 value standing in for the truth and the rounding floor for its
     error, RMSE(ref32 − cand32) ≤ m · floor + atol. Weaker than the two rules: it cannot
     tell a formula difference below float32 rounding from rounding."""
     if not (np.isfinite(r32).all() and np.isfinite(c32).all()):
         bad = not math.isfinite(d.value) or d.value > 0
-        return Judgement(d.value, d.index, ulp, None, None, None, bad, "not finite")
-    m = compare.fp64_rule_multiplier(r32.size, s.multiplier)
-    err = compare.rmse({"v": r32}, {"v": c32}, ["v"])
+        return _quantity(d, not bad, "not finite", ulp=ulp)
+    m = fp64_rule_multiplier(r32.size, s.multiplier)
+    err = rmse({"v": r32}, {"v": c32}, ["v"])
     floor = s.f32_floor_ulps * U32 * _rms(np.asarray(r32, np.float64))
     ratio = err / floor if floor > 0 else (0.0 if err == 0 else math.inf)
     ok = err <= m * floor + s.atol
-    return Judgement(
-        d.value, d.index, ulp, ratio, None, None, not ok, "" if ok else "float32 rounding"
-    )
+    return _quantity(d, ok, "float32 rounding", ulp=ulp, fp64_ratio=ratio)
 
 
-def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
-    """Judge one quantity from its values in each role of :data:`ROLES`. Without ``ref64``
-    and ``cand64`` (a run that has no float64) only :func:`_judge_f32_only` applies."""
+def judge(arrays: Mapping[str, np.ndarray], s: Settings, name: str = "v") -> QuantityJudgement:
+    """Judge quantity ``name`` from its values in each role of :data:`ROLES` (flat or
+    shaped arrays of one float dtype per role), against rounding by the two rules of the
+    module docstring. Without ``ref64`` and ``cand64`` (a run that has no float64) only
+    :func:`_judge_f32_only` applies."""
     r32, c32 = arrays["ref32"].reshape(-1), arrays["cand32"].reshape(-1)
-    d = max_abs_diff({"v": r32}, {"v": c32}, ["v"])
+    d = max_abs_diff({name: r32}, {name: c32}, [name])
     ulp = None
     if r32.dtype == c32.dtype and r32.dtype in (np.float32, np.float64) and r32.size:
-        ulp = compare.ulp_at({"v": r32}, {"v": c32}, d)
+        ulp = ulp_at({name: r32}, {name: c32}, d)
     if "ref64" not in arrays or "cand64" not in arrays:
         return _judge_f32_only(r32, c32, d, ulp, s)
     r64, c64 = arrays["ref64"].reshape(-1), arrays["cand64"].reshape(-1)
@@ -320,9 +337,9 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
     if not (np.isfinite(c32).all() and np.isfinite(r64).all()):
         ratio, ok32 = math.inf, False
     else:
-        m = compare.fp64_rule_multiplier(r32.size, s.multiplier)
-        ref_err = compare.rmse({"v": r64}, {"v": r32}, ["v"])
-        cand_err = compare.rmse({"v": r64}, {"v": c32}, ["v"])
+        m = fp64_rule_multiplier(r32.size, s.multiplier)
+        ref_err = rmse({"v": r64}, {"v": r32}, ["v"])
+        cand_err = rmse({"v": r64}, {"v": c32}, ["v"])
         floor = max(ref_err, s.f32_floor_ulps * U32 * _rms(np.asarray(r64, np.float64)))
         ratio = cand_err / floor if floor > 0 else (0.0 if cand_err == 0 else math.inf)
         ok32 = cand_err <= m * floor + s.atol
@@ -335,18 +352,17 @@ def judge(arrays: Mapping[str, np.ndarray], s: Settings) -> Judgement:
         max_abs_diff({"v": c32}, {"v": c64}, ["v"]).value,
     )
     scale = float(np.max(np.abs(r64))) if r64.size and np.isfinite(r64).all() else 0.0
-    threshold = s.f64_rounding_factor * max(compare.ROUNDOFF_RATIO * drift, 2 * U64 * scale)
+    threshold = s.f64_rounding_factor * max(ROUNDOFF_RATIO * drift, 2 * U64 * scale)
     if not math.isfinite(threshold):
         threshold = 0.0
     ok64 = f64 <= threshold
     if not ok64:
         why.append("float64: beyond float64 rounding")
-    return Judgement(
-        d.value, d.index, ulp, ratio, f64, threshold, not (ok32 and ok64), "; ".join(why)
-    )
+    measures = {"ulp": ulp, "fp64_ratio": ratio, "f64_f64": f64, "f64_threshold": threshold}
+    return _quantity(d, ok32 and ok64, "; ".join(why), **measures)
 
 
-def _update_ulp(j: Judgement, name: str, records) -> Judgement:
+def _update_ulp(j: QuantityJudgement, name: str, records) -> QuantityJudgement:
     """An update's ULP distance is counted on the parameters after the step (the update
     itself is a float64 difference, whose ULPs mean nothing for a float32 run)."""
     after = f"after:{name.removeprefix('update:')}"
@@ -356,7 +372,7 @@ def _update_ulp(j: Judgement, name: str, records) -> Judgement:
     a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
     if a.dtype != b.dtype:
         return j
-    ulp = compare.ulp_at({"v": a}, {"v": b}, compare.MaxDiff(j.max_abs_diff, "v", j.where))
+    ulp = ulp_at({"v": a}, {"v": b}, MaxDiff(j.worst, "v", j.index))
     return replace(j, ulp=ulp)
 
 
@@ -412,12 +428,12 @@ def walk(
             rows.append(row)
             continue
         arrays = {r: np.asarray(records[r][q.name]) for r in ROLES if q.name in records.get(r, {})}
-        j = judge(arrays, s)
+        j = judge(arrays, s, q.name)
         if q.phase == "update":
             j = _update_ulp(j, q.name, records)
         row.update(
-            max_abs_diff=j.max_abs_diff,
-            where=j.where,
+            max_abs_diff=j.worst,
+            where=j.index,
             ulp=j.ulp,
             fp64_ratio=j.fp64_ratio,
             f64_f64=j.f64_f64,
@@ -431,9 +447,9 @@ def walk(
             v = DIFFERS
             if culprit is None:
                 culprit = q
-                row["note"] = f"culprit ({j.why})"
+                row["note"] = f"culprit ({j.message})"
             else:
-                row["note"] = f"differs while its inputs agree ({j.why})"
+                row["note"] = f"differs while its inputs agree ({j.message})"
         verdict[q.name] = v
         row["verdict"] = v
         rows.append(row)

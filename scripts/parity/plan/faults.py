@@ -93,7 +93,7 @@ def resolve_fault(
 def resolve_sensitivity(sens: Mapping, config: Mapping, experiments: Mapping) -> dict | None:
     """Config ``faults.sensitivity``: which run's learning rate is perturbed, against which
     clean run, over which decades of δ, with how many bisections (see
-    ``sensitivity.sensitivity_job``), with the perturbed run's settings (``settings``) and
+    ``sensitivity.sensitivity``), with the perturbed run's settings (``settings``) and
     the clean run's (``against_settings``). None when its experiment is not configured or is
     disabled. Raises :class:`ConfigError` for runs the experiment lacks or an empty range."""
     where = "faults.sensitivity"

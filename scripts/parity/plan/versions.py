@@ -17,7 +17,7 @@ without versions. Each further release ``v`` adds, per experiment:
 
 Probe results of a further release are ``results/probes/{probe}/candle_v0_11_1-…``.
 
-Building a release (``scripts/build.py``): the primary or pinned release from the
+Building a release (``parity.run.build``): the primary or pinned release from the
 workspace itself (``rust/Cargo.lock``); any other from a copy of the workspace whose
 runner manifest requires ``=v`` of each of the framework's crates, with the committed lock
 file ``rust/versions/<framework>-<v>.lock`` (``cargo build --locked``). A release without
@@ -42,7 +42,7 @@ from parity.plan import frameworks
 #: A release as the config spells it: semantic version, optionally with a pre-release part
 #: (``0.12.0-alpha.1``); the build rule's wildcard holds the same.
 VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?"
-VERSION_RE = re.compile(rf"^{VERSION_PATTERN}$")
+VERSION_RE = re.compile(rf"^{VERSION_PATTERN}\Z")
 #: The folder of the further releases' lock files, relative to the Rust workspace.
 LOCK_FOLDER = "versions"
 #: How the ``<run>_v<v>`` against primary comparison is named after the run.
@@ -243,10 +243,21 @@ def stage(
     relative to ``rust_dir``) copied into ``dest``, the runner's manifest requiring the
     release (:func:`runner_manifest`) and the release's lock file as ``Cargo.lock``.
     Files of ``dest`` whose content is already the same are left alone (cargo's
-    fingerprints use their times). Returns the copy's ``Cargo.toml``. Raises ``ValueError``
-    (see :func:`runner_manifest`) and ``OSError``."""
+    fingerprints use their times); files of an earlier staging that ``files`` no longer
+    names are removed (a module moved from ``x.rs`` to ``x/mod.rs`` would otherwise leave
+    both, which rustc refuses), and so are folders left empty. Returns the copy's
+    ``Cargo.toml``. Raises ``ValueError`` (see :func:`runner_manifest`) and ``OSError``."""
     rust_dir, dest = Path(rust_dir), Path(dest)
     runner = f"{framework}-parity/Cargo.toml"
+    keep = {Path(rel) for rel in files} | {Path("Cargo.lock")}
+    if dest.is_dir():
+        for path in sorted(dest.rglob("*"), reverse=True):
+            rel = path.relative_to(dest)
+            if path.is_dir() and not path.is_symlink():
+                if not any(path.iterdir()):
+                    path.rmdir()
+            elif rel not in keep:
+                path.unlink()
     for rel in files:
         if rel == "Cargo.lock":
             continue

@@ -17,7 +17,7 @@ cache keeps that cheap:
   recomputed;
 * the rest run in ONE call of the framework's ``compute`` (PyTorch in the job's own
   interpreter, the Rust runner once with a ``ProbeBatch``), each result written to the
-  cache atomically as it arrives (``probe_results.write_results``), so that a job failing
+  cache atomically as it arrives (``results.write_results``), so that a job failing
   half-way keeps what it had computed for the rerun;
 * only when every probe has a cache entry are the outputs written, each a copy of its
   entry checked again (``read_results``) before it is renamed into place: a failed job
@@ -205,7 +205,7 @@ def run_batch(
     :func:`identity`) is valid, and running the others in one call of ``compute``.
 
     Raises :class:`BatchError` when ``compute`` yields a probe it was not given, one twice,
-    or misses one; ``probe_results.ProbeResultError`` for outcomes that do not fit their
+    or misses one; ``results.ProbeResultError`` for outcomes that do not fit their
     probe; and whatever ``compute`` raises. No output is written then; results computed
     before the failure stay in the cache.
     """

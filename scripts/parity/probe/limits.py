@@ -14,6 +14,7 @@ from typing import Any
 from parity.plan.limits import large_integers, non_finite, yaml_text
 from parity.probe import shapes as probe_shapes
 from parity.probe.ops import op_args
+from parity.probe.shapes_common import ShapeError
 
 
 class LimitError(ValueError):
@@ -101,7 +102,7 @@ def _inferred_shapes(op: str, args: Mapping, shapes: list) -> tuple[list[int] | 
         normalized = op_args(op, args)
         out, _ = probe_shapes.infer(op, normalized, shapes)
         return out, probe_shapes.scratch_elements(op, normalized, shapes)
-    except (probe_shapes.ShapeError, KeyError, TypeError, ValueError, IndexError):
+    except (ShapeError, KeyError, TypeError, ValueError, IndexError):
         return None, 0  # the frameworks report inputs that do not fit as an outcome
 
 

@@ -16,7 +16,8 @@ from parity.core.devices import DEVICES
 from parity.plan import limits as size_limits
 from parity.plan import versions
 from parity.plan.frameworks import PROBE_DTYPES, probe_unsupported_reason
-from parity.probe.format import Probe, discover
+from parity.probe.format import Probe
+from parity.probe.loader import discover
 
 #: Frameworks with a probe interpreter (PyTorch: probe_torch.py; candle and burn: the
 #: ``candle-parity probe`` and ``burn-parity probe`` subcommands). burn runs on the CPU only
@@ -24,7 +25,7 @@ from parity.probe.format import Probe, discover
 PROBE_FRAMEWORKS = ("torch", "candle", "burn")
 #: Where a quantity's reference comes from when the probe gives no exact values.
 REFERENCE_FRAMEWORK, REFERENCE_DEVICE = "torch", "cpu"
-#: The float64 reference of the float64-referenced rule (``probe_results``): PyTorch on the
+#: The float64 reference of the float64-referenced rule (``parity.probe.results``): PyTorch on the
 #: CPU in float64, run whenever any probe dtype runs.
 REFERENCE64_DTYPE = "f64"
 #: The float64-referenced rule's settings when the config gives none (config
@@ -131,7 +132,7 @@ class ProbePlan:
         like its scripts). With ``workdir`` (the jobs' working directory), each probe's
         :attr:`Probe.path` is relative to it (``probes/x.yaml`` when it is ``basedir``): a
         job's input then does not name the folder the project lies in, so a copy of the
-        project with its results stays up to date. Raises ``probes.ProbeError`` for a missing
+        project with its results stays up to date. Raises ``format.ProbeError`` for a missing
         folder or selected probe, or a malformed probe file.
         """
         settings = config.get("probes") or {}

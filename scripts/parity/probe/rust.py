@@ -1,10 +1,10 @@
 """The Rust side of op probes: runs a runner binary's ``probe`` subcommand
 (``candle-parity``, ``burn-parity``) on a batch of probes and turns its ``result`` frames
-into probe outcomes (``probe_results``). Kept apart from the training side
+into probe outcomes (``parity.probe.results``). Kept apart from the training side
 (:mod:`parity.run.rust`), so that a trace's code hash does not cover the probe maths.
 
 The binary reads a ``ProbeBatch``, ``{"probes": [Probe.runner_spec(dtype, device), ...]}``
-(``rust/parity-common/src/probe_spec.rs``), and writes a header frame, then per probe in
+(``rust/parity-common/src/probe_spec/op.rs``), and writes a header frame, then per probe in
 batch order, per case, per quantity one ``result`` frame (metadata ``probe``, ``case``,
 ``quantity``, ``status``, ``message``; tensor ``values`` when ok), then one ``end`` frame.
 It runs the binary itself (not ``rust_runner.run_frames``) to read what a runner that
@@ -23,7 +23,7 @@ from pathlib import Path
 from parity.probe.format import Probe
 from parity.probe.plan import ProbeKey
 from parity.probe.results import OK, Outcome, write_results
-from parity.run.rust import RunnerError, invocation, log_tail
+from parity.run.rust import RunnerError, check_binary, invocation, log_tail
 from parity.trace.frames import Frame, FrameError, read_frames
 from parity.trace.provenance import probe_metadata
 
@@ -47,7 +47,7 @@ def batch_outcomes(
 ) -> tuple[dict, dict[str, list[Outcome]]]:
     """The outcomes of a batch's frame stream (``frames``, from runner ``name``), by probe.
 
-    Returns (metadata for ``probe_results.write_results``: framework version, host, runner
+    Returns (metadata for ``results.write_results``: framework version, host, runner
     from the header; outcomes by probe name, each in stream order). Raises
     :class:`RunnerError` when the stream lacks its header or end frame, its header names
     another framework than ``framework``, a frame is not a ``result`` frame, a result
@@ -175,6 +175,7 @@ def run_batch(
     (:func:`complete_probes`), so that the batch's cache keeps them.
     """
     name = Path(binary).name
+    check_binary(binary)
     spec = batch_spec(probes, dtype, device)
     with invocation(spec, threads, log_path) as (spec_path, env, stderr):
         cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]
@@ -231,7 +232,7 @@ def probe(
 ) -> None:
     """Run one probe (a batch of one, :func:`run_batch`) in ``key.dtype`` on ``key.device``
     with the Rust runner of ``key.framework`` and write its results to ``out``
-    (``probe_results.write_results``). Raises :class:`RunnerError` as :func:`run_batch`
+    (``results.write_results``). Raises :class:`RunnerError` as :func:`run_batch`
     does; nothing is written then."""
     ((_, outcomes, metadata),) = run_batch(
         [probe], key.framework, key.dtype, key.device, binary, threads, log, log_path

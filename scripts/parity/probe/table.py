@@ -28,8 +28,9 @@ from parity.core.config import canonical_hash
 from parity.core.fileio import exclusive_lock
 from parity.core.hosts import device_label, host_status, remote_file
 from parity.plan import frameworks, versions
+from parity.probe.judge import judge_probe_row
 from parity.probe.plan import ProbeKey, ProbePlan
-from parity.probe.results import ProbeResultError, judge_probe_row, read_results
+from parity.probe.results import ProbeResultError, read_results
 from parity.render import tables
 
 #: Remote hosts' devices as the probe table receives them: label → devices (config
@@ -162,7 +163,7 @@ def _params_hash(plan: ProbePlan, hosts: RemoteHosts) -> str:
     return canonical_hash(params)
 
 
-def probes_table_job(
+def probes_table(
     plan: ProbePlan,
     out_csv: str,
     out_md: str,
@@ -174,10 +175,10 @@ def probes_table_job(
     """The probe table: one row per (probe, case, quantity, framework, device, dtype).
 
     Reads every result of ``plan`` (``results/probes/…``), judges it against the probe's
-    exact values or PyTorch on the CPU (``probe_results.judge_probe_row``), and lists
+    exact values or PyTorch on the CPU (``parity.probe.judge.judge_probe_row``), and lists
     unsupported cells with their reason; then the same for each remote host of
     ``remote_hosts`` (label → devices), whose rows' device is ``cpu@mac``
-    (:func:`gather_remote`). Raises ``probe_results.ProbeResultError`` for a result file
+    (:func:`gather_remote`). Raises ``results.ProbeResultError`` for a result file
     that is stale, malformed or corrupt, :class:`RemoteResultError` for a remote result
     that is not its manifest's; nothing is written then. ``out_record``
     (``probes.sources.json``) records the run and each result's sha256; written under the
@@ -303,7 +304,7 @@ def _cell_rows(
             plan.fp64_rule,
             plan.version_of(key) or None,
         )
-        note = j.note
+        note = j.message
         if j.verdict == verdicts.KNOWN_BUG_FIXED:
             note = "; ".join(filter(None, ["update the probe file's known_bug", note]))
         rows.append(
@@ -318,7 +319,7 @@ def _cell_rows(
                 "reference64_values": (
                     None if j.reference64_values is None else j.reference64_values.tolist()
                 ),
-                "max_diff": j.max_diff,
+                "max_diff": j.worst,
                 "fp64_diff": None if j.fp64 is None else j.fp64.fp64_diff,
                 "reference_fp64_diff": (None if j.fp64 is None else j.fp64.reference_fp64_diff),
                 "tolerance": j.tolerance,

@@ -1,9 +1,9 @@
-"""The PyTorch side of the probes: interprets a normalized probe (``probes.Probe``).
+"""The PyTorch side of the probes: interprets a normalized probe (``format.Probe``).
 
 PyTorch is the reference every other framework is compared against, so each op here is the
 PyTorch function whose semantics the probe language names (``amax`` for ``max``, stable
 ``sort``, ``count_include_pad=True`` average pooling, ...; see
-``rust/parity-common/src/probe_spec.rs``, whose ``Op`` is the normalized contract).
+``rust/parity-common/src/probe_spec/op.rs``, whose ``Op`` is the normalized contract).
 
 Per case: fresh leaves from the inputs' float64 values rounded once to the run's dtype
 (``int64`` inputs as ``torch.int64``; those with ``requires_grad`` as autograd leaves), then
@@ -74,7 +74,7 @@ def _elementwise(op: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 def _matmul(x: Sequence[torch.Tensor]) -> torch.Tensor:
     """``torch.matmul`` of ``[..., m, k]`` by ``[..., k, n]`` with equal batch dimensions, as
-    the probe language defines it (probe_shapes.matmul): torch.matmul would broadcast the
+    the probe language defines it (shapes_dense.matmul): torch.matmul would broadcast the
     batch or accept rank 1, which a probe spells out with broadcast_to and unsqueeze.
     Raises ``ValueError`` otherwise."""
     a, b = x
@@ -118,7 +118,7 @@ def _mse(x: Inputs, a: Args) -> torch.Tensor:
     return F.mse_loss(x[0], x[1], reduction=a["reduction"])
 
 
-#: op name → f(inputs, arguments), the arguments as ``probe_spec.rs`` ``Op`` names them.
+#: op name → f(inputs, arguments), the arguments as ``probe_spec/op.rs`` ``Op`` names them.
 OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     # layout changes
     "transpose": lambda x, a: x[0].transpose(a["dim0"], a["dim1"]),
@@ -194,7 +194,7 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
 }
 
 #: The positions of each op's int64 inputs (indices, class targets); every other input of
-#: every op is a float tensor (``Op::integer_inputs`` in probe_spec.rs).
+#: every op is a float tensor (``Op::integer_inputs`` in probe_spec/op.rs).
 INTEGER_INPUTS: dict[str, tuple[int, ...]] = {
     "embedding": (0,),
     "index_select": (1,),
@@ -431,7 +431,7 @@ def run(probe: Probe, dtype: str, device: str, threads: int, log: logging.Logger
 
 
 def runner_metadata(device: str) -> dict:
-    """What the result file records about this PyTorch run (``probe_results``)."""
+    """What the result file records about this PyTorch run (``parity.probe.results``)."""
     return probe_metadata(
         torch.__version__,
         {

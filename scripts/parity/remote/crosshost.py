@@ -33,8 +33,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from parity.compare import judgement, verdicts
 from parity.compare import maths as compare
-from parity.compare import verdicts
 from parity.compare.job import job_stamp
 from parity.core import integrity, paths
 from parity.core.fileio import atomic_path, sha256_file
@@ -148,6 +148,7 @@ def _open(side: Mapping, files: Mapping[str, str]) -> TraceReader:
 def _row(experiment, kind, pair, ref: TraceReader, cand: TraceReader) -> dict:
     result = compare.perstep(ref, cand)
     worst, step = compare.worst(result.rows, "max_dparam")
+    where = next((r["where"] for r in result.rows if r["step"] == step), "")
     tol = float(pair["tolerance"])
     return {
         "experiment": experiment,
@@ -161,7 +162,7 @@ def _row(experiment, kind, pair, ref: TraceReader, cand: TraceReader) -> dict:
         "worst_step": step,
         "bitwise_identical": result.bitwise_identical,
         "tolerance": tol,
-        "verdict": verdicts.tolerance_verdict(worst, tol, pair["expect"]),
+        "verdict": judgement.judge_worst(worst, where, tol, pair["expect"]).verdict,
         "expected_verdict": verdicts.EXPECTATIONS[pair["expect"]],
         "reference_host": ref.meta["host"],
         "candidate_host": cand.meta["host"],
@@ -228,7 +229,7 @@ def markdown(table: list[dict], manifest: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def crosshost_job(
+def crosshost(
     params: Mapping,
     manifest_path: str,
     out_csv: str,
@@ -294,7 +295,7 @@ def summary_comparison(kind: str, name: str, dtype: str) -> str:
 
 
 def summary_rows(result: Mapping) -> list[dict]:
-    """The summary rows of a cross-host result (what :func:`crosshost_job` sealed): one per
+    """The summary rows of a cross-host result (what :func:`crosshost` sealed): one per
     row of the table, device the remote's label (``cpu@mac``), pair ``reference vs
     candidate``, the worst max|dparam| over the steps and its step, the tolerance, the
     verdict and the expected verdict, hosts and versions; ``status`` names the table. The

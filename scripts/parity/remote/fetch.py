@@ -1,10 +1,10 @@
 """Remote hosts (config ``remote``): run a device's jobs on another machine over SSH, bring
 its traces and probe results back, and compare them here.
 
-Just over 500 lines: one host's job from commit to checked manifest, each step a function
-below; the cross-host comparison is ``crosshost``.
+One host's job from commit to checked manifest, each step a function below; the ssh and
+rsync commands it runs are ``commands``'s, the cross-host comparison is ``crosshost``.
 
-One job per host (``rules/remote.smk``, :func:`fetch_job`):
+One job per host (``rules/remote.smk``, :func:`remote_fetch`):
 
 1. the remote checkout is put at this checkout's commit: ``git push`` of the commit over
    the same SSH connection to ``refs/parity/sync`` of the remote repository (made with
@@ -22,19 +22,17 @@ One job per host (``rules/remote.smk``, :func:`fetch_job`):
    and the manifest (``results/remote/{host}/manifest.json``, the job's only output) is
    written last, atomically: what came back, its sha256, the remote's commit, host, CPU.
 
-Transport and credentials are OpenSSH's and rsync's: the config names a destination
-(``user@host`` or an ``ssh_config`` alias), optionally a port, an identity file and an
-``ssh_config`` file; every value reaches a program as one argument of an argument list,
-and the one command line the remote shell reads is built with :func:`shlex.quote`.
+Transport and credentials are OpenSSH's and rsync's (``parity.remote.commands``): every
+value reaches a program as one argument of an argument list, and the one command line the
+remote shell reads is built with :func:`shlex.quote`.
 
-Pure Python apart from the subprocesses :func:`fetch_job` starts.
+Pure Python apart from the subprocesses :func:`remote_fetch` starts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 import subprocess
 import tempfile
@@ -47,6 +45,18 @@ from parity.core import paths
 from parity.core.fileio import sha256_file, write_text_atomic
 from parity.core.hosts import REMOTE_STATUS, device_label, host_runs, host_status, remote_file
 from parity.plan.keys import RunKey
+from parity.remote.commands import (
+    RemoteError,
+    Runner,
+    env_prefix,
+    in_checkout,
+    last_lines,
+    quote_path,
+    rsync_argv,
+    shell_line,
+    ssh_options,
+    transferred,
+)
 
 #: Where a host's files come back (relative to the working directory): the remote's
 #: ``results/`` layout below it (``traces/…``, ``probes/…``).
@@ -55,20 +65,10 @@ REMOTE_MANIFEST = paths.REMOTE_MANIFEST
 #: What the last failed attempt of a host left: the stage that failed, the error and the
 #: missing cells (read by the partial summary after a failed run).
 REMOTE_LOG = paths.REMOTE_LOG
-#: rsync's folder for files not yet complete (in each destination folder).
-PARTIAL_DIR = ".rsync-partial"
 #: The config the remote runs with, inside the remote checkout.
 REMOTE_CONFIG = "results/remote-config.yaml"
 #: The ref of the remote repository the commit is pushed to.
 SYNC_REF = "refs/parity/sync"
-
-
-class RemoteError(RuntimeError):
-    """A remote step failed; the message names the host and what to do."""
-
-    def __init__(self, host: str, stage: str, message: str, missing: Sequence[str] = ()):
-        self.host, self.stage, self.missing = host, stage, list(missing)
-        super().__init__(f"remote {host}: {message}")
 
 
 # ----- what a host makes ---------------------------------------------------------------
@@ -82,85 +82,6 @@ def remote_config(config: Mapping[str, Any], devices: Sequence[str]) -> dict:
     out["imported_devices"] = []
     out.pop("remote", None)
     return out
-
-
-# ----- commands --------------------------------------------------------------------------
-
-
-def ssh_options(host: Mapping[str, Any]) -> list[str]:
-    """ssh's options for a host (no destination): batch mode (never a password prompt),
-    a connect timeout, and the config's ``ssh_config``, ``port`` and ``identity``."""
-    opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15"]
-    if host.get("ssh_config"):
-        opts += ["-F", str(Path(host["ssh_config"]).expanduser())]
-    if host.get("port"):
-        opts += ["-p", str(int(host["port"]))]
-    if host.get("identity"):
-        opts += ["-i", str(Path(host["identity"]).expanduser()), "-o", "IdentitiesOnly=yes"]
-    return opts
-
-
-def ssh_argv(host: Mapping[str, Any], command: str) -> list[str]:
-    """``ssh [options] -- destination command``: ``command`` is the one line the remote
-    shell reads (build it with :func:`shell_line`)."""
-    return ["ssh", *ssh_options(host), "--", host["ssh"], command]
-
-
-def quote_path(path: str) -> str:
-    """A remote path for the remote shell: quoted, with a leading ``~/`` left to the shell
-    as ``"$HOME"/…``."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
-def shell_line(*words: str) -> str:
-    """One command line, every word quoted."""
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def env_prefix(host: Mapping[str, Any]) -> str:
-    """``env NAME=value …`` for the host's ``env`` settings (quoted), or ``""``."""
-    env = host.get("env") or {}
-    if not env:
-        return ""
-    return shell_line("env", *(f"{k}={v}" for k, v in sorted(env.items()))) + " "
-
-
-def in_checkout(path: str, line: str) -> str:
-    """``cd <path> && <line>``: ``line`` run in the remote checkout."""
-    return f"cd {quote_path(path)} && {line}"
-
-
-def rsync_argv(host: Mapping[str, Any], remote_path: str, files_from: str, dest: str) -> list[str]:
-    """rsync pulling the listed files (relative to the remote's ``results/``) into
-    ``dest``: times kept, files not yet complete in :data:`PARTIAL_DIR` until the whole
-    transfer is (``--delay-updates``), statistics for the log."""
-    argv = [
-        "rsync",
-        "--recursive",
-        "--times",
-        "--itemize-changes",
-        "--stats",
-        f"--partial-dir={PARTIAL_DIR}",
-        "--delay-updates",
-        f"--files-from={files_from}",
-        "-e",
-        shlex.join(["ssh", *ssh_options(host)]),
-    ]
-    if host.get("bwlimit"):
-        argv.append(f"--bwlimit={int(host['bwlimit'])}")
-    if host.get("rsync_path"):
-        argv.append(f"--rsync-path={host['rsync_path']}")
-    return [*argv, "--", f"{host['ssh']}:{remote_path.rstrip('/')}/results/", dest + "/"]
-
-
-def transferred(stats: str) -> int | None:
-    """Files rsync copied, from its ``--stats`` output (None when it printed none)."""
-    m = re.search(r"Number of regular files transferred: ([\d,]+)", stats)
-    return int(m.group(1).replace(",", "")) if m else None
 
 
 # ----- the job -----------------------------------------------------------------------------
@@ -202,48 +123,6 @@ def fetch_params(
     }
 
 
-class Runner:
-    """Runs the steps of one host, logging each command and its output."""
-
-    def __init__(self, host: str, settings: Mapping, log: logging.Logger, basedir: str):
-        self.host, self.settings, self.log, self.basedir = host, settings, log, basedir
-
-    def run(
-        self,
-        argv: Sequence[str],
-        stage: str,
-        input: str | None = None,
-        check: bool = True,
-        capture: bool = False,
-    ) -> subprocess.CompletedProcess:
-        self.log.info("%s: %s", stage, shlex.join(argv))
-        proc = subprocess.run(
-            list(argv),
-            input=input,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=self.basedir,
-        )
-        if proc.stdout and not capture:
-            self.log.info("%s output:\n%s", stage, proc.stdout.rstrip())
-        if check and proc.returncode != 0:
-            raise RemoteError(
-                self.host,
-                stage,
-                f"{stage} failed (exit {proc.returncode}): {_last_lines(proc.stdout)}",
-            )
-        return proc
-
-    def ssh(self, line: str, stage: str, **kw) -> subprocess.CompletedProcess:
-        return self.run(ssh_argv(self.settings, line), stage, **kw)
-
-
-def _last_lines(text: str, n: int = 5) -> str:
-    lines = [x for x in (text or "").strip().splitlines() if x.strip()]
-    return " | ".join(lines[-n:]) or "(no output)"
-
-
 def sync_checkout(r: Runner, commit: str) -> str:
     """Put the remote checkout at ``commit``; returns its absolute path there. Refuses a
     remote working tree with uncommitted changes to tracked files."""
@@ -254,10 +133,10 @@ def sync_checkout(r: Runner, commit: str) -> str:
     )
     proc = r.ssh(line, "connect", check=False)
     if proc.returncode == 255:
-        raise RemoteError(r.host, "connect", f"unreachable: {_last_lines(proc.stdout)}")
+        raise RemoteError(r.host, "connect", f"unreachable: {last_lines(proc.stdout)}")
     if proc.returncode != 0:
         raise RemoteError(
-            r.host, "connect", f"cannot make a checkout at {path}: {_last_lines(proc.stdout)}"
+            r.host, "connect", f"cannot make a checkout at {path}: {last_lines(proc.stdout)}"
         )
     abs_path = proc.stdout.strip().splitlines()[-1]
     status = r.ssh(
@@ -267,7 +146,7 @@ def sync_checkout(r: Runner, commit: str) -> str:
         raise RemoteError(
             r.host,
             "status",
-            f"the checkout {abs_path} has uncommitted changes ({_last_lines(status, 3)}); "
+            f"the checkout {abs_path} has uncommitted changes ({last_lines(status, 3)}); "
             "commit or stash them there; nothing was run",
         )
     has = r.ssh(
@@ -398,7 +277,7 @@ def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
     return good, missing
 
 
-def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str) -> dict:
+def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: str) -> dict:
     """A host's job (see the module docstring). Writes the manifest on success; on failure
     writes ``status.json`` naming the stage and the missing cells and raises
     :class:`RemoteError`."""
@@ -414,7 +293,7 @@ def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str)
     if local_changes:
         log.warning(
             "this checkout has uncommitted changes (%s): the remote runs commit %s without them",
-            _last_lines(local_changes, 3),
+            last_lines(local_changes, 3),
             job.commit[:12],
         )
     try:
@@ -428,7 +307,7 @@ def fetch_job(params: Mapping, manifest: str, log: logging.Logger, basedir: str)
             raise RemoteError(
                 job.host,
                 "rsync",
-                f"the transfer stopped (rsync exit {code}: {_last_lines(out, 2)}); files "
+                f"the transfer stopped (rsync exit {code}: {last_lines(out, 2)}); files "
                 "not yet complete wait in .rsync-partial folders and are never read; rerun "
                 "to resume",
                 missing,

@@ -362,7 +362,7 @@ def markdown(params: Mapping[str, Any], rows: Sequence[Mapping]) -> str:
     return "\n".join(parts)
 
 
-def versions_job(
+def versions_table(
     params: Mapping[str, Any],
     summary_csv: str,
     probes_csv: str | None,

@@ -37,7 +37,7 @@ PROVENANCE_COLUMNS = (
 )
 
 
-def provenance_job(traces: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
+def provenance(traces: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
     """Where and how every trace was made, read from the traces themselves (so traces
     imported from another host show that host)."""
     rows = []
@@ -93,7 +93,7 @@ def provenance_job(traces: Sequence[str], out_csv: str, out_md: str) -> list[dic
     return rows
 
 
-def training_loop_page_job(rst_path: str, defaults_json: Sequence[str], out_html: str) -> None:
+def training_loop_page(rst_path: str, defaults_json: Sequence[str], out_html: str) -> None:
     """The report's training-loop page: our text (``report/training_loop.rst``) followed by
     the optimizer defaults every framework printed (its sealed JSON, ``defaults.read``, as
     the optimizer-defaults table shows them), rendered to HTML with docutils."""

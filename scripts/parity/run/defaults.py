@@ -64,7 +64,9 @@ def torch_defaults() -> list[dict]:
 
 def candle_defaults(binary: str) -> list[dict]:
     """What ``candle-parity defaults`` prints: candle-nn's ``ParamsAdamW::default()`` and
-    SGD's required learning rate. Raises ``subprocess.CalledProcessError`` on failure."""
+    SGD's required learning rate. Raises ``subprocess.CalledProcessError`` on failure,
+    ``integrity.BinaryError`` for a binary that is not its build's."""
+    integrity.check_binary(binary)
     out = json.loads(subprocess.run([binary, "defaults"], check=True, capture_output=True).stdout)
     version = out["candle_version"]
     a = out["AdamW"]
@@ -89,6 +91,7 @@ def burn_defaults(binary: str) -> list[dict]:
     widened 0.8999999761581421). No burn config holds a learning rate (it is an
     argument of ``ModuleOptimizer::step``); a disabled option (``None`` in burn) reads
     ``none``. Raises ``subprocess.CalledProcessError`` on failure."""
+    integrity.check_binary(binary)
     out = json.loads(subprocess.run([binary, "defaults"], check=True, capture_output=True).stdout)
     version = out["burn_version"]
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import subprocess
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from parity.core.fileio import atomic_path, exclusive_lock
+from parity.core import integrity
 from parity.own import crate as own_crate
 from parity.plan import versions
+from parity.run.build import copy_binary, locked_output, run_logged, target_folders
 
 
 class OwnBuildError(RuntimeError):
@@ -71,8 +70,7 @@ def build_own(
     id. Raises :class:`OwnBuildError`."""
     framework, crate = build["framework"], build["crate"]
     check_port(crate, rust_dir, framework)
-    target_root = os.environ.get("CARGO_TARGET_DIR") or os.path.join(rust_dir, "target")
-    target_dir = os.path.join(target_root, build["target"])
+    _, target_dir = target_folders(rust_dir, build["target"])
     folder = Path(build["runner_crate"]).resolve()
     workspace = Path(rust_dir, "Cargo.toml").read_text(encoding="utf-8")
     manifest = own_crate.write(
@@ -101,23 +99,21 @@ def build_own(
         "--target-dir",
         target_dir,
     ]
-    log.info("%s", " ".join(command))
     # The workflow's runner of this framework builds in the same folder: one at a time.
-    with atomic_path(out) as tmp, exclusive_lock(target_dir + ".lock", 7200):
-        with open(log_path, "ab") as sink:
-            proc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT)
-        if proc.returncode != 0:
+    with locked_output(out, target_dir) as tmp:
+        status = run_logged(command, log, log_path)
+        if status != 0:
             errors = versions.cargo_errors(log_path)
             raise OwnBuildError(
                 f"the {framework} port in {crate} does not build (cargo exit status "
-                f"{proc.returncode}): "
+                f"{status}): "
                 + ("; ".join(errors) or "see the log")
                 + f"; the whole output is in {log_path}"
             )
-        shutil.copy2(binary, tmp)
-        got = subprocess.run([str(tmp), "source-id"], capture_output=True, text=True).stdout.strip()
+        got = copy_binary(binary, tmp)
         if got != build["source_id"]:
             raise OwnBuildError(
                 f"{binary} reports source id {got!r}, not this build's {build['source_id']}"
             )
+    integrity.write_binary_record(out, build["source_id"])
     log.info("copied %s (source id %s) to %s", binary, build["source_id"], out)

@@ -35,7 +35,7 @@ from parity.core.fileio import write_text_atomic
 from parity.core.models import model_params
 from parity.plan.keys import RunKey
 from parity.plan.runspec import runner_spec
-from parity.run.rust import RunnerError, invocation, log_tail
+from parity.run.rust import RunnerError, check_binary, invocation, log_tail
 from parity.trace import fixtures
 
 
@@ -108,6 +108,7 @@ def own_check(
     listing every difference (nothing is written), :class:`RunnerError` when the binary
     fails."""
     fixtures.load(fixture)
+    check_binary(binary)
     spec = runner_spec(key, settings, fixture)
     with invocation(spec, 1, log_path) as (spec_path, env, stderr):
         proc = subprocess.run(

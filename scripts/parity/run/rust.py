@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from parity.core import integrity
 from parity.core.models import model_params
 from parity.plan.keys import RunKey
 from parity.plan.limits import non_finite
@@ -35,6 +36,15 @@ from parity.trace.writer import TraceWriter
 
 class RunnerError(RuntimeError):
     """The binary failed; the message carries its exit status and the tail of its stderr."""
+
+
+def check_binary(binary: str) -> dict:
+    """The build record of ``binary`` when it is the build's (``integrity.check_binary``);
+    raises :class:`RunnerError` naming it and what to do otherwise."""
+    try:
+        return integrity.check_binary(binary)
+    except integrity.BinaryError as e:
+        raise RunnerError(str(e)) from None
 
 
 def log_tail(path: str, lines: int = 20) -> str:
@@ -88,10 +98,15 @@ def train(
     ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
     :class:`RunnerError` when the binary exits non-zero or its stream is malformed, and
     ``fixtures.FixtureError`` for a fixture that does not match its checksum; the trace is
-    then not written.
+    then not written. A framework error during a step, which the binary reports in its
+    ``end`` frame (status ``failed``, the step, the error), is written as a trace with
+    status ``failed``: the steps before it are kept and the comparison reports it.
     """
     s = settings
-    fixtures.load(fixture)  # the binary reads it itself: refuse a corrupt one here first
+    identity = check_binary(binary)
+    # The binary reads it itself: refuse a corrupt or mismatched one here first, as the
+    # PyTorch runner does, naming the tensor.
+    fixtures.check(fixture, fixtures.load(fixture), s)
     spec = runner_spec(key, s, fixture)
     names = spec["record"]["tensors"] or [n for n, _ in model_params(s["model"])]
     extras = []
@@ -111,7 +126,7 @@ def train(
             env=env,
         )
         try:
-            _consume(key, settings, fixture, proc, layout, out, log, binary)
+            _consume(key, settings, fixture, proc, layout, out, log, binary, identity)
         except RunnerError as e:
             proc.kill()
             proc.wait()
@@ -123,7 +138,7 @@ def train(
             raise
 
 
-def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
+def _consume(key, settings, fixture, proc, layout, out, log, binary, identity) -> None:
     # A step frame holds at most one row of the layout (and its loss) plus its header, so
     # a corrupted length cannot make this read gigabytes.
     frames = read_frames(proc.stdout, max_frame=2 * layout.row_bytes() + (1 << 20))
@@ -136,6 +151,9 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
         m = header.meta
         runner = {k: m[k] for k in ("compiler", "device_detail", "features", "optimizer_impl")}
         runner["threads"] = int(m["threads"])
+        # which build ran: the binary's sha256 and source id, checked before it started
+        runner["binary_sha256"] = identity["binary_sha256"]
+        runner["source_id"] = identity["source_id"]
         meta = trace_metadata(key, settings, fixture, m["framework_version"], runner)
         writer = TraceWriter(out, layout, meta)
         ended = False
@@ -149,6 +167,11 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary) -> None:
                 ended = True
                 if "train_seconds" in frame.meta:
                     writer.meta["runner"]["train_seconds"] = float(frame.meta["train_seconds"])
+                if frame.meta.get("status") == "failed":
+                    # The framework's own error during a step: a finding, recorded.
+                    step, error = int(frame.meta["step"]), frame.meta.get("error", "")
+                    log.error("%s failed at step %d: %s", key.label, step, error)
+                    writer.fail(step, error)
         status = proc.wait()
         if status != 0 or not ended:
             raise RunnerError(
@@ -174,6 +197,7 @@ def run_frames(
     :class:`RunnerError` when it exits non-zero (with the last lines of its log) or its
     stream is malformed."""
     name = f"{Path(binary).name} {subcommand[0]}"
+    check_binary(binary)
     with invocation(spec, threads, log_path) as (spec_path, env, stderr):
         cmd = [binary, *subcommand, "--spec", spec_path, "--out", "-"]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)

@@ -256,9 +256,7 @@ def train(
         raise RuntimeError("device metal requested but torch.backends.mps.is_available() is False")
     dtype = TORCH_DTYPES[key.dtype]
     fx = fixtures.load(fixture)
-    missing = [n for n in ("x", "y") if n not in fx]
-    if missing:
-        raise RuntimeError(f"fixture {fixture} has no tensor {missing[0]!r}")
+    fixtures.check(fixture, fx, s)
     names = [n for n, _ in model_params(s["model"])]
     net = net(s["model"], fx, names, device, dtype)
     p = net.params
@@ -348,6 +346,7 @@ def replay(
     tdev = torch.device(TORCH_DEVICE[device])
     tdt = TORCH_DTYPES[dtype]
     fx = fixtures.load(fixture)
+    fixtures.check(fixture, fx, s)
     names = [n for n, _ in model_params(s["model"])]
     # Copies: the optimizer updates the parameters in place, and ``state`` is shared by
     # every replay of a localisation.

@@ -140,6 +140,54 @@ def load(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return tensors
 
 
+def expected(settings: Mapping[str, Any]) -> dict[str, tuple[np.dtype, tuple[int, ...] | None]]:
+    """What a run's fixture must hold: name → (dtype, shape; None: any shape of that many
+    leading dimensions is the data's, checked by :func:`check`), from a run's resolved
+    ``settings`` (model, loss, data): every parameter float32 in its PyTorch shape, the
+    buffers an own model hands over, ``x`` and ``y``."""
+    model, data = settings["model"], settings["data"]
+    out: dict[str, tuple[np.dtype, tuple[int, ...] | None]] = {
+        n: (np.dtype(np.float32), tuple(s)) for n, s in model_params(model)
+    }
+    for n, s in (model.get("buffers") or {}).items():
+        out[n] = (np.dtype(np.float32), tuple(s))
+    lead = (data["batches"], data["batch_size"])
+    tokens = model["family"] == "transformer" or (
+        model["family"] == "own" and model["io"]["input"]["kind"] == "tokens"
+    )
+    if model["family"] == "own" and "file" in model["io"]:
+        out["x"] = out["y"] = (None, None)  # the user's own data: checked when drawn
+        return out
+    in_shape, outputs = model_io(model)
+    if tokens:
+        out["x"] = (np.dtype(np.int64), (*lead, *in_shape))
+        out["y"] = (np.dtype(np.int64), (*lead, *in_shape))
+    else:
+        out["x"] = (np.dtype(np.float32), (*lead, *in_shape))
+        if settings["loss"] == "mse":
+            target = model["io"]["target"]["shape"] if model["family"] == "own" else [outputs]
+            out["y"] = (np.dtype(np.float32), (*lead, *target))
+        else:
+            out["y"] = (np.dtype(np.int64), lead)
+    return out
+
+
+def check(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], settings) -> None:
+    """Refuse a fixture that does not hold what the run needs (:func:`expected`): a tensor
+    missing, of another dtype or shape. Raises :class:`FixtureError` naming the file and
+    the tensor, as the Rust runners refuse it, before anything is trained."""
+    for name, (dtype, shape) in expected(settings).items():
+        if name not in tensors:
+            raise FixtureError(f"fixture {path}: no tensor {name!r}")
+        a = tensors[name]
+        if dtype is not None and a.dtype != dtype:
+            raise FixtureError(f"fixture {path}: {name} is {a.dtype}, not {dtype}")
+        if shape is not None and tuple(a.shape) != shape:
+            raise FixtureError(
+                f"fixture {path}: {name} has shape {list(a.shape)}, not {list(shape)}"
+            )
+
+
 def write(path: str | os.PathLike, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Draw and write a fixture atomically (:func:`save`); returns the tensors."""
     tensors = draw(settings)

@@ -61,7 +61,7 @@ def trace_metadata(
 
 
 def probe_metadata(framework_version: str, runner: Mapping[str, Any]) -> dict[str, Any]:
-    """What a probe result records about where it was made (``probe_results``): the
+    """What a probe result records about where it was made (``parity.probe.results``): the
     framework version, the host, and ``runner`` with Python, platform and CPU added."""
     return {
         "framework_version": framework_version,

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from parity.core import integrity
+from parity.plan.limits import recorded_rows
 from parity.trace.schema import (
     INDEX_KEY,
     METADATA_KEY,
@@ -24,7 +25,7 @@ from parity.trace.schema import (
     TraceLayout,
     check_metadata,
     loss_from_bits,
-    recorded_steps,
+    steps_recorded,
 )
 
 
@@ -63,11 +64,13 @@ class TraceReader:
             self.meta = json.loads(raw)
         except json.JSONDecodeError as e:
             raise TraceError(path, f"metadata is not valid JSON ({e})") from e
+        if not isinstance(self.meta, dict):
+            raise TraceError(path, "metadata is not a JSON object")
         check_metadata(path, self.meta)
+        if expect:  # before anything is built from the metadata
+            self._check_expectations(expect)
         self.layout = TraceLayout.of(self.meta["dtype"], self.meta["params"], self.meta["extras"])
         self._check_schema()
-        if expect:
-            self._check_expectations(expect)
         self._read_index(kv)
 
     def _read_index(self, kv) -> None:
@@ -96,7 +99,11 @@ class TraceReader:
         except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
             raise TraceError(self.path, f"index is malformed ({e})") from None
         self.steps: list[int] = steps
-        want = recorded_steps(self.meta["steps"], self.meta["record_every"])
+        if len(steps) > recorded_rows(self.meta["steps"], self.meta["record_every"]):
+            raise TraceError(
+                self.path, f"index lists {len(steps)} steps, more than the run records"
+            )
+        want = steps_recorded(self.meta)
         if steps != want:
             missing = sorted(set(want) - set(steps))
             what = f"step {missing[0]} is missing" if missing else "steps are out of order"

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from parity.plan.limits import DEFAULTS as LIMIT_DEFAULTS
+
 #: 3: the flat layout, one ``value`` column and the sealed ``parity.trace.index`` (a
 #: version 2 trace, a fixed-size-list column per parameter, is refused: rerun it).
 SCHEMA_VERSION = 3
@@ -59,7 +61,9 @@ VALUE_COLUMN = "value"
 FLOAT_TYPES = {"f32": pa.float32(), "f64": pa.float64()}
 NUMPY_TYPES = {"f32": np.dtype("<f4"), "f64": np.dtype("<f8")}
 EXTRA_KINDS = ("grad", "exp_avg", "exp_avg_sq")
-STATUSES = ("complete", "diverged")
+#: ``failed``: the framework raised an error during a step (its message in the metadata's
+#: ``error``, the step in ``failed_step``); the steps before it are recorded.
+STATUSES = ("complete", "diverged", "failed")
 
 #: Metadata every trace carries, with the Python type of each value.
 REQUIRED_METADATA: dict[str, type | tuple[type, ...]] = {
@@ -134,6 +138,9 @@ class TraceLayout:
     def __post_init__(self):
         if self.dtype not in FLOAT_TYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {sorted(FLOAT_TYPES)}")
+        # element counts by parameter name, so numel is a lookup (a layout of many tensors
+        # would otherwise cost the square of their number)
+        object.__setattr__(self, "_sizes", {n: math.prod(s) for n, s in self.params})
 
     @classmethod
     def of(
@@ -160,10 +167,7 @@ class TraceLayout:
         """Element count of a parameter or extra column. Raises ``KeyError`` for a name
         that is neither."""
         base = name.split(":", 1)[1] if ":" in name else name
-        for n, shape in self.params:
-            if n == base:
-                return math.prod(shape)
-        raise KeyError(name)
+        return self._sizes[base]
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of a trace: one non-null column :data:`VALUE_COLUMN` of the
@@ -210,3 +214,65 @@ def check_metadata(path, meta: Mapping) -> None:
         )
     if meta["status"] not in STATUSES:
         raise TraceError(path, f"metadata field 'status' is {meta['status']!r}")
+    check_sizes(path, meta)
+    if meta["status"] == "failed":
+        step, error = meta.get("failed_step"), meta.get("error")
+        if not isinstance(step, int) or isinstance(step, bool) or not isinstance(error, str):
+            raise TraceError(path, "a failed trace needs failed_step (int) and error (text)")
+
+
+#: The largest trace a reader builds anything for (its footer's claims are bounded before
+#: use, so a crafted footer is refused in microseconds instead of exhausting memory): the
+#: config's own limits' defaults (``parity.plan.limits.DEFAULTS``) and a tensor count no
+#: model of this workflow approaches.
+MAX_STEPS = LIMIT_DEFAULTS["max_steps"]
+MAX_TENSOR_ELEMENTS = LIMIT_DEFAULTS["max_tensor_elements"]
+MAX_TENSORS = 100_000
+
+
+def check_sizes(path, meta: Mapping) -> None:
+    """Refuse trace metadata whose sizes cannot be a run of this workflow, before anything
+    is built from them: a dtype other than f32/f64, ``steps`` beyond ``limits.max_steps``,
+    ``record_every`` below 1, more than :data:`MAX_TENSORS` parameters or extras, a
+    parameter that is not ``[name, shape]`` with a shape of non-negative integers, or one
+    beyond ``limits.max_tensor_elements``, an extra that names no parameter. Raises
+    :class:`TraceError` naming ``path`` and the field."""
+    if meta["dtype"] not in FLOAT_TYPES:
+        raise TraceError(path, f"metadata field 'dtype' is {meta['dtype']!r}, not f32 or f64")
+    if not 0 <= meta["steps"] <= MAX_STEPS:
+        raise TraceError(path, f"metadata field 'steps' is {meta['steps']}, beyond 0..{MAX_STEPS}")
+    if meta["record_every"] < 1:
+        raise TraceError(path, f"metadata field 'record_every' is {meta['record_every']}, not >= 1")
+    params, extras = meta["params"], meta["extras"]
+    if len(params) > MAX_TENSORS or len(extras) > 3 * MAX_TENSORS:
+        raise TraceError(path, f"metadata lists {len(params)} parameters and {len(extras)} extras")
+    names = set()
+    for i, p in enumerate(params):
+        ok = (
+            isinstance(p, list)
+            and len(p) == 2
+            and isinstance(p[0], str)
+            and isinstance(p[1], list)
+            and all(type(d) is int and d >= 0 for d in p[1])
+            and len(p[1]) <= 8
+        )
+        if not ok:
+            raise TraceError(path, f"metadata field 'params'[{i}] is not [name, shape]")
+        if math.prod(p[1]) > MAX_TENSOR_ELEMENTS:
+            raise TraceError(path, f"parameter {p[0]!r} claims {math.prod(p[1])} elements")
+        names.add(p[0])
+    for e in extras:
+        kind, _, name = e.partition(":") if isinstance(e, str) else ("", "", "")
+        if kind not in EXTRA_KINDS or name not in names:
+            raise TraceError(
+                path, f"metadata field 'extras' holds {e!r}, not an extra of a parameter"
+            )
+
+
+def steps_recorded(meta: Mapping) -> list[int]:
+    """The steps a trace with metadata ``meta`` holds: :func:`recorded_steps`, or for a run
+    that failed at step k those before k."""
+    want = recorded_steps(meta["steps"], meta["record_every"])
+    if meta["status"] == "failed":
+        return [s for s in want if s < meta["failed_step"]]
+    return want

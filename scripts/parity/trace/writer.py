@@ -31,6 +31,7 @@ from parity.trace.schema import (
     TraceLayout,
     loss_bits,
     recorded_steps,
+    steps_recorded,
 )
 
 ROW_GROUP_BYTES = 8 << 20
@@ -239,8 +240,9 @@ class TraceWriter:
         self._flush()
         self._wait()
         self._pool.shutdown()
-        if self._index["steps"] != self.expected_steps:
-            missing = sorted(set(self.expected_steps) - set(self._index["steps"]))
+        want = steps_recorded(self.meta)
+        if self._index["steps"] != want:
+            missing = sorted(set(want) - set(self._index["steps"])) or [None]
             err = TraceError(self.path, f"trace ends before step {missing[0]}")
             self.abort(type(err), err, None)
             raise err
@@ -253,6 +255,14 @@ class TraceWriter:
         self._writer.close()
         self._done = True
         self._atomic.__exit__(None, None, None)
+
+    def fail(self, step: int, error: str) -> None:
+        """Mark the run as failed at ``step`` with the framework's ``error`` message: the
+        trace then holds the steps recorded before ``step`` (:func:`steps_recorded`), and
+        :meth:`close` publishes it."""
+        if step < 1:
+            raise ValueError(f"a run fails at a step from 1, not {step}")
+        self.meta.update(status="failed", failed_step=int(step), error=str(error))
 
     def abort(self, exc_type=None, exc=None, tb=None) -> None:
         """Discard the partial file (no-op once the trace is closed or aborted)."""

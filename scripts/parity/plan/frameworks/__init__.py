@@ -28,7 +28,7 @@ DEFINITIONS: dict[str, ModuleType] = {d.NAME: d for d in (pytorch, candle, burn)
 FRAMEWORKS = tuple(DEFINITIONS)
 #: Frameworks whose runs are Rust binaries speaking the frame protocol.
 RUST_FRAMEWORKS = tuple(n for n, d in DEFINITIONS.items() if d.RUST)
-RUN_NAME = re.compile(rf"^({'|'.join(FRAMEWORKS)})(_[a-z0-9]+)*$")
+RUN_NAME = re.compile(rf"^({'|'.join(FRAMEWORKS)})(_[a-z0-9]+)*\Z")
 
 #: Deliberate faults a run may carry (run setting ``fault: {kind, step}``), by the framework
 #: that implements them. Faults that an existing setting expresses (weight decay, learning

@@ -1,0 +1,173 @@
+"""The fuzz job (rule ``fuzz``, config block ``fuzz``): one layout-fuzzing campaign
+(``campaign.campaign``) and everything it writes, each output published atomically like
+every other job's (``fileio.atomic_path``, ``fileio.atomic_dir``): the findings table (CSV
+and Markdown), the folder of probe files and the folder of reproductions (each replaced
+whole, so no file of an earlier campaign survives in it), and the summary.
+``scripts/fuzz.py`` is a thin adapter; tests call :func:`fuzz` directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from parity.core.fileio import atomic_dir, write_text_atomic
+from parity.fuzz import campaign, check
+from parity.fuzz.campaign import Campaign
+from parity.fuzz.generate import dump
+from parity.fuzz.report import (
+    COLUMNS,
+    burn_source,
+    candle_source,
+    classify,
+    known_bug_cases,
+    layout_text,
+    markdown,
+    probe_doc,
+    probe_name,
+    values_text,
+)
+from parity.probe import loader
+
+#: What the job writes, by the rule's output names.
+OUTPUTS = ("csv", "md", "summary", "probes", "repro")
+
+
+def write_findings(
+    result: Campaign,
+    seed: int,
+    known: str | Path | Sequence[str | Path],
+    csv_path: str | Path,
+    md_path: str | Path,
+    probe_dir: str | Path,
+    repro_dir: str | Path,
+    settings: Mapping,
+) -> list[dict]:
+    """Write the findings table (``csv_path``, ``md_path``), one probe file per finding in
+    ``probe_dir`` and one reproduction per finding in ``repro_dir``, each folder replaced
+    whole and every file atomically; returns the table rows (:data:`report.COLUMNS`, the
+    ``probe`` and ``repro`` cells naming the files where they end up). ``known``: the probes
+    whose ``known_bug`` entries findings are matched with (a folder or a list of probe
+    files), for the releases fuzzed (``settings["releases"]``, framework → release;
+    ``report.known_bug_cases``). Every probe file is read back with ``loader.load`` (a
+    ``ProbeError`` is a bug here, and nothing is published then)."""
+    probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
+    known = known_bug_cases(known, settings.get("releases"))
+    rows = []
+    with atomic_dir(probe_dir) as probe_tmp, atomic_dir(repro_dir) as repro_tmp:
+        for i, f in enumerate(result.findings):
+            name = probe_name(f, i)
+            doc, header = probe_doc(f, name, seed)
+            written = probe_tmp / f"{name}.yaml"
+            written.write_text(header + dump(doc), encoding="utf-8")
+            loader.load(written)
+            src = candle_source(f, name) if f.framework == "candle" else burn_source(f, name)
+            torch_lines = "".join(
+                f"// PyTorch {x.dtype}: {x.quantity} = {values_text(x.reference)}\n"
+                f"// {f.framework} {x.dtype}: {x.quantity} = "
+                f"{values_text(x.values) if x.values else x.message}\n"
+                for x in f.failures
+            )
+            (repro_tmp / f"{name}.rs").write_text(torch_lines + src, encoding="utf-8")
+            same, related = classify(f, known)
+            rows.append(
+                {
+                    "op": f.op,
+                    "framework": f.framework,
+                    "dtype": f.dtype,
+                    "kind": f.kind,
+                    "layout": layout_text(f),
+                    "quantities": " ".join(x.quantity for x in f.failures),
+                    "shapes": " ".join(str(list(x.shape)) for x in f.case.inputs),
+                    "args": " ".join(f"{k}={v}" for k, v in f.case.args.items()),
+                    "failing_cases": result.failing_by_signature.get(
+                        (f.op, f.framework, f.dtype, f.kind), 0
+                    ),
+                    "sources": " ".join(f.sources),
+                    "known_bug": " ".join(same) or "new",
+                    "related": " ".join(related),
+                    "probe": str(probe_dir / f"{name}.yaml"),
+                    "repro": str(repro_dir / f"{name}.rs"),
+                    "note": f.failures[0].message[:200],
+                }
+            )
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, COLUMNS)
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(csv_path, table.getvalue())
+    write_text_atomic(md_path, markdown(rows, result, seed, settings))
+    return rows
+
+
+def fuzz(
+    settings: Mapping,
+    binaries: Sequence[str],
+    known: Sequence[str],
+    outputs: Mapping[str, str],
+    threads: int,
+    log: logging.Logger,
+    log_path: str | None = None,
+) -> dict:
+    """Run one campaign and write what it found.
+
+    ``settings`` is the rule's ``fuzz`` param (config ``fuzz`` resolved: ``seed``, ``ops``,
+    ``cases_per_op``, ``frameworks``, ``dtypes``, ``shrinks_per_class``, ``releases``);
+    ``binaries`` the Rust runners, one per framework of ``settings["frameworks"]`` in its
+    order; ``known`` the probe files whose known bugs findings are matched with;
+    ``outputs`` the paths of :data:`OUTPUTS` (the findings table's CSV and Markdown, the
+    summary JSON, the probe-file and reproduction folders); ``log_path`` the runners' log.
+    The summary (``settings``, case counts, findings and new ones, the control's failing
+    quantities per case, wall times in seconds, threads, machine) is written last. Returns
+    it. Raises what the runners raise (``probe.rust.RunnerError``), and ``ValueError`` when
+    ``binaries`` do not match the frameworks; nothing is written then.
+    """
+    binary_of = dict(zip(settings["frameworks"], binaries, strict=True))
+    runners = check.Runners(binary_of, threads, log, log_path)
+    t0 = time.monotonic()
+    result = campaign.campaign(
+        settings["seed"],
+        settings["ops"],
+        settings["cases_per_op"],
+        settings["frameworks"],
+        settings["dtypes"],
+        runners,
+        shrinks_per_class=settings["shrinks_per_class"],
+    )
+    rows = write_findings(
+        result,
+        settings["seed"],
+        list(known),
+        outputs["csv"],
+        outputs["md"],
+        outputs["probes"],
+        outputs["repro"],
+        settings,
+    )
+    summary = {
+        "settings": settings,
+        "cases": result.cases,
+        "failing_cases": result.failing_cases,
+        "findings": len(rows),
+        "new": sum(1 for r in rows if r["known_bug"] == "new"),
+        "control_failures": {
+            n: [f.quantity for f in v] for n, v in result.control_failures.items()
+        },
+        "seconds": {**result.seconds, "job": time.monotonic() - t0},
+        "threads": threads,
+        "machine": f"{platform.machine()}, {platform.processor() or platform.node()}",
+    }
+    write_text_atomic(outputs["summary"], json.dumps(summary, indent=2))
+    log.info(
+        "%d findings (%d new); control: %d failing cases",
+        len(rows),
+        summary["new"],
+        len(result.control_failures),
+    )
+    return summary
