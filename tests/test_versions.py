@@ -248,6 +248,24 @@ def test_a_staged_workspace_holds_the_release_and_its_lock(tmp_path):
     assert (tmp_path / "ws" / "Cargo.lock").stat().st_mtime_ns == before
 
 
+def test_a_staged_release_is_what_parity_common_s_own_model_trait_links_too(tmp_path):
+    # candle-parity enables parity-common's `candle` feature (the own-model trait): its
+    # optional candle crates must follow the staged release, or one build links two candles.
+    files = ["Cargo.toml", "candle-parity/Cargo.toml", "parity-common/Cargo.toml"]
+    versions.stage(REPO / "rust", files, "candle", "0.11.1", tmp_path / "ws")
+    common = (tmp_path / "ws" / "parity-common" / "Cargo.toml").read_text()
+    assert 'candle-core = { version = "=0.11.1", optional = true }' in common
+    assert 'candle-nn = { version = "=0.11.1", optional = true }' in common
+    assert "0.11.0" not in common
+    with pytest.raises(ValueError, match="parity-common/Cargo.toml: candle-core is pinned"):
+        versions.runner_manifest(
+            common.replace("=0.11.1", "=0.10.2"), "candle", "0.11.1", "parity-common/Cargo.toml"
+        )
+    lock = (REPO / "rust" / "versions" / "candle-0.11.1.lock").read_text()
+    entry = lock[lock.index('name = "parity-common"') :].split("[[package]]")[0]
+    assert '"candle-core"' in entry and '"candle-nn"' in entry
+
+
 def test_a_file_the_workspace_no_longer_has_leaves_the_staged_copy(tmp_path):
     # A module moved from spec.rs to spec/mod.rs: a staging that kept the old file would
     # hold both, and rustc refuses a module found twice (E0761).

@@ -15,7 +15,9 @@ impl Runner for Burn {
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const ABOUT: &'static str = "burn side of the training-step parity workflow";
     const FRAMEWORK_VERSION: &'static str = burn_parity::BURN_VERSION;
-    const SOURCE_ID: &'static str = env!("PARITY_SOURCE_ID");
+    fn source_id() -> &'static str {
+        env!("PARITY_SOURCE_ID")
+    }
 
     fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()> {
         burn_parity::train::run(spec, sink)

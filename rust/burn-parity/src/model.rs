@@ -82,7 +82,7 @@ impl Net {
     /// When the fixture lacks a tensor or holds it with another shape or dtype (parameters and `x` float32, `y` float32 for
     /// MSE or int64 for cross-entropy; for the transformer `x` and `y` int64 token ids), the CNN asks for
     /// candle's conv2d workaround, or the transformer for a candle-side setting (see
-    /// [`crate::transformer::check_settings`]).
+    /// [`crate::transformer::check_settings`]); for an own model ([`Model::Own`]).
     pub fn load(spec: &RunSpec, device: &Device) -> Result<(Net, Data)> {
         let fx = Fixture::read(spec)?;
         let (net, inputs, targets) = match &spec.model {
@@ -91,6 +91,9 @@ impl Net {
                 (Net::Transformer(net), inputs, targets)
             }
             Model::Mlp { .. } | Model::Cnn1d { .. } => Self::load_float(spec, &fx, device)?,
+            Model::Own { .. } => {
+                bail!("an own model runs in its own runner (docs/own-model.md), not burn-parity")
+            }
         };
         let device = device.clone();
         Ok((
@@ -124,7 +127,9 @@ impl Net {
                 let (cnn, inputs) = Cnn::load(fx, &spec.model, (batches, batch), ty, device)?;
                 (Net::Cnn(cnn), inputs, *classes)
             }
-            Model::Transformer { .. } => unreachable!("loaded by transformer::load"),
+            Model::Transformer { .. } | Model::Own { .. } => {
+                unreachable!("loaded by transformer::load, or refused by Net::load")
+            }
         };
         let targets = float_targets(fx, spec.loss, (batches, batch, outputs), ty, device)?;
         Ok((net, inputs, targets))

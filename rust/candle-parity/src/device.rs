@@ -2,7 +2,8 @@
 //! import of a replay's state tensors.
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor, Var};
 use parity_common::frames::RawTensor;
 use parity_common::probe_spec::ProbeDtype;
 use parity_common::replay::StateTensor;
@@ -89,4 +90,43 @@ pub fn state_tensor(t: &StateTensor, dtype: DType, dev: &Device) -> Result<Tenso
         DType::F64 => Tensor::from_vec(t.values.clone(), shape, dev)?,
         other => bail!("cannot import a state tensor as {other:?}"),
     })
+}
+
+/// Host copies ([`to_raw`]) of the `Var`s `keep` selects, named and in the order of `params`
+/// (a model's parameters by state_dict key): what a frame records of them.
+///
+/// # Errors
+/// When a device copy fails.
+pub fn frame_vars(
+    params: &[(String, Var)],
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, RawTensor)>> {
+    params
+        .iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, var)| Ok((name.clone(), to_raw(var.as_tensor())?)))
+        .collect()
+}
+
+/// Host copies ([`to_raw`]) of the gradients in `grads` of the `Var`s `keep` selects, named
+/// and ordered as [`frame_vars`]; a `Var` without a gradient (cut off from the loss by a
+/// fused op without backward) is left out.
+///
+/// # Errors
+/// When a device copy fails.
+pub fn frame_var_grads(
+    params: &[(String, Var)],
+    grads: &GradStore,
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, RawTensor)>> {
+    let mut out = Vec::new();
+    for (name, var) in params {
+        if !keep(name) {
+            continue;
+        }
+        if let Some(g) = grads.get(var) {
+            out.push((name.clone(), to_raw(g)?));
+        }
+    }
+    Ok(out)
 }

@@ -13,11 +13,15 @@
 //! of each case as an outcome.
 //! [`replay`] replays one step from a given state ([`parity_common::replay`]) and records
 //! every intermediate, its gradient, and each parameter's gradient and update; [`device`]
-//! maps devices and converts tensors to and from the frames and the replay state.
+//! maps devices and converts tensors to and from the frames and the replay state. [`own`]
+//! is the runner of a user's own model (a port implementing
+//! [`parity_common::own::candle::CandleModel`]), with the same loop, optimizers, losses and
+//! frames.
 
 pub mod device;
 pub mod model;
 pub mod optim;
+pub mod own;
 pub mod probe;
 pub mod replay;
 pub mod train;

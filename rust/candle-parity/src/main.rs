@@ -16,7 +16,9 @@ impl Runner for Candle {
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const ABOUT: &'static str = "candle side of the training-step parity workflow";
     const FRAMEWORK_VERSION: &'static str = candle_parity::CANDLE_VERSION;
-    const SOURCE_ID: &'static str = env!("PARITY_SOURCE_ID");
+    fn source_id() -> &'static str {
+        env!("PARITY_SOURCE_ID")
+    }
 
     fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()> {
         candle_parity::train::run(spec, sink)
@@ -30,22 +32,10 @@ impl Runner for Candle {
         candle_parity::probe::run(batch, sink)
     }
 
-    /// candle-nn's `ParamsAdamW::default()` and what its SGD takes.
+    /// candle-nn's `ParamsAdamW::default()` and what its SGD takes
+    /// ([`candle_parity::optim::defaults`]).
     fn defaults() -> Result<serde_json::Value> {
-        let d = candle_nn::ParamsAdamW::default();
-        Ok(serde_json::json!({
-            "candle_version": candle_parity::CANDLE_VERSION,
-            "AdamW": {
-                "source": "candle_nn::ParamsAdamW::default()",
-                "lr": d.lr, "beta1": d.beta1, "beta2": d.beta2,
-                "eps": d.eps, "weight_decay": d.weight_decay,
-            },
-            "SGD": {
-                "source": "candle_nn::SGD::new(vars, learning_rate)",
-                "lr": null,
-                "note": "the learning rate is a required argument; there is no momentum, dampening, nesterov or weight_decay",
-            },
-        }))
+        Ok(candle_parity::optim::defaults())
     }
 }
 

@@ -76,8 +76,12 @@ impl Net {
     ///
     /// # Errors
     /// When the fixture lacks a tensor, holds it with another shape, or not as float32
-    /// (int64 for class labels and token ids), or holds a token id outside the vocabulary.
+    /// (int64 for class labels and token ids), or holds a token id outside the vocabulary;
+    /// for an own model ([`Model::Own`], which `candle_parity::own` runs).
     pub fn load(spec: &RunSpec, dev: &Device) -> Result<(Net, Data)> {
+        if spec.model.is_own() {
+            bail!("an own model runs in its own runner (candle_parity::own), not candle-parity");
+        }
         let tensors = candle_core::safetensors::load(&spec.fixture, &Device::Cpu)
             .with_context(|| format!("reading fixture {}", spec.fixture.display()))?;
         let dt = device::dtype(spec.dtype);
@@ -293,6 +297,7 @@ impl Net {
                 let logits = self.transformer()?.forward(x)?;
                 at("head.out", logits)
             }
+            Model::Own { .. } => bail!("an own model runs in candle_parity::own"),
         }
     }
 }
@@ -310,11 +315,7 @@ impl Parameters for Net {
         _ty: FloatType,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<(String, RawTensor)>> {
-        self.params
-            .iter()
-            .filter(|(name, _)| keep(name))
-            .map(|(name, var)| Ok((name.clone(), device::to_raw(var.as_tensor())?)))
-            .collect()
+        device::frame_vars(&self.params, keep)
     }
 
     /// The `GradStore`'s entry of each kept `Var`; a parameter a fused op cut off from the loss
@@ -328,16 +329,7 @@ impl Parameters for Net {
         _ty: FloatType,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<(String, RawTensor)>> {
-        let mut out = Vec::new();
-        for (name, var) in &self.params {
-            if !keep(name) {
-                continue;
-            }
-            if let Some(g) = grads.get(var) {
-                out.push((name.clone(), device::to_raw(g)?));
-            }
-        }
-        Ok(out)
+        device::frame_var_grads(&self.params, grads, keep)
     }
 }
 

@@ -125,12 +125,22 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
 
 /// Sets each parameter of `net` to the state's, converted to its dtype.
 fn set_params(net: &Net, state: &ReplayState) -> Result<()> {
-    let ours: Vec<&str> = net.params().iter().map(|(n, _)| n.as_str()).collect();
+    set_vars(net.params(), state)
+}
+
+/// Sets each `Var` of `params` (a model's parameters by state_dict key, in state_dict order)
+/// to the state's parameter of that name, converted to the `Var`'s dtype and device.
+///
+/// # Errors
+/// A state whose parameters differ from `params` in names, order or shapes, or a failing
+/// device copy.
+pub fn set_vars(params: &[(String, candle_core::Var)], state: &ReplayState) -> Result<()> {
+    let ours: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
     let theirs: Vec<&str> = state.params.iter().map(|(n, _)| n.as_str()).collect();
     if ours != theirs {
         bail!("the state's parameters {theirs:?} differ from the model's {ours:?}");
     }
-    for ((name, var), (_, t)) in net.params().iter().zip(&state.params) {
+    for ((name, var), (_, t)) in params.iter().zip(&state.params) {
         if t.shape != var.dims() {
             bail!(
                 "state parameter {name} has shape {:?}, the model's is {:?}",

@@ -1,15 +1,16 @@
-//! The command line every Rust runner shares (`candle-parity`, `burn-parity`): the same
-//! subcommands, which the workflow calls alike (`scripts/parity/run/rust.py`,
+//! The command line every Rust runner shares (`candle-parity`, `burn-parity`, an own model's
+//! runner): the same subcommands, which the workflow calls alike (`scripts/parity/run/rust.py`,
 //! `scripts/build.py`, the defaults rule). A runner says what its framework does for
 //! each through [`Runner`] and calls [`run`] from its `main`.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::frames::open_sink;
+use crate::own::Inspection;
 use crate::probe_spec::ProbeBatch;
 use crate::replay::ReplayState;
 use crate::spec::RunSpec;
@@ -25,8 +26,11 @@ pub trait Runner {
     /// The framework's version this binary was built with (from Cargo.lock, see
     /// [`crate::build_info`]).
     const FRAMEWORK_VERSION: &'static str;
-    /// The runner's `PARITY_SOURCE_ID` (see [`crate::build_info::emit`]).
-    const SOURCE_ID: &'static str;
+    /// What `source-id` prints: the hash of the runner's sources the workflow's build rule
+    /// embedded (`env!("PARITY_SOURCE_ID")`, see [`crate::build_info::emit`]), or the one an
+    /// own model's generated `main` passes in. A function, not a constant, because the own
+    /// model's runner receives it at run time.
+    fn source_id() -> &'static str;
 
     /// Trains as `spec` says and writes frames (see [`crate::frames`]) to `sink`.
     ///
@@ -55,6 +59,21 @@ pub trait Runner {
     /// # Errors
     /// When the library's config types cannot be serialised.
     fn defaults() -> Result<serde_json::Value>;
+
+    /// Builds an own model's port from the fixture as `train` does, runs one forward pass
+    /// and one backward on batch 0, and reports what it found ([`Inspection`]; the port's
+    /// build, forward and backward errors are data in it).
+    ///
+    /// # Errors
+    /// By default always: only an own model's runner (`candle_parity::own`) inspects. An
+    /// own model's runner: a fixture it cannot read, an unavailable device.
+    fn inspect(_spec: &RunSpec) -> Result<Inspection> {
+        bail!(
+            "{} runs the built-in model families; `inspect` is the subcommand of an own \
+             model's runner (docs/own-model.md)",
+            Self::NAME
+        )
+    }
 }
 
 #[derive(Parser)]
@@ -101,6 +120,13 @@ enum Command {
         #[arg(long, default_value = "-")]
         out: PathBuf,
     },
+    /// Build an own model's port from the fixture, run one forward and one backward pass on
+    /// batch 0, and print what it found as one JSON object (parity_common::own::Inspection).
+    Inspect {
+        /// Run spec JSON written by the workflow (an own model's).
+        #[arg(long)]
+        spec: PathBuf,
+    },
     /// Print the framework's optimizer defaults as JSON, read from the library itself.
     Defaults,
     /// Print the framework version this binary was built with.
@@ -134,6 +160,13 @@ pub fn run<R: Runner>() -> Result<()> {
             let state = ReplayState::from_path(&state, step, &spec)?;
             R::replay(&spec, &state, open_sink(&out)?)
         }
+        Command::Inspect { spec } => {
+            let inspection = R::inspect(&RunSpec::from_path(&spec)?)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string(&inspection)?)?;
+            out.flush()?;
+            Ok(())
+        }
         Command::Defaults => {
             println!("{}", serde_json::to_string_pretty(&R::defaults()?)?);
             Ok(())
@@ -143,7 +176,7 @@ pub fn run<R: Runner>() -> Result<()> {
             Ok(())
         }
         Command::SourceId => {
-            println!("{}", R::SOURCE_ID);
+            println!("{}", R::source_id());
             Ok(())
         }
     }

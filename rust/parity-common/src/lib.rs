@@ -12,14 +12,18 @@
 //!   where the trace schema is defined once.
 //! * [`build_info`]: helpers for the runners' build scripts (locked versions, compiler, the
 //!   source id the workflow's build rule passes in).
-//! * [`cli`]: the command line every runner shares (`train`, `probe`, `defaults`,
-//!   `version`, `source-id`).
+//! * [`cli`]: the command line every runner shares (`train`, `probe`, `replay`, `inspect`,
+//!   `defaults`, `version`, `source-id`).
 //! * [`replay`]: the state a same-state replay of one step starts from, and the names of
 //!   the intermediates it records (docs/localisation.md).
 //! * [`optim`]: the optimizer-stepping trait both runners implement ([`optim::RunOptimizer`],
 //!   over their model's [`optim::Parameters`]) and, written once, what a recorded step holds.
 //! * [`probe_spec`]: an op probe as normalized by `scripts/parity/probe/format.py`, which every
 //!   Rust runner interprets with its own framework.
+//! * [`own`]: a user's own model (docs/own-model.md): the framework-free report of `inspect`
+//!   and the names of its replay; behind the cargo features `candle` and `burn`, the trait a
+//!   user's port implements in that framework, its taps and (candle) the `VarBuilder` that
+//!   serves it the fixture. Without either feature this crate depends on no framework.
 
 pub mod build_info;
 pub mod cli;
@@ -27,6 +31,7 @@ pub mod fault;
 pub mod frames;
 pub mod model;
 pub mod optim;
+pub mod own;
 pub mod probe_spec;
 pub mod replay;
 pub mod spec;

@@ -1,7 +1,11 @@
 //! The model families a run spec names ([`Model`]), their parameters in PyTorch state_dict
 //! order ([`Model::params`], each a [`ParamSpec`]) and the per-family choices of how an op is
 //! computed. Part of the run spec ([`crate::spec`] re-exports every type);
-//! `scripts/parity/core/models.py` declares the same parameter lists.
+//! `scripts/parity/core/models.py` declares the same parameter lists. A user's own model
+//! ([`Model::Own`]) declares none: its parameters come from the PyTorch model itself
+//! (`scripts/parity/plan/own.py`), and the run spec carries them.
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
@@ -73,6 +77,34 @@ pub enum GeluImpl {
     Tanh,
 }
 
+/// What one sample of an own model's data is ([`Model::Own`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnInput {
+    /// Token ids: the fixture's `x` is int64 `[batches, B, T]`; the port's forward receives
+    /// `[B, T]` as `DType::U32`.
+    Tokens,
+    /// Floats: the fixture's `x` is float32 `[batches, B, …]`; the port's forward receives
+    /// `[B, …]` in the run dtype.
+    Float,
+}
+
+/// What an own model is trained against ([`Model::Own`]), and so its loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnTarget {
+    /// The next tokens: `y` int64 `[batches, B, T]`; the output is logits `[B, T, V]` and the
+    /// loss the cross-entropy over `[B·T, V]` (mean), as PyTorch's `F.cross_entropy` of the
+    /// flattened logits.
+    Tokens,
+    /// Class labels: `y` int64 `[batches, B]`; the output is logits `[B, C]`, the loss the
+    /// cross-entropy (mean).
+    Classes,
+    /// Float targets: `y` float32 `[batches, B, …]`; the output has the target's shape, the
+    /// loss the MSE (mean over every element).
+    Float,
+}
+
 /// The model family and its shapes. Parameter names follow PyTorch's state_dict.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "family", rename_all = "snake_case", deny_unknown_fields)]
@@ -134,13 +166,35 @@ pub enum Model {
         /// Which GELU (see [`GeluImpl`]).
         gelu: GeluImpl,
     },
+    /// A user's own model, ported to a Rust framework by the user (docs/own-model.md;
+    /// `parity_common::own`). Its parameters are the run spec's `params` (PyTorch
+    /// state_dict order, each tied tensor once under the name it is recorded under), which
+    /// the workflow reads from the PyTorch model; this variant says what the port receives.
+    Own {
+        /// Handed verbatim to the port's `build`: a `transformers` config's `to_dict()` (as
+        /// `config.json` holds it) or a factory's keyword arguments.
+        config: serde_json::Value,
+        /// What a sample's input is.
+        input: OwnInput,
+        /// What the model is trained against (and so the loss).
+        target: OwnTarget,
+        /// Tied parameters: alias → the state_dict key it is recorded under (an LM head
+        /// sharing the embedding: `{"lm_head.weight": "model.embed_tokens.weight"}`).
+        tied: BTreeMap<String, String>,
+        /// Buffers the fixture hands the port (float32 there, the run dtype in the port),
+        /// never trained or recorded.
+        buffers: Vec<ParamSpec>,
+        /// The Rust side's rename table: the name the port asks for → its state_dict key.
+        rename: BTreeMap<String, String>,
+    },
 }
 
 impl Model {
     /// The parameters this family declares, in state_dict order, with PyTorch shapes
     /// (`fc1.weight` is `[out, in]`; `conv.weight` is `[out, in, k]`). The same list as
     /// `scripts/parity/core/models.py` `model_params`; every runner refuses a spec whose
-    /// `params` differ.
+    /// `params` differ. An own model ([`Model::Own`]) declares none (empty): its list is
+    /// the run spec's, from the PyTorch model.
     pub fn params(&self) -> Vec<ParamSpec> {
         let p = |name: String, shape: Vec<usize>| ParamSpec { name, shape };
         match self {
@@ -205,7 +259,13 @@ impl Model {
                 out.push(p("head.weight".into(), vec![*vocab, d]));
                 out
             }
+            Model::Own { .. } => Vec::new(),
         }
+    }
+
+    /// Whether this is a user's own model ([`Model::Own`]).
+    pub fn is_own(&self) -> bool {
+        matches!(self, Model::Own { .. })
     }
 }
 

@@ -165,7 +165,9 @@ impl ReplayState {
 /// activation, then the activation's output; none after the last layer); for the 1-D CNN
 /// `conv.out` (`[batch, channels, length − kernel + 1]`, bias included), `relu.out` (same
 /// shape), `fc.out` (`[batch, classes]`); for the transformer only its logits `head.out`
-/// (`[batch, seq_len, vocab]`). The names follow the PyTorch model's module paths;
+/// (`[batch, seq_len, vocab]`); for an own model its output `output` (its taps, named
+/// after the PyTorch model's module paths when its forward pass runs, come before it: see
+/// [`crate::own::replay_names`]). The names follow the PyTorch model's module paths;
 /// `scripts/parity/localise/walk.py` defines the same list and the dataflow between them.
 pub fn forward_names(model: &Model) -> Vec<String> {
     let act = |a: &Activation| match a {
@@ -188,6 +190,7 @@ pub fn forward_names(model: &Model) -> Vec<String> {
             out.push("fc.out".into());
         }
         Model::Transformer { .. } => out.push("head.out".into()),
+        Model::Own { .. } => out.push("output".into()),
     }
     out.push("loss".into());
     out

@@ -219,11 +219,21 @@ def check(config: Mapping[str, Any], rust_dir: str | Path) -> list[ConfigError]:
     return problems
 
 
-def runner_manifest(text: str, framework: str, version: str) -> str:
+#: parity-common's manifest: its optional framework dependencies (the own-model traits,
+#: features ``candle`` and ``burn``) pin the runner's release and follow a staged one.
+COMMON_MANIFEST = "parity-common/Cargo.toml"
+
+
+def runner_manifest(text: str, framework: str, version: str, name: str | None = None) -> str:
     """A runner's Cargo.toml (``rust/<framework>-parity/Cargo.toml``) requiring ``=version``
     of each of the framework's crates instead of the pinned release. Raises ``ValueError``
     when a crate's ``="<pinned>"`` requirement is not found exactly once (the manifest
-    changed shape: this function must follow it)."""
+    changed shape: this function must follow it).
+
+    With ``name`` (another manifest's path, e.g. ``parity-common/Cargo.toml``, whose
+    optional dependencies serve an own model's trait), every such requirement the manifest
+    has is rewritten, none required; a framework crate pinned to a third release there is
+    refused the same way."""
     old = pinned(framework)
     for crate in frameworks.definition(framework).CRATES:
         line = re.compile(
@@ -231,8 +241,14 @@ def runner_manifest(text: str, framework: str, version: str) -> str:
             re.MULTILINE,
         )
         text, n = line.subn(rf'\g<1>={version}"', text)
-        if n != 1:
+        if name is None and n != 1:
             raise ValueError(f'{framework}-parity/Cargo.toml: {n} requirements {crate} = "={old}"')
+        other = re.compile(
+            rf'^{re.escape(crate)}\s*=\s*(?:\{{[^}}\n]*?version\s*=\s*)?"=(?!{re.escape(version)}")',
+            re.MULTILINE,
+        )
+        if name is not None and other.search(text):
+            raise ValueError(f"{name}: {crate} is pinned to neither {old} nor {version}")
     return text
 
 
@@ -241,7 +257,8 @@ def stage(
 ) -> Path:
     """A copy of the workspace that builds ``version`` of ``framework``: ``files`` (paths
     relative to ``rust_dir``) copied into ``dest``, the runner's manifest requiring the
-    release (:func:`runner_manifest`) and the release's lock file as ``Cargo.lock``.
+    release (:func:`runner_manifest`), parity-common's optional framework dependencies (an
+    own model's trait) requiring it too, and the release's lock file as ``Cargo.lock``.
     Files of ``dest`` whose content is already the same are left alone (cargo's
     fingerprints use their times); files of an earlier staging that ``files`` no longer
     names are removed (a module moved from ``x.rs`` to ``x/mod.rs`` would otherwise leave
@@ -264,6 +281,8 @@ def stage(
         data = (rust_dir / rel).read_bytes()
         if rel == runner:
             data = runner_manifest(data.decode(), framework, version).encode()
+        elif rel == COMMON_MANIFEST:
+            data = runner_manifest(data.decode(), framework, version, rel).encode()
         _write_if_changed(dest / rel, data)
     _write_if_changed(dest / "Cargo.lock", (rust_dir / lock_file(framework, version)).read_bytes())
     return dest / "Cargo.toml"

@@ -32,6 +32,25 @@ mod tests;
 
 pub use manual::{bias_correction, ManualAdamW};
 
+/// The `defaults` subcommand's JSON: candle-nn's `ParamsAdamW::default()`, read from the
+/// library, and what its SGD takes (a learning rate and nothing else).
+pub fn defaults() -> serde_json::Value {
+    let d = ParamsAdamW::default();
+    serde_json::json!({
+        "candle_version": crate::CANDLE_VERSION,
+        "AdamW": {
+            "source": "candle_nn::ParamsAdamW::default()",
+            "lr": d.lr, "beta1": d.beta1, "beta2": d.beta2,
+            "eps": d.eps, "weight_decay": d.weight_decay,
+        },
+        "SGD": {
+            "source": "candle_nn::SGD::new(vars, learning_rate)",
+            "lr": null,
+            "note": "the learning rate is a required argument; there is no momentum, dampening, nesterov or weight_decay",
+        },
+    })
+}
+
 /// The optimizer of one run.
 pub enum Stepper {
     /// `candle_nn::SGD` (no momentum).
@@ -204,6 +223,49 @@ impl Stepper {
             _ => None,
         }
     }
+
+    /// `opt.step(&grads)`: one update, in place, of every `Var` the optimizer holds that has
+    /// a gradient in `grads`.
+    ///
+    /// # Errors
+    /// On tensor failures.
+    pub fn step_vars(&mut self, grads: &GradStore) -> Result<()> {
+        match self {
+            Stepper::Sgd(o) => o.step(grads)?,
+            Stepper::AdamW(o) => o.step(grads)?,
+            Stepper::Manual(o) => o.step(grads)?,
+        }
+        Ok(())
+    }
+
+    /// The frames' moments ([`RunOptimizer::frame_moments`]) of the kept parameters of
+    /// `params`, the `Var`s this optimizer was built over, in that order (state_dict order):
+    /// [`Stepper::moments`] of each, copied by [`to_raw`] (in its `Var`'s dtype, the run's).
+    ///
+    /// # Errors
+    /// For an optimizer other than [`ManualAdamW`] (candle-nn's keep their moments private,
+    /// SGD has none), or when a device copy fails.
+    pub fn frame_moments_of(
+        &self,
+        params: &[(String, Var)],
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<FrameMoments>> {
+        let mut out = Vec::new();
+        for (i, (name, _)) in params.iter().enumerate() {
+            if !keep(name) {
+                continue;
+            }
+            let (m, v) = self
+                .moments(i)
+                .context("moments requested but not exposed by this optimizer")?;
+            out.push(FrameMoments {
+                name: name.clone(),
+                exp_avg: to_raw(m)?,
+                exp_avg_sq: to_raw(v)?,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// candle-parity's side of the optimizer both runners drive (see [`RunOptimizer`]): the
@@ -227,11 +289,7 @@ impl RunOptimizer for Stepper {
     /// # Errors
     /// On tensor failures.
     fn step(&mut self, net: Net, grads: GradStore) -> Result<Net> {
-        match self {
-            Stepper::Sgd(o) => o.step(&grads)?,
-            Stepper::AdamW(o) => o.step(&grads)?,
-            Stepper::Manual(o) => o.step(&grads)?,
-        }
+        self.step_vars(&grads)?;
         Ok(net)
     }
 
@@ -247,20 +305,6 @@ impl RunOptimizer for Stepper {
         _ty: FloatType,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<FrameMoments>> {
-        let mut out = Vec::new();
-        for (i, (name, _)) in net.params().iter().enumerate() {
-            if !keep(name) {
-                continue;
-            }
-            let (m, v) = self
-                .moments(i)
-                .context("moments requested but not exposed by this optimizer")?;
-            out.push(FrameMoments {
-                name: name.clone(),
-                exp_avg: to_raw(m)?,
-                exp_avg_sq: to_raw(v)?,
-            });
-        }
-        Ok(out)
+        self.frame_moments_of(net.params(), keep)
     }
 }

@@ -212,6 +212,7 @@ pub fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
             classes,
             ..
         } => (vec![*in_channels, *length], *classes),
+        Model::Own { .. } => anyhow::bail!("an own model's fixture is written by its test"),
     };
     let x_shape = [vec![BATCHES, BATCH], input].concat();
     tensors.push((

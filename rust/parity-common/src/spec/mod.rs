@@ -13,7 +13,8 @@ use serde::Deserialize;
 
 pub use crate::fault::Fault;
 pub use crate::model::{
-    Activation, ConvImpl, GeluImpl, LayerNormImpl, Model, ParamSpec, SoftmaxImpl,
+    Activation, ConvImpl, GeluImpl, LayerNormImpl, Model, OwnInput, OwnTarget, ParamSpec,
+    SoftmaxImpl,
 };
 
 /// Floating-point type of a run. `F64` runs start from the fixture's float32 values widened.
@@ -185,7 +186,9 @@ impl RunSpec {
     ///
     /// # Errors
     /// Malformed JSON, an unknown field, or values that cannot run (a parameter list other
-    /// than the model family's, no steps, a record
+    /// than the model family's (an own model's list is not compared with one, but its tied
+    /// aliases, buffers, rename table, input, target and loss must fit it, see
+    /// [`Model::Own`]), no steps, a record
     /// interval of 0, float32 factors with candle's own AdamW or float64 factors with burn's,
     /// a `Record::tensors` name that is not a parameter, a [`Fault`] the run cannot have).
     pub fn from_json(text: &str) -> Result<Self> {
@@ -206,7 +209,9 @@ impl RunSpec {
 
     fn check(&self) -> Result<()> {
         let expected = self.model.params();
-        if expected != self.params {
+        if self.model.is_own() {
+            self.check_own()?;
+        } else if expected != self.params {
             bail!(
                 "the spec's parameters {:?} differ from what the {:?} family declares {:?}",
                 self.params,
@@ -255,6 +260,63 @@ impl RunSpec {
         Ok(())
     }
 
+    /// The checks of an own model ([`Model::Own`]): its parameter names are distinct, each
+    /// tied alias points at a parameter and is none itself, buffers are neither, every
+    /// rename table entry names a parameter, alias or buffer, and the input, target and loss
+    /// fit each other (token targets need token inputs and the cross-entropy, class labels
+    /// the cross-entropy, float targets the MSE).
+    fn check_own(&self) -> Result<()> {
+        let Model::Own {
+            input,
+            target,
+            tied,
+            buffers,
+            rename,
+            ..
+        } = &self.model
+        else {
+            return Ok(());
+        };
+        let mut names = std::collections::BTreeSet::new();
+        for p in &self.params {
+            if !names.insert(p.name.as_str()) {
+                bail!("own model: parameter {:?} is listed twice", p.name);
+            }
+        }
+        for (alias, recorded) in tied {
+            if names.contains(alias.as_str()) {
+                bail!("own model: tied alias {alias:?} is also a parameter (a tied tensor is listed once, under its recorded name)");
+            }
+            if !names.contains(recorded.as_str()) {
+                bail!("own model: tied alias {alias:?} points at {recorded:?}, which is not a parameter");
+            }
+        }
+        for b in buffers {
+            if names.contains(b.name.as_str()) || tied.contains_key(&b.name) {
+                bail!("own model: buffer {:?} is also a parameter", b.name);
+            }
+        }
+        for (rust, key) in rename {
+            let known = names.contains(key.as_str())
+                || tied.contains_key(key)
+                || buffers.iter().any(|b| &b.name == key);
+            if !known {
+                bail!("own model: rename {rust:?} → {key:?}: {key:?} is not a parameter, tied alias or buffer");
+            }
+        }
+        let needs = match target {
+            OwnTarget::Tokens | OwnTarget::Classes => Loss::CrossEntropy,
+            OwnTarget::Float => Loss::Mse,
+        };
+        if self.loss != needs {
+            bail!("own model: {target:?} targets are trained on the loss {needs:?}, not {:?}", self.loss);
+        }
+        if *target == OwnTarget::Tokens && *input != OwnInput::Tokens {
+            bail!("own model: next-token targets need token inputs");
+        }
+        Ok(())
+    }
+
     fn check_fault(&self) -> Result<()> {
         let manual = matches!(
             self.optimizer,
@@ -271,7 +333,9 @@ impl RunSpec {
             Fault::TransposedWeight => {
                 let square = match &self.model {
                     Model::Mlp { sizes, .. } => sizes.windows(2).any(|w| w[0] == w[1]),
-                    Model::Cnn1d { .. } | Model::Transformer { .. } => false,
+                    Model::Cnn1d { .. } | Model::Transformer { .. } | Model::Own { .. } => {
+                        false
+                    }
                 };
                 if !square {
                     bail!("fault TransposedWeight needs an MLP with a square weight (two equal consecutive sizes)");
@@ -298,132 +362,4 @@ impl RunSpec {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn base() -> serde_json::Value {
-        serde_json::json!({
-            "experiment": "a3_adamw", "run": "candle", "fixture": "f.safetensors",
-            "dtype": "f32", "device": "cpu", "steps": 3,
-            "model": {"family": "mlp", "sizes": [8, 16, 4], "activation": "relu"},
-            "loss": "mse",
-            "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
-                           "weight_decay": 0.01, "implementation": "candle", "bias_correction": "f64"},
-            "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-            "params": [{"name": "fc1.weight", "shape": [16, 8]}, {"name": "fc1.bias", "shape": [16]},
-                       {"name": "fc2.weight", "shape": [4, 16]}, {"name": "fc2.bias", "shape": [4]}],
-            "fault": {"kind": "none"}
-        })
-    }
-
-    #[test]
-    fn parses_a_full_spec() {
-        let spec = RunSpec::from_json(&base().to_string()).unwrap();
-        assert_eq!(spec.dtype, FloatType::F32);
-        assert!(matches!(spec.model, Model::Mlp { ref sizes, .. } if sizes == &[8, 16, 4]));
-        assert!(spec.records_step(0) && spec.records_step(3));
-    }
-
-    #[test]
-    fn unknown_field_is_refused() {
-        let mut v = base();
-        v["optimizer"]["momentum"] = serde_json::json!(0.9);
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("momentum"), "{err:#}");
-    }
-
-    #[test]
-    fn a_parameter_list_other_than_the_family_s_is_refused() {
-        let mut v = base();
-        v["params"][0]["name"] = serde_json::json!("fc1.kernel");
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("differ from what"), "{err:#}");
-    }
-
-    #[test]
-    fn f32_factors_need_the_manual_adamw() {
-        let mut v = base();
-        v["optimizer"]["bias_correction"] = serde_json::json!("f32");
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("manual"), "{err:#}");
-    }
-
-    #[test]
-    fn burn_adamw_needs_f32_factors() {
-        let mut v = base();
-        v["optimizer"]["implementation"] = serde_json::json!("burn");
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("float32 only"), "{err:#}");
-        v["optimizer"]["bias_correction"] = serde_json::json!("f32");
-        RunSpec::from_json(&v.to_string()).unwrap();
-    }
-
-    #[test]
-    fn the_fault_is_explicit_and_checked() {
-        let mut v = base();
-        v.as_object_mut().unwrap().remove("fault");
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("fault"), "{err:#}");
-
-        let mut v = base();
-        v["fault"] = serde_json::json!({"kind": "skip_update", "step": 2});
-        let spec = RunSpec::from_json(&v.to_string()).unwrap();
-        assert!(spec.fault.skips(2) && !spec.fault.skips(1));
-        v["fault"] = serde_json::json!({"kind": "skip_update", "step": 0});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("from 1"), "{err:#}");
-        v["fault"] = serde_json::json!({"kind": "mse_sum", "step": 1});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("takes no step"), "{err:#}");
-        v["fault"] = serde_json::json!({"kind": "mse_sum", "steps": 1});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("steps"), "{err:#}");
-        v["fault"] = serde_json::json!({"kind": "skip_update"});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("needs its step"), "{err:#}");
-
-        v["fault"] = serde_json::json!({"kind": "eps_in_sqrt"});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("manual"), "{err:#}");
-        v["optimizer"]["implementation"] = serde_json::json!("manual");
-        RunSpec::from_json(&v.to_string()).unwrap();
-
-        v["fault"] = serde_json::json!({"kind": "transposed_weight"});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("square"), "{err:#}");
-        v["model"]["sizes"] = serde_json::json!([8, 16, 16, 4]);
-        v["params"] = serde_json::json!([
-            {"name": "fc1.weight", "shape": [16, 8]}, {"name": "fc1.bias", "shape": [16]},
-            {"name": "fc2.weight", "shape": [16, 16]}, {"name": "fc2.bias", "shape": [16]},
-            {"name": "fc3.weight", "shape": [4, 16]}, {"name": "fc3.bias", "shape": [4]}
-        ]);
-        RunSpec::from_json(&v.to_string()).unwrap();
-    }
-
-    #[test]
-    fn adam_is_explicit_and_has_no_implementation_field() {
-        let mut v = base();
-        v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
-                                            "eps": 1e-8, "weight_decay": 0.0});
-        let spec = RunSpec::from_json(&v.to_string()).unwrap();
-        assert!(
-            matches!(spec.optimizer, Optimizer::Adam { weight_decay, .. } if weight_decay == 0.0)
-        );
-        v["optimizer"]["implementation"] = serde_json::json!("burn");
-        assert!(RunSpec::from_json(&v.to_string()).is_err());
-        v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
-                                            "weight_decay": 0.0});
-        let err = RunSpec::from_json(&v.to_string()).unwrap_err();
-        assert!(format!("{err:#}").contains("eps"), "{err:#}");
-    }
-
-    #[test]
-    fn record_every_thins_the_steps_but_keeps_first_and_last() {
-        let mut v = base();
-        v["steps"] = serde_json::json!(10);
-        v["record"]["every"] = serde_json::json!(4);
-        let spec = RunSpec::from_json(&v.to_string()).unwrap();
-        let kept: Vec<u32> = (0..=10).filter(|&s| spec.records_step(s)).collect();
-        assert_eq!(kept, vec![0, 4, 8, 10]);
-    }
-}
+mod tests;

@@ -1,0 +1,85 @@
+//! The check of an own model's port before any training job (`inspect`; read by
+//! `scripts/parity/run/own_check.py`).
+
+use anyhow::Result;
+use parity_common::own::candle::{CandleModel, FixtureStore, Taps};
+use parity_common::own::Inspection;
+use parity_common::spec::RunSpec;
+
+use super::net::{guarded, message, own_loss, OwnFixture, OwnNet};
+use crate::device;
+
+/// Builds port `M` from the fixture as `train` does (in the spec's dtype, on its device),
+/// runs one forward pass (taps active) and one backward pass on batch 0, and reports what
+/// happened ([`Inspection`]).
+///
+/// The store is lenient here: a name the fixture lacks, or one asked for with another
+/// shape, is served as zeros so that the build goes on and every such name is listed; the
+/// inspection then reports them as its `build_error` (one clause each, see
+/// [`Inspection::asked_error`]) and runs nothing else. Otherwise the port's build error,
+/// its forward (or loss) error and its backward error are the framework's messages, each
+/// stopping what follows it; after a backward pass, `no_grad` lists the parameters
+/// (state_dict order) without a gradient.
+///
+/// # Errors
+/// Only what prevents an inspection: an unavailable device, an unreadable fixture, or one
+/// that lacks the spec's parameters or data ([`OwnFixture::read`], [`FixtureStore::new`]).
+pub fn run<M: CandleModel>(spec: &RunSpec) -> Result<Inspection> {
+    let dev = device::open(spec.device)?;
+    let fixture = OwnFixture::read(spec, &dev)?;
+    let dtype = device::dtype(spec.dtype);
+    let store = FixtureStore::new(spec, &fixture.tensors, dtype, &dev, true)?;
+    let built = OwnNet::<M>::build(spec, &store);
+    let asked = store.asked();
+    let mut inspection = Inspection {
+        params: asked.params,
+        missing: asked.missing,
+        shape_mismatch: asked.shape_mismatch,
+        ..Inspection::default()
+    };
+    let build_error = built.as_ref().err().map(message);
+    inspection.build_error = match (inspection.asked_error(), build_error) {
+        (Some(asked), Some(build)) => Some(format!("{asked}; then the build failed: {build}")),
+        (asked, build) => asked.or(build),
+    };
+    let net = match built {
+        Ok(net) if inspection.build_error.is_none() => net,
+        _ => return Ok(inspection),
+    };
+
+    let (x, y) = fixture.data.batch(1)?;
+    let mut taps = Taps::active();
+    let forward = net.forward(&x, &mut taps).and_then(|out| {
+        let shape = out.dims().to_vec();
+        Ok((shape, own_loss(spec, &out, &y)))
+    });
+    inspection.taps = taps.paths();
+    let loss = match forward {
+        Err(e) => {
+            inspection.forward_error = Some(message(&e));
+            return Ok(inspection);
+        }
+        Ok((shape, loss)) => {
+            inspection.output_shape = Some(shape);
+            match loss {
+                Ok(l) => l,
+                Err(e) => {
+                    inspection.forward_error = Some(message(&e));
+                    return Ok(inspection);
+                }
+            }
+        }
+    };
+    match guarded(|| Ok(loss.backward()?)) {
+        Err(e) => inspection.backward_error = Some(message(&e)),
+        Ok(grads) => {
+            inspection.no_grad = net
+                .params()
+                .iter()
+                .filter(|(_, var)| grads.get(var).is_none())
+                .map(|(name, _)| name.clone())
+                .collect();
+        }
+    }
+    Ok(inspection)
+}

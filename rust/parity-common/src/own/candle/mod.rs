@@ -1,0 +1,64 @@
+//! The candle side of a user's own model (feature `candle`; contract in [`crate::own`]).
+//!
+//! A user's crate implements [`CandleModel`] for its port; `candle_parity::own::main::<M>`
+//! turns it into a runner binary. The port gets its tensors from a `VarBuilder` over a
+//! [`FixtureStore`] (the fixture's, by PyTorch state_dict key, as `Var`s the optimizer
+//! trains), and names its intermediates with [`Taps`].
+//!
+//! ```
+//! use candle_core::Tensor;
+//! use candle_nn::{Linear, Module, VarBuilder};
+//! use parity_common::own::candle::{CandleModel, Taps};
+//!
+//! /// `nn.Sequential(nn.Linear(4, 2))`: state_dict key `0.weight`, `0.bias`.
+//! struct Port(Linear);
+//!
+//! impl CandleModel for Port {
+//!     fn build(_config: &serde_json::Value, vb: VarBuilder) -> anyhow::Result<Self> {
+//!         Ok(Port(candle_nn::linear(4, 2, vb.pp("0"))?))
+//!     }
+//!     fn forward(&self, x: &Tensor, taps: &mut Taps) -> anyhow::Result<Tensor> {
+//!         Ok(taps.tap("0", &self.0.forward(x)?)?)
+//!     }
+//! }
+//! ```
+
+mod store;
+mod taps;
+#[cfg(test)]
+mod tests;
+
+pub use store::{Asked, FixtureStore};
+pub use taps::{Tap, Taps};
+
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
+
+/// A user's candle port of a PyTorch model, as the own-model runner drives it
+/// (`candle_parity::own`): built once per run from the fixture, then `forward` once per step
+/// (`train`), or once with active taps (`replay`, `inspect`). The runner computes the loss,
+/// calls `loss.backward()` and steps the optimizer, as for the built-in families.
+pub trait CandleModel: Sized {
+    /// Builds the port from `config` (the run spec's `model.config`, handed over verbatim:
+    /// a `transformers` config's `to_dict()`, as its `config.json` holds it, or a factory's
+    /// keyword arguments) and `vb`, which serves the fixture's tensors by PyTorch state_dict
+    /// key ([`FixtureStore`]): parameters as trainable `Var`s in the run dtype (F32 or F64)
+    /// on the run device, buffers as plain tensors, a tied alias as the recorded tensor's
+    /// `Var`, a rename-table name as its state_dict key's. Weights come in PyTorch's layout
+    /// (a Linear weight `[out, in]`, as `candle_nn::Linear` takes it).
+    ///
+    /// # Errors
+    /// Asking for a name the fixture lacks, or with another shape, fails with that name (and
+    /// `inspect` reports it); whatever else the port refuses (a config it cannot read).
+    fn build(config: &serde_json::Value, vb: VarBuilder) -> anyhow::Result<Self>;
+
+    /// The forward pass of one batch: `x` is `[B, T]` token ids (`DType::U32`) or `[B, …]`
+    /// floats in the run dtype; returns logits `[B, T, V]` (token targets), `[B, C]` (class
+    /// labels) or `[B, …]` of the target's shape (float targets), in the run dtype. Each
+    /// intermediate worth comparing goes through `taps.tap(path, h)` under the PyTorch
+    /// module path whose output it is, in PyTorch's layout ([`Taps::tap`]).
+    ///
+    /// # Errors
+    /// The framework's errors (shapes, dtypes, an op without a kernel).
+    fn forward(&self, x: &Tensor, taps: &mut Taps) -> anyhow::Result<Tensor>;
+}
