@@ -257,7 +257,7 @@ def test_a_staged_release_is_what_parity_common_s_own_model_trait_links_too(tmp_
     assert 'candle-core = { version = "=0.11.1", optional = true }' in common
     assert 'candle-nn = { version = "=0.11.1", optional = true }' in common
     assert "0.11.0" not in common
-    with pytest.raises(ValueError, match="parity-common/Cargo.toml: candle-core is pinned"):
+    with pytest.raises(ValueError, match=r"parity-common/Cargo\.toml: candle-core is pinned"):
         versions.runner_manifest(
             common.replace("=0.11.1", "=0.10.2"), "candle", "0.11.1", "parity-common/Cargo.toml"
         )

@@ -136,7 +136,10 @@ mod tests {
             })
         );
         let why = i.asked_error().unwrap();
-        assert!(why.contains("\"3.bias\"") && why.contains("[8, 2]"), "{why}");
+        assert!(
+            why.contains("\"3.bias\"") && why.contains("[8, 2]"),
+            "{why}"
+        );
         assert_eq!(Inspection::default().asked_error(), None);
     }
 

@@ -309,7 +309,10 @@ impl RunSpec {
             OwnTarget::Float => Loss::Mse,
         };
         if self.loss != needs {
-            bail!("own model: {target:?} targets are trained on the loss {needs:?}, not {:?}", self.loss);
+            bail!(
+                "own model: {target:?} targets are trained on the loss {needs:?}, not {:?}",
+                self.loss
+            );
         }
         if *target == OwnTarget::Tokens && *input != OwnInput::Tokens {
             bail!("own model: next-token targets need token inputs");
@@ -333,9 +336,7 @@ impl RunSpec {
             Fault::TransposedWeight => {
                 let square = match &self.model {
                     Model::Mlp { sizes, .. } => sizes.windows(2).any(|w| w[0] == w[1]),
-                    Model::Cnn1d { .. } | Model::Transformer { .. } | Model::Own { .. } => {
-                        false
-                    }
+                    Model::Cnn1d { .. } | Model::Transformer { .. } | Model::Own { .. } => false,
                 };
                 if !square {
                     bail!("fault TransposedWeight needs an MLP with a square weight (two equal consecutive sizes)");

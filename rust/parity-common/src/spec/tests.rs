@@ -107,9 +107,7 @@ fn adam_is_explicit_and_has_no_implementation_field() {
     v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
                                         "eps": 1e-8, "weight_decay": 0.0});
     let spec = RunSpec::from_json(&v.to_string()).unwrap();
-    assert!(
-        matches!(spec.optimizer, Optimizer::Adam { weight_decay, .. } if weight_decay == 0.0)
-    );
+    assert!(matches!(spec.optimizer, Optimizer::Adam { weight_decay, .. } if weight_decay == 0.0));
     v["optimizer"]["implementation"] = serde_json::json!("burn");
     assert!(RunSpec::from_json(&v.to_string()).is_err());
     v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
@@ -159,7 +157,10 @@ fn an_own_model_takes_its_parameters_from_the_spec() {
     else {
         panic!("not an own model: {:?}", spec.model);
     };
-    assert_eq!(config["nested"]["a"][1], 2, "the config is handed over verbatim");
+    assert_eq!(
+        config["nested"]["a"][1], 2,
+        "the config is handed over verbatim"
+    );
     assert_eq!(*input, OwnInput::Tokens);
     assert_eq!(tied["lm_head.weight"], "model.embed_tokens.weight");
     assert_eq!(buffers[0].shape, vec![4]);
@@ -182,7 +183,10 @@ fn an_own_model_refuses_unknown_fields_and_what_does_not_fit() {
         "not a parameter",
     );
     refused(
-        &|v| v["model"]["tied"] = serde_json::json!({"model.norm.weight": "model.embed_tokens.weight"}),
+        &|v| {
+            v["model"]["tied"] =
+                serde_json::json!({"model.norm.weight": "model.embed_tokens.weight"})
+        },
         "also a parameter",
     );
     refused(
@@ -190,11 +194,16 @@ fn an_own_model_refuses_unknown_fields_and_what_does_not_fit() {
         "rename",
     );
     refused(
-        &|v| v["model"]["buffers"] = serde_json::json!([{"name": "model.norm.weight", "shape": [8]}]),
+        &|v| {
+            v["model"]["buffers"] = serde_json::json!([{"name": "model.norm.weight", "shape": [8]}])
+        },
         "buffer",
     );
     refused(&|v| v["loss"] = serde_json::json!("mse"), "CrossEntropy");
-    refused(&|v| v["model"]["input"] = serde_json::json!("float"), "token inputs");
+    refused(
+        &|v| v["model"]["input"] = serde_json::json!("float"),
+        "token inputs",
+    );
     refused(
         &|v| v["params"][1]["name"] = serde_json::json!("model.embed_tokens.weight"),
         "twice",

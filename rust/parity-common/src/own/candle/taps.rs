@@ -121,7 +121,9 @@ mod tests {
         assert_eq!(taps.paths(), ["layer"]);
         let loss = (again.sqr()?.sum_all()? * 0.5)?;
         let grads = loss.backward()?;
-        let g = grads.get(&taps.recorded()[0].var).expect("the tap's gradient");
+        let g = grads
+            .get(&taps.recorded()[0].var)
+            .expect("the tap's gradient");
         assert_eq!(g.to_vec1::<f32>()?, vec![-0.0, 1.5, -2.0], "d(½h²)/dh = h");
         assert_eq!(
             grads.get(&w).unwrap().to_vec1::<f32>()?,

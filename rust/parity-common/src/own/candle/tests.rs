@@ -28,7 +28,10 @@ fn tensors() -> HashMap<String, Tensor> {
     let dev = Device::Cpu;
     let t = |v: &[f32], shape: &[usize]| Tensor::new(v, &dev).unwrap().reshape(shape).unwrap();
     HashMap::from([
-        ("emb.weight".into(), t(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[3, 2])),
+        (
+            "emb.weight".into(),
+            t(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[3, 2]),
+        ),
         ("norm.weight".into(), t(&[1.0, 1.0], &[2])),
         ("inv_freq".into(), t(&[1.0, 0.01], &[2])),
         ("x".into(), t(&[0.0], &[1])),
@@ -43,8 +46,16 @@ fn names_resolve_through_the_rename_table_and_the_tied_aliases() -> anyhow::Resu
     let head = vb.pp("lm_head").get((3, 2), "weight")?;
     let buf = vb.get(2, "inv_freq")?;
     assert_eq!(emb.dtype(), DType::F64, "served in the run dtype");
-    assert_eq!(emb.id(), store.params()[0].1.as_tensor().id(), "the Var itself");
-    assert_eq!(head.id(), emb.id(), "a tied alias is the recorded tensor's Var");
+    assert_eq!(
+        emb.id(),
+        store.params()[0].1.as_tensor().id(),
+        "the Var itself"
+    );
+    assert_eq!(
+        head.id(),
+        emb.id(),
+        "a tied alias is the recorded tensor's Var"
+    );
     assert!(!buf.is_variable(), "a buffer is a plain tensor");
     assert_eq!(buf.to_vec1::<f64>()?, vec![1.0, 0.009999999776482582]);
     // The gradient of both uses reaches the one Var.
