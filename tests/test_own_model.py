@@ -201,6 +201,16 @@ def test_a_rust_side_without_its_crate_and_a_missing_buffer_are_refused(tmp_path
         Plan(cfg, workdir=str(tmp_path))
 
 
+def test_a_burn_port_is_refused_until_its_runner_exists(tmp_path):
+    cfg = own_config(tmp_path, {"factory": str(REPO / TEMPLATE)})
+    exp = cfg["experiments"]["mine"]
+    exp["model"]["burn"] = {"crate": str(tmp_path), "model": "Port"}
+    exp["runs"]["burn"] = {}
+    with pytest.raises(ConfigError) as e:
+        Plan(cfg, workdir=str(tmp_path))
+    assert "model.burn: an own model's burn port has no runner yet" in str(e.value)
+
+
 def test_only_selects_the_experiments_and_refuses_an_unknown_name(template_plan):
     plan, tmp = template_plan
     assert list(plan.experiments) == ["mine"]
