@@ -141,7 +141,7 @@ pub fn spec(
                 classes,
                 ..
             } => (vec![batches, batch, *in_channels, *length], *classes),
-            Model::Transformer { .. } => unreachable!(),
+            Model::Transformer { .. } | Model::Own { .. } => unreachable!(),
         };
         let n = x_shape.iter().product();
         raw.push(("x".into(), f32_tensor(x_shape, &values(&mut seed, n, 1.0))));
