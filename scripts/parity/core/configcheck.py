@@ -15,6 +15,10 @@ import jsonschema
 from parity.core import yamlfile
 
 
+#: How every schema pattern ends: at the true end of the text, not before a final newline.
+TRUE_END = "(?!\\n)$"
+
+
 def key_path(path) -> str:
     """``experiments.a3_adamw.optimizer.betas[1]`` from a jsonschema error path."""
     out = ""
@@ -33,5 +37,12 @@ def schema_errors(config: Mapping, schema_path: str) -> list[str]:
         best = jsonschema.exceptions.best_match([err])
         hint = yamlfile.number_hint(best.instance)
         message = f"{best.message}: {hint}" if hint else best.message
+        if best.validator == "pattern":
+            # The schemas end their patterns with (?!\n)$ (Python's $ also matches before a
+            # final newline); the reader is shown the pattern as the rule it states.
+            readable = best.validator_value.replace(TRUE_END, "$")
+            message = f"{best.instance!r} does not match {readable!r}"
+            if isinstance(best.instance, str) and "\n" in best.instance:
+                message += " (it holds a line break)"
         messages.append(f"{key_path(best.absolute_path)}: {message}")
     return messages
