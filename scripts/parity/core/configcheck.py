@@ -14,7 +14,6 @@ import jsonschema
 
 from parity.core import yamlfile
 
-
 #: How every schema pattern ends: at the true end of the text, not before a final newline.
 TRUE_END = "(?!\\n)$"
 
