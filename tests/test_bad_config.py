@@ -135,7 +135,9 @@ CASES = [
     ),
     (
         "candle run asked for Adam",
-        lambda c: exp(c, "a1_adam").update(runs={"torch": {}, "candle": {}}),
+        # The config is merged over the defaults, whose candle run asks for adamw: the
+        # run's own override says adam.
+        lambda c: exp(c, "a1_adam")["runs"].update(candle={"optimizer": {"name": "adam"}}),
         "experiments.a1_adam.runs.candle.optimizer.name: candle-nn 0.11.0 has no Adam",
     ),
     (
