@@ -52,7 +52,7 @@ def check(
         msg = f"{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}"
         if r["verdict"] == verdicts.UNEXPECTED_PASS:
             msg += " -- a negative control passed: the harness can no longer see this fault"
-        if r["verdict"] == verdicts.ERROR:
+        if r["verdict"] in (verdicts.ERROR, verdicts.FRAMEWORK_ERROR):
             msg += f" ({r['status']})"
         log.error(msg)
     log.info("%d comparisons, %d differ from their expectation", len(rows), len(bad))
