@@ -142,7 +142,14 @@ def aligned(readers: Sequence[TraceReader]) -> Iterator[tuple[StepRecord, ...]]:
             if any(rec is None for rec in records):
                 ended = [r for r, rec in zip(readers, records, strict=True) if rec is None]
                 if all(r.meta["status"] == "failed" for r in ended):
-                    return  # compared up to a failed run's failure (check_comparable)
+                    # compared up to a failed run's failure (check_comparable); the others'
+                    # later steps are still read, their pages checked, as every trace a
+                    # result records is read whole
+                    for it, rec in zip(iters, records, strict=True):
+                        if rec is not None:
+                            for _ in it:
+                                pass
+                    return
                 raise ComparisonError("traces record different numbers of steps")
             pending = fetch()
             steps = {rec.step for rec in records}
