@@ -134,7 +134,9 @@ rule optimizer_defaults:
 
 rule check:
     """Exits non-zero when any verdict, of a comparison or of a probe, differs from its
-    expectation (for CI gates)."""
+    expectation (for CI gates); first refuses, naming each file, every table and page
+    that is not what its sealed records say or was not made under this config, code and
+    plan."""
     input:
         unpack(check_inputs),
     log:
@@ -142,6 +144,8 @@ rule check:
     localrule: True
     conda:
         "../envs/analysis.yaml"
+    params:
+        plan=lambda wc: check_params(),
     script:
         "../scripts/check.py"
 

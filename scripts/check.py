@@ -14,6 +14,7 @@ bad = check(
     sm.input.get("probes"),
     sm.input.summary_sources,
     sm.input.get("probes_sources"),
+    params=sm.params.plan,
 )
 if bad:
     sys.exit(f"{len(bad)} verdict(s) differ from their expectation; see {sm.log[0]}")

@@ -198,3 +198,88 @@ def test_a_trace_that_is_gone_takes_its_pass_with_it(run, monkeypatch):
     control = rows("results/tables/summary.partial.csv")[("a3_wd_mismatch", "main")]
     assert control["verdict"] == "expected-fail"
     assert not Path("results/tables/summary.csv").exists()
+
+
+# ----- check holds every table a person reads to its records (issue 36, kind 3) ---------
+
+
+def check_params_of(config) -> dict:
+    """What the check rule gives its job (rules/functions/summary.smk), code hashes left
+    out (None: not compared)."""
+    plan = Plan(config)
+    probes = ProbePlan.from_config(config, REPO)
+    return check.check_params(
+        [plan.comparison_job(c) for c in plan.comparisons()],
+        plan.unsupported_params(),
+        dict.fromkeys(("perstep", "localise", "summary", "probes_table")),
+        [],
+        probes.to_params() if probes.probes else None,
+        {},
+    )
+
+
+def test_check_finds_nothing_in_a_current_run(run, monkeypatch):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    assert check.problems(check_params_of(config)) == []
+
+
+#: Tables a person reads and the sealed record that holds each one's sha256.
+PERSTEP = "results/compare/a3_sgd/perstep-cpu.json"
+LOCALISE = "results/compare/a3_sgd/localise-main-cpu.json"
+READ_TABLES = {
+    **{f"results/tables/a3_sgd/perstep-cpu.{e}": PERSTEP for e in ("csv", "md", "html")},
+    **{f"results/tables/a3_sgd/localise-main-cpu.{e}": LOCALISE for e in ("csv", "md")},
+    "results/tables/summary.md": paths.SUMMARY_SOURCES,
+    "results/tables/summary.html": paths.SUMMARY_SOURCES,
+    "results/tables/probes.md": paths.PROBES_SOURCES,
+}
+
+
+@pytest.mark.parametrize("table", sorted(READ_TABLES))
+def test_a_hand_edited_table_fails_check_naming_it(run, monkeypatch, table):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    assert Path(table).is_file() and Path(READ_TABLES[table]).is_file()
+    text = Path(table).read_text(encoding="utf-8")
+    Path(table).write_text(text.replace("pass", "fail", 1) + "\n", encoding="utf-8")
+    found = check.problems(check_params_of(config))
+    assert len(found) == 1, found
+    assert found[0].startswith(f"{table}: sha256"), found
+    assert f"that {READ_TABLES[table]} recorded when it was written: edited by hand" in found[0]
+    with pytest.raises(check.StaleTable, match=re.escape(table)):
+        check.check(
+            "results/tables/summary.csv",
+            logging.getLogger("t"),
+            "results/tables/probes.csv",
+            params=check_params_of(config),
+        )
+
+
+def test_check_refuses_a_hand_edited_comparison_table(run):
+    workdir, config = run
+    table = workdir / "results/tables/a3_sgd/perstep-cpu.md"
+    table.write_text(table.read_text().replace("verdict **pass**", "verdict **fail**"))
+    proc = run_workflow(workdir, config, "--cores", "1", "check", check=False)
+    assert proc.returncode != 0
+    log = (workdir / "results/logs/check.log").read_text()
+    assert "results/tables/a3_sgd/perstep-cpu.md: sha256" in log
+    assert "edited by hand or corrupt" in log
+
+
+def test_a_summary_made_under_another_tolerance_fails_check_naming_the_stale_verdict(run):
+    """--rerun-triggers mtime reruns nothing when only the config changed: the comparisons'
+    results and the summary made under the old tolerance stay, and check names them."""
+    workdir, config = run
+    config["tolerance"] = 1e-9
+    proc = run_workflow(
+        workdir, config, "--cores", "1", "check", "--rerun-triggers", "mtime", check=False
+    )
+    assert proc.returncode != 0
+    assert "Nothing to be done" not in proc.stdout
+    log = (workdir / "results/logs/check.log").read_text()
+    assert (
+        "a3_sgd main cpu: results/compare/a3_sgd/perstep-cpu.json was made under another "
+        "config (its verdict pass was judged at tolerance 1e-06; the config now says 1e-09)"
+    ) in log
+    assert "comparisons, 0 differ" not in log  # refused, never judged

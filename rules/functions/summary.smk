@@ -62,6 +62,22 @@ def check_inputs(wildcards):
     return out
 
 
+def check_params():
+    """What check holds the tables and their records against: every comparison's job, the
+    unsupported cells, each job's code hash, the cross-host jobs and the probe plan
+    (parity.report.check.check_params)."""
+    from parity.report.check import check_params as params
+
+    return params(
+        [PLAN.comparison_job(c) for c in PLAN.comparisons()],
+        PLAN.unsupported_params(),
+        job_codes(),
+        remote_crosshost_jobs(),
+        PROBES.to_params() if PROBES.probes else None,
+        remote_probe_hosts(),
+    )
+
+
 def versions_table_inputs(wildcards):
     """The release matrix reads the summary and, with probes, the probe table."""
     out = {"summary": paths.SUMMARY.format(ext="csv")}

@@ -67,12 +67,14 @@ def _provenance(r: TraceReader) -> dict:
 
 
 def _status(*readers: TraceReader) -> str:
-    """``ok``, or which runs diverged (NaN or Inf) and from which step."""
+    """``ok``, or which runs diverged (NaN or Inf) and from which step, and which failed
+    (the framework raised an error), at which step and with what message."""
     bad = [
         f"{r.meta['run']} {r.meta['dtype']} diverged at step {r.diverged_step}"
         for r in readers
         if r.diverged_step is not None
     ]
+    bad += [f["message"] for f in maths.failures(readers)]
     return "; ".join(bad) or "ok"
 
 
@@ -149,7 +151,11 @@ def perstep_job(
     worst_where = next((r["where"] for r in rows if r["step"] == worst_step), "")
     dloss, _ = maths.worst(rows, "dloss")
     status = _status(ref, cand)
-    if comp.tolerance == 0:
+    failed = maths.failures([ref, cand])
+    if failed:
+        # compared over the steps before the failure, but never a pass nor an expected fail
+        judged = judgement.judge_failed_runs(failed, comp.tolerance)
+    elif comp.tolerance == 0:
         # A tolerance of 0 demands bit-for-bit identity (also -0.0 vs 0.0, and the losses).
         judged = judgement.judge_check(
             result.bitwise_identical, comp.expect, "every step identical bit for bit"
@@ -170,6 +176,11 @@ def perstep_job(
         "every step identical bit for bit: " + ("yes" if result.bitwise_identical else "no"),
         f"status: {status}",
         *([f"**never updated** by one run while the other updated them: {stuck}"] if stuck else []),
+        *(
+            [f"**a run failed**: {judged.message}; compared over the steps before it"]
+            if failed
+            else []
+        ),
         (
             f"worst max|dparam| {tables.sci(worst)} at step {worst_step} (`{worst_where}`); "
             f"tolerance {comp.tolerance:g}; verdict **{verdict}**"
@@ -202,6 +213,7 @@ def perstep_job(
         "tolerance": comp.tolerance,
         "expect": comp.expect,
         "verdict": verdict,
+        "failed_runs": failed,
         "reference_provenance": _provenance(ref),
         "candidate_provenance": _provenance(cand),
     }
@@ -243,9 +255,12 @@ def _split(
     out_md: str,
     out_result: str,
     code: str | None,
+    failed: Sequence[Mapping] = (),
 ) -> tuple[list[dict], dict]:
     """Write the float64 split table from its ``rows`` (``diagnosis.float64_tables``): its
-    CSV, Markdown twins and sealed result; returns the rows and the result."""
+    CSV, Markdown twins and sealed result, which names the runs that ``failed``
+    (``maths.failures``: the split then covers the steps before the first failure);
+    returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
     keys = comp.keys
     worst = {c: maths.worst(rows, c)[0] for c in tables.SPLIT_COLUMNS[1:]}
@@ -254,6 +269,7 @@ def _split(
         "columns: max|ref32 − cand32|, max|ref32 − ref64|, max|cand32 − cand64|, "
         "max|ref64 − cand64|"
     )
+    notes += [f"**a run failed**: {f['message']}; the steps before it" for f in failed]
     tables.write_csv(out_csv, rows, tables.SPLIT_COLUMNS)
     tables.write_twins(
         out_md,
@@ -272,6 +288,7 @@ def _split(
         "device": comp.device,
         "worst": {k: _json_number(v) for k, v in worst.items()},
         "final": {k: _json_number(rows[-1][k]) for k in tables.SPLIT_COLUMNS[1:]},
+        "failed_runs": list(failed),
     }
     summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
     return rows, summary
@@ -371,7 +388,10 @@ def float64_job(
     split_rows, diagnosis_rows = float64_tables(readers, job["model"], x, job["diagnosis"])
     out = outputs["split"]
     split_from = {k: v for k, v in made_from.items() if k != "perstep"}
-    rows, split = _split(job, split_rows, split_from, out["csv"], out["md"], out["result"], code)
+    failed = maths.failures(list(readers.values()))
+    rows, split = _split(
+        job, split_rows, split_from, out["csv"], out["md"], out["result"], code, failed
+    )
     draw(comp, "split", rows, [out["png"], out["svg"]], scale)
     log.info("%s %s split: %s", comp.experiment, comp.tag, split["worst"])
     out = outputs["diagnosis"]

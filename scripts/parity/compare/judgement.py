@@ -20,7 +20,8 @@ Each kind keeps the extra fields it needs in a subclass and adds only its own ru
 
 * a **training comparison** (the per-step job, the cross-host table): :func:`judge_worst` of
   the worst max|dparam| over the steps, or :func:`judge_check` of bit-for-bit identity
-  where the tolerance is 0; a plain :class:`Judgement`;
+  where the tolerance is 0, or :func:`judge_failed_runs` where a run failed; a plain
+  :class:`Judgement`;
 * a **probe quantity** (``parity.probe.judge.judge_probe_row``): the reference chosen, the
   shape checked, the values judged by :func:`judge` (or passed by the float64-referenced
   rule), then the known bug matched; a ``ProbeJudgement`` with the reference's values;
@@ -43,6 +44,7 @@ from parity.compare.verdicts import (
     EXPECTATIONS,
     EXPECTED_FAIL,
     FAIL,
+    FRAMEWORK_ERROR,
     PASS,
     UNEXPECTED_PASS,
     meets_expectation,
@@ -119,6 +121,16 @@ def judge_worst(worst: float, where: str, tolerance: float, expect: str = "pass"
         return expecting(Judgement(PASS, worst, where, tolerance), expect)
     message = closeness.difference_message(worst, where, tolerance)
     return expecting(Judgement(FAIL, worst, where, tolerance, message), expect)
+
+
+def judge_failed_runs(failed: Sequence[Mapping], tolerance: float | None = None) -> Judgement:
+    """A comparison one of whose runs failed (``maths.failures``: the framework raised an
+    error during a step): ``framework-error`` whatever the expectation (a negative control
+    whose run failed has not shown its fault), the message naming each failed run, its
+    step and the framework's message."""
+    return Judgement(
+        FRAMEWORK_ERROR, tolerance=tolerance, message="; ".join(f["message"] for f in failed)
+    )
 
 
 def judge_check(ok: bool, expect: str = "pass", message: str = "") -> Judgement:

@@ -58,9 +58,10 @@ def bitwise_equal(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], name
 def check_comparable(readers: Sequence[TraceReader], fixture_sha256: str | None = None) -> None:
     """Refuse traces that do not describe the same experiment on the same data.
 
-    They must hold the same parameters with the same shapes, record the same steps, and
-    come from the same fixture (and from ``fixture_sha256``, the current fixture, if given).
-    Raises :class:`ComparisonError` naming both files.
+    They must hold the same parameters with the same shapes, record the same steps (a run
+    that failed, status ``failed``, records the first of them: those before its failure),
+    and come from the same fixture (and from ``fixture_sha256``, the current fixture, if
+    given). Raises :class:`ComparisonError` naming both files.
     """
     first = readers[0]
     for r in readers[1:]:
@@ -72,7 +73,7 @@ def check_comparable(readers: Sequence[TraceReader], fixture_sha256: str | None 
             )
         if first.layout.params != r.layout.params:
             raise ComparisonError(f"{pair} hold different parameters or shapes")
-        if first.steps != r.steps:
+        if first.steps != r.steps and not _failed_prefix(first, r):
             raise ComparisonError(f"{pair} record different steps")
         if first.meta["fixture_sha256"] != r.meta["fixture_sha256"]:
             raise ComparisonError(f"{pair} were made from different fixtures (sha256 differs)")
@@ -83,6 +84,28 @@ def check_comparable(readers: Sequence[TraceReader], fixture_sha256: str | None 
                     f"{r.path} was made from another fixture than the current one "
                     f"(sha256 {r.meta['fixture_sha256'][:12]}… vs {fixture_sha256[:12]}…); rerun it"
                 )
+
+
+def _failed_prefix(a: TraceReader, b: TraceReader) -> bool:
+    """Whether the shorter of two traces is a failed run's, holding the first of the other's
+    steps (the steps before its failure)."""
+    short, long = sorted((a, b), key=lambda r: len(r.steps))
+    return short.meta["status"] == "failed" and long.steps[: len(short.steps)] == short.steps
+
+
+def failures(readers: Sequence[TraceReader]) -> list[dict]:
+    """The runs among ``readers`` that failed (status ``failed``: the framework raised an
+    error during a step), in order: ``{"run"`` (``candle f32 cpu``), ``"step"``,
+    ``"error"`` (the framework's message), ``"message"`` (all three in words)``}``."""
+    out = []
+    for r in readers:
+        m = r.meta
+        if m["status"] != "failed":
+            continue
+        run = f"{m['run']} {m['dtype']} {m['device']}"
+        message = f"{run} failed at step {m['failed_step']}: {m['error']}"
+        out.append({"run": run, "step": m["failed_step"], "error": m["error"], "message": message})
+    return out
 
 
 #: Threads that read the traces of a comparison ahead: each trace's next step is one task,
@@ -97,8 +120,9 @@ def aligned(readers: Sequence[TraceReader]) -> Iterator[tuple[StepRecord, ...]]:
 
     The next step of every trace is read in background threads (:data:`READ_THREADS`,
     one task per trace; pyarrow and numpy release the GIL) while the caller works on this
-    one, so at most two steps of data are held at once. Raises :class:`ComparisonError`
-    when the traces are out of step or of unequal length, and what the readers raise
+    one, so at most two steps of data are held at once; it ends with the shortest trace
+    where that is a failed run's. Raises :class:`ComparisonError` when the traces are out
+    of step or of unequal length otherwise, and what the readers raise
     (``schema.TraceError`` for a corrupt page).
     """
     iters = [r.iter_steps() for r in readers]
@@ -116,6 +140,16 @@ def aligned(readers: Sequence[TraceReader]) -> Iterator[tuple[StepRecord, ...]]:
             if all(rec is None for rec in records):
                 return
             if any(rec is None for rec in records):
+                ended = [r for r, rec in zip(readers, records, strict=True) if rec is None]
+                if all(r.meta["status"] == "failed" for r in ended):
+                    # compared up to a failed run's failure (check_comparable); the others'
+                    # later steps are still read, their pages checked, as every trace a
+                    # result records is read whole
+                    for it, rec in zip(iters, records, strict=True):
+                        if rec is not None:
+                            for _ in it:
+                                pass
+                    return
                 raise ComparisonError("traces record different numbers of steps")
             pending = fetch()
             steps = {rec.step for rec in records}

@@ -11,6 +11,9 @@ is reached is ``judgement`` (one ``Judgement`` for every kind of comparison).
 |                   | probe, the framework's API lacks an op of the case (the note     |
 |                   | says "not supported by <framework>" and why)                     |
 | `error`           | a job failed; the summary gives its log                          |
+| `framework-error` | a run of the comparison failed: the framework raised an error    |
+|                   | during a step; the status names the run, the step and the        |
+|                   | framework's message (whatever the expectation)                   |
 
 Probes (``results/tables/probes.csv``) add outcomes a single-op check can have:
 

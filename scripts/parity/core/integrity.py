@@ -170,6 +170,27 @@ def changed(records: Mapping[str, Mapping[str, str]]) -> list[str]:
     return out
 
 
+def altered(records: Mapping[str, Mapping[str, str]], recorded_in: str | os.PathLike) -> list[str]:
+    """Which of the files a job wrote (``records``: kind → :func:`file_record`, as the
+    sealed file ``recorded_in`` holds them) are gone or no longer what it wrote: one line
+    each naming the file, what was recorded and what to do; empty when each is as it was
+    written. For a table a person reads (CSV, Markdown, HTML), which no later job reads
+    and so no reader would check."""
+    out = []
+    for r in records.values():
+        if not os.path.exists(r["path"]):
+            out.append(f"{r['path']} is gone ({recorded_in} recorded it); rerun the workflow")
+            continue
+        got = sha256_file(r["path"])
+        if got != r["sha256"]:
+            out.append(
+                f"{r['path']}: sha256 {got[:12]}… differs from the {r['sha256'][:12]}… that "
+                f"{recorded_in} recorded when it was written: edited by hand or corrupt; "
+                "rerun the job that writes it (delete the file and rerun the workflow)"
+            )
+    return out
+
+
 def run_id() -> str:
     """The id of this Snakemake run (:data:`RUN_ID_ENV`), or a new one outside a run."""
     return os.environ.get(RUN_ID_ENV) or new_run_id()

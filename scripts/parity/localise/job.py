@@ -31,8 +31,11 @@ LOCALISED, SKIPPED, NOT_LOCALISED = "localised", "skipped", "not localised"
 
 
 def skip_reason(perstep: Mapping, comp: Comparison, localise_all: bool) -> str | None:
-    """Why a comparison is not localised (it passed, as expected, and ``localise.all`` is
-    off), or None when it is."""
+    """Why a comparison is not localised (a run of it failed, which a replay would only
+    repeat; or it passed, as expected, and ``localise.all`` is off), or None when it is."""
+    failed = perstep.get("failed_runs") or []
+    if failed:
+        return "a run failed: " + "; ".join(f["message"] for f in failed)
     if localise_all or comp.expect == "fail" or perstep.get("verdict") != "pass":
         return None
     return "passed; set localise.all: true to localise every comparison"

@@ -398,13 +398,14 @@ def table_problems(
         record = integrity.read_sealed_json(record_path)
     except (OSError, integrity.IntegrityError) as e:
         return [f"{record_path}: {getattr(e, 'problem', None) or e}"]
-    out = integrity.changed(record["tables"])
+    out = integrity.altered(record["tables"], record_path)
+    table = record["tables"].get("csv", {}).get("path", "probes.csv")
     if record.get("params_sha256") != _params_hash(plan, hosts):
-        out.append("made under another config or other probe files")
+        out.append(f"{table} was made under another config or other probe files")
     if code is not None and record.get("code") != code:
-        out.append("made by other code")
+        out.append(f"{table} was made by other code")
     if set(record["made_from"]) != set(plan.results()) | set(remote_results(plan, hosts)):
-        out.append("made from another set of probe results")
+        out.append(f"{table} was made from another set of probe results")
     return out + integrity.changed(record["made_from"])
 
 

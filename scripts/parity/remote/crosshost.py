@@ -62,6 +62,7 @@ COLUMNS = [
     "candidate_cpu",
     "reference_version",
     "candidate_version",
+    "failed",
 ]
 
 
@@ -150,6 +151,12 @@ def _row(experiment, kind, pair, ref: TraceReader, cand: TraceReader) -> dict:
     worst, step = compare.worst(result.rows, "max_dparam")
     where = next((r["where"] for r in result.rows if r["step"] == step), "")
     tol = float(pair["tolerance"])
+    failed = compare.failures([ref, cand])
+    judged = (
+        judgement.judge_failed_runs(failed, tol)
+        if failed
+        else judgement.judge_worst(worst, where, tol, pair["expect"])
+    )
     return {
         "experiment": experiment,
         "kind": kind,
@@ -162,7 +169,8 @@ def _row(experiment, kind, pair, ref: TraceReader, cand: TraceReader) -> dict:
         "worst_step": step,
         "bitwise_identical": result.bitwise_identical,
         "tolerance": tol,
-        "verdict": judgement.judge_worst(worst, where, tol, pair["expect"]).verdict,
+        "verdict": judged.verdict,
+        "failed": judged.message if failed else "",
         "expected_verdict": verdicts.EXPECTATIONS[pair["expect"]],
         "reference_host": ref.meta["host"],
         "candidate_host": cand.meta["host"],
@@ -314,7 +322,7 @@ def summary_rows(result: Mapping) -> list[dict]:
                 "device": r["device"],
                 "pair": f"{r['reference']} vs {r['candidate']}",
                 "bitwise_identical": r["bitwise_identical"],
-                "status": f"across hosts ({table})",
+                "status": "; ".join(filter(None, [r.get("failed"), f"across hosts ({table})"])),
                 "worst_dparam": math.inf if worst is None else worst,
                 "worst_step": r["worst_step"],
                 "tolerance": r["tolerance"],

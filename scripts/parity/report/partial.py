@@ -49,13 +49,31 @@ def current_result(path: str, job: Mapping, code: str | None) -> tuple[dict | No
     except integrity.IntegrityError as e:
         return None, str(e)
     if r.get("job_sha256") != canonical_hash(job):
-        return None, f"{path} was made under another config"
+        return None, f"{path} was made under another config{config_change(r, job)}"
     if code is not None and r.get("code") != code:
         return None, f"{path} was made by other code"
     gone = integrity.changed(r.get("sources", {}))
     if gone:
         return None, f"{path} is out of date: " + "; ".join(gone)
     return r, ""
+
+
+def config_change(result: Mapping, job: Mapping) -> str:
+    """What a result made under another config than ``job``'s was judged with, where the
+    result says (its tolerance, its expectation): `` (its verdict pass was judged at
+    tolerance 1e-06; the config now says 1e-09)``; else ``""``."""
+    now = job.get("comparison", {})
+    was, says = [], []
+    for key, what in (("tolerance", "tolerance"), ("expect", "expectation")):
+        if key in result and key in now and result[key] != now[key]:
+            fmt = repr if key == "expect" else "{:g}".format
+            was.append(f"{what} {fmt(result[key])}")
+            says.append(fmt(now[key]))
+    if not was:
+        return ""
+    verdict = f"its verdict {result['verdict']}" if "verdict" in result else "it"
+    was_text, says_text = " and ".join(was), " and ".join(says)
+    return f" ({verdict} was judged at {was_text}; the config now says {says_text})"
 
 
 #: Every comparison of the plan with what its jobs receive (``Plan.comparison_job``), as
@@ -120,15 +138,21 @@ def summary_problems(
         record = integrity.read_sealed_json(record_path)
     except (OSError, integrity.IntegrityError) as e:
         return [f"{record_path}: {getattr(e, 'problem', None) or e}"]
-    out = integrity.changed(record["tables"])
+    out = integrity.altered(record["tables"], record_path)
+    table = record["tables"].get("csv", {}).get("path", "summary.csv")
     if record.get("params_sha256") != canonical_hash(list(unsupported)):
-        out.append("made under another config")
+        out.append(f"{table} was made under another config (other unsupported cells)")
     if codes.get("summary") is not None and record.get("code") != codes["summary"]:
-        out.append("made by other code")
+        out.append(f"{table} was made by other code")
     want = {c.result(k) for c, _ in comparisons for k in c.kinds}
     want |= {j["result"] for j in remote_jobs}
     if set(record["made_from"]) != want:
-        out.append("made from another set of comparisons")
+        extra, lacking = set(record["made_from"]) - want, want - set(record["made_from"])
+        out.append(
+            f"{table} was made from another set of comparisons than the config's"
+            + (f" (not in the config: {', '.join(sorted(extra)[:3])})" if extra else "")
+            + (f" (missing: {', '.join(sorted(lacking)[:3])})" if lacking else "")
+        )
     out += integrity.changed(record["made_from"])
     for c, job in comparisons:
         out += [why for r, why in comparison_state(c, job, codes).values() if r is None]

@@ -86,6 +86,20 @@ SUMMARY_COLUMNS = (
 )
 
 
+def _verdict_and_status(perstep: Mapping, split: Mapping) -> tuple[str, str]:
+    """A summary row's verdict and status: the per-step result's, but ``framework-error``
+    with each failed run named (run, step, the framework's message) where a run of the
+    comparison failed, a float64 run of its split too."""
+    verdict, status = perstep["verdict"], perstep["status"]
+    said = {f["message"] for f in perstep.get("failed_runs") or []}
+    more = [f["message"] for f in split.get("failed_runs") or [] if f["message"] not in said]
+    if more:
+        status = "; ".join([*([status] if status != "ok" else []), *more])
+    if said or more:
+        verdict = verdicts.FRAMEWORK_ERROR
+    return verdict, status
+
+
 def summary_rows(
     results: Mapping[str, Mapping], unsupported: Sequence[Mapping], errors: Sequence[dict] = ()
 ) -> list[dict]:
@@ -106,6 +120,7 @@ def summary_rows(
         s = by_kind["split"].get(key, {}).get("worst", {})
         d = by_kind["diagnosis"].get(key, {})
         loc = by_kind["localise"].get(key, {})
+        verdict, status = _verdict_and_status(r, by_kind["split"].get(key, {}))
         rows.append(
             {
                 "experiment": r["experiment"],
@@ -114,7 +129,7 @@ def summary_rows(
                 "pair": f"{r['reference']} vs {r['candidate']}",
                 "step0_identical": r["step0_identical"],
                 "bitwise_identical": r["bitwise_identical"],
-                "status": r["status"],
+                "status": status,
                 "worst_dparam": r["worst_dparam"],
                 "worst_step": r["worst_step"],
                 "worst_where": r["worst_where"],
@@ -124,7 +139,7 @@ def summary_rows(
                 "candle_f64": s.get("candle_f64"),
                 "f64_f64": s.get("f64_f64"),
                 "tolerance": r["tolerance"],
-                "verdict": r["verdict"],
+                "verdict": verdict,
                 "expected_verdict": verdicts.EXPECTATIONS[r["expect"]],
                 **{c: d.get(c) for c in DIAGNOSIS_SUMMARY},
                 # computed once, by the per-step job
@@ -203,6 +218,8 @@ def write_tables(
         head += f"- **{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}**"
         if r["verdict"] == verdicts.UNEXPECTED_PASS:
             head += " (a negative control passed: the harness no longer sees this fault)"
+        if r["verdict"] in (verdicts.FRAMEWORK_ERROR, verdicts.ERROR):
+            head += f" ({r['status']})"
         head += "\n"
     if bad:
         head += "\n"
