@@ -103,6 +103,37 @@ def test_known_faults_found_by_the_op_probes_reproduce(ops_rows):
     assert row(ops_rows, "conv_transpose", "stride_gaps_1d", "y", "candle")["verdict"] == "pass"
 
 
+def test_maximum_minimum_and_rms_norm(ops_rows):
+    """Element-wise maximum/minimum at a tie: candle splits the gradient as PyTorch, burn
+    gives it to the first operand; rms_norm: candle's slow one passes, its fused one has no
+    backward, burn's takes its root in float32 (float64 off)."""
+    for case in ("maximum_tie", "minimum_tie"):
+        for dtype in ("f32", "f64"):
+            assert (
+                row(ops_rows, "elementwise", case, "a.grad", "candle", dtype)["verdict"] == "pass"
+            )
+            assert row(ops_rows, "elementwise", case, "a.grad", "burn", dtype)["verdict"] == (
+                "known-bug"
+            )
+    for dtype in ("f32", "f64", "f16", "bf16"):
+        assert row(ops_rows, "normalization", "rms_norm_slow", "x.grad", "candle", dtype)[
+            "verdict"
+        ] == ("pass")
+        r = row(ops_rows, "normalization", "rms_norm_fused", "w.grad", "candle", dtype)
+        assert r["verdict"] == "known-bug"
+    assert row(ops_rows, "normalization", "rms_norm_slow", "y", "burn", "f32")["verdict"] == "pass"
+    r = row(ops_rows, "normalization", "rms_norm_slow", "y", "burn", "f64")
+    assert r["verdict"] == "known-bug"
+
+
+def test_a_documented_limit_is_unsupported_with_its_reason(ops_rows):
+    """candle's max_pool2d backward with stride ≠ kernel (api_limits): unsupported, the note
+    naming the reason and the source; accepted by check."""
+    r = row(ops_rows, "pooling", "max_pool2d_pairs", "x2.grad", "candle")
+    assert r["verdict"] == "unsupported"
+    assert "backward only for stride = kernel" in r["note"] and "backprop.rs" in r["note"]
+
+
 def test_half_precision_judges_exact_values_against_torch_in_that_dtype(ops_rows):
     """In float16 PyTorch's own row is the reference (its error from the exact values in the
     note) and candle passes by the float64-referenced rule; burn's ndarray backend has no

@@ -661,6 +661,7 @@ cases:
       - linear: {in: [m, lw], out: c1}
       - matmul: {in: [m, a1], out: c2}
       - layer_norm: {in: [m, g, g], out: c3}
+      - rms_norm: {in: [m, g], out: c8, candle: slow}
       - softmax: {in: m, out: c4}
       - log_softmax: {in: m, dim: 0, out: c5}
       - upsample_nearest1d: {in: l, size: 6, out: c6}
@@ -679,6 +680,8 @@ cases:
       - sub: {in: [m, a3], out: e2}
       - mul: {in: [m, a3], out: e3}
       - div: {in: [m, a3], out: e4}
+      - maximum: {in: [m, a3], out: e5}
+      - minimum: {in: [m, a3], out: e6}
       - sum: {in: m, out: f1}
       - mean: {in: m, dim: 1, out: f2}
       - max: {in: m, dim: [0, 1], keepdim: true, out: f3}

@@ -44,7 +44,12 @@ def probe_batch_params(framework):
             raise WorkflowError(
                 f"probes: {runner} {wildcards.dtype} {wildcards.device} cannot run: {reason}"
             )
-        keys = PROBES.batches().get((runner, wildcards.dtype, wildcards.device))
+        # a per-device target (`snakemake cuda`) may name a device the config's
+        # `devices` leaves out: its batches are those of the plan on that device too
+        plan = PROBES
+        if wildcards.device not in PROBES.devices:
+            plan = PROBES.for_devices([*PROBES.devices, wildcards.device])
+        keys = plan.batches().get((runner, wildcards.dtype, wildcards.device))
         names = [k.probe for k in keys or []]
         if sorted(names) != sorted(PROBES.probes):
             raise WorkflowError(

@@ -2,6 +2,7 @@
 """Writes docs/probe-reference.md from schemas/probe.schema.yaml, so that the reference and
 the schema cannot disagree: every op with its inputs, arguments (type, default,
 description) and the function that runs it in each framework (``x-support``), the
+documented API limits (``parity.probe.api_limits``, the one table of them), the
 optimizers, and the fields of inputs and cases.
 
     python scripts/dev/probe_reference.py           # rewrite docs/probe-reference.md
@@ -21,6 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
+from parity.probe import api_limits  # noqa: E402
 from parity.probe import ops as probe_ops  # noqa: E402
 
 OUTPUT = REPO / "docs" / "probe-reference.md"
@@ -92,17 +94,47 @@ def _arguments(node: Mapping) -> list[str]:
     return ["| argument | type | default | description |", "|---|---|---|---|", *rows, ""]
 
 
-def _support(node: Mapping) -> list[str]:
+def _support(node: Mapping, op: str | None = None) -> list[str]:
     support = node.get("x-support", {})
-    rows = [f"| {fw} | {_text(support.get(fw, 'not stated'))} |" for fw in FRAMEWORKS]
+    rows = []
+    for fw in FRAMEWORKS:
+        text = _text(support.get(fw, "not stated"))
+        for x in api_limits.limits_of(op or ""):
+            if x.framework == fw:
+                text += f"; unsupported: {_text(x.condition)} ([limits](#limits))"
+        rows.append(f"| {fw} | {text} |")
     return ["| framework | function |", "|---|---|", *rows, ""]
 
 
-def _mark(text: str) -> str:
-    """✓ supported, partial (an argument unsupported), ✗ unsupported."""
+def _mark(text: str, limited: bool = False) -> str:
+    """✓ supported, partial (an argument unsupported, or a documented limit), ✗
+    unsupported."""
     if text.startswith(UNSUPPORTED):
         return "✗"
-    return "partial" if f"; {UNSUPPORTED}" in text else "✓"
+    return "partial" if f"; {UNSUPPORTED}" in text or limited else "✓"
+
+
+def _limits() -> list[str]:
+    """The section of the documented API limits, from ``api_limits.LIMITS``."""
+    rows = [
+        f"| [`{op}`](#{op}) | {fw} | {_text(cond)} | {_text(reason)} | [source]({src}) |"
+        for op, fw, cond, reason, src in api_limits.rows()
+    ]
+    return [
+        "## Limits",
+        "",
+        "Valid steps a framework refuses by design: it documents the limit or checks it",
+        "before computing anything. A case with such a step is not run there; each of its",
+        "quantities is `unsupported` with the reason (`scripts/parity/probe/api_limits.py`,",
+        "the one table of them, which this section is generated from). The probes target",
+        "and the layout fuzzer both follow it. A backward pass goes through a step when the",
+        "case has a loss and the step's input depends on an input with `requires_grad`.",
+        "",
+        "| op | framework | when | reason | documented in |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def _fields(node: Mapping) -> list[str]:
@@ -126,8 +158,9 @@ def render() -> str:
         "",
         "Every op, argument and optimizer a probe file (docs/probes.md) may use, with its",
         "default and the function that runs it in each framework. *partial*: the framework",
-        "runs the op but its API lacks an argument or a value, so the cases that use it are",
-        "`unsupported` there; ✗: its API lacks the op.",
+        "runs the op but its API lacks an argument or a value, or refuses some arguments by",
+        "design ([limits](#limits)), so the cases that use them are `unsupported` there; ✗:",
+        "its API lacks the op.",
         "",
         "## Frameworks",
         "",
@@ -137,7 +170,8 @@ def render() -> str:
     out += ["", "## Ops", "", "| op | " + " | ".join(FRAMEWORKS) + " |", "|---|---|---|---|"]
     for op in ops:
         support = defs["ops"][op].get("x-support", {})
-        marks = " | ".join(_mark(support.get(fw, "")) for fw in FRAMEWORKS)
+        limited = {x.framework for x in api_limits.limits_of(op)}
+        marks = " | ".join(_mark(support.get(fw, ""), fw in limited) for fw in FRAMEWORKS)
         out.append(f"| [`{op}`](#{op}) | {marks} |")
     out.append("")
     for op in ops:
@@ -145,7 +179,8 @@ def render() -> str:
         out += [f"### {op}", "", _text(node.get("description", "")), ""]
         out += [f"Inputs: {_text(node.get('x-inputs', ''))}.", ""]
         out += _arguments(node)
-        out += _support(node)
+        out += _support(node, op)
+    out += _limits()
     out += [
         "## Optimizers",
         "",

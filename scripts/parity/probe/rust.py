@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from parity.probe import api_limits
 from parity.probe.format import Probe
 from parity.probe.plan import ProbeKey
 from parity.probe.results import OK, Outcome, write_results
@@ -161,7 +162,65 @@ def run_batch(
 ) -> Iterator[tuple[str, list[Outcome], dict]]:
     """Run ``probes`` in ``dtype`` on ``device`` with ONE invocation of the Rust runner of
     ``framework`` (``binary``) and yield (probe name, outcomes, metadata) per probe, in
-    batch order (``probe_batch.Compute``).
+    batch order (``probe_batch.Compute``), as :func:`run_runner` does.
+
+    A case that meets a documented API limit of the framework
+    (``parity.probe.api_limits``) is not sent: each of its quantities is ``unsupported``
+    with the limit's message. A probe left without cases is not sent at all (its metadata
+    is that of the batch's runner; with nothing to send, the runner runs an empty batch
+    for its header).
+    """
+    limited = {p.name: api_limits.case_limits(p, framework) for p in probes}
+    sent = [
+        r for p in probes if (r := api_limits.without_cases(p, list(limited[p.name]))) is not None
+    ]
+    for p in probes:
+        for case, lim in limited[p.name].items():
+            log.info("%s %s: unsupported, not run: %s", p.name, case, lim.message())
+    pending = list(probes)
+    metadata: dict = {}
+    runs = ()
+    if sent:
+        runs = run_runner(sent, framework, dtype, device, binary, threads, log, log_path)
+    for name, outcomes, metadata in runs:
+        while pending[0].name != name:
+            p = pending.pop(0)
+            yield p.name, api_limits.merge(p, [], limited[p.name]), metadata
+        p = pending.pop(0)
+        yield name, api_limits.merge(p, outcomes, limited[name]), metadata
+    if pending and not metadata:
+        metadata = header_metadata(framework, binary, threads, log_path)
+    for p in pending:
+        yield p.name, api_limits.merge(p, [], limited[p.name]), metadata
+
+
+def header_metadata(framework: str, binary: str, threads: int, log_path: str | None) -> dict:
+    """The metadata of the runner's header (``batch_outcomes``' first value), from a run
+    of an empty batch: for a batch whose every case meets an API limit. Its header
+    describes the CPU (a runner opens no other device for an empty batch)."""
+    name = Path(binary).name
+    with invocation({"probes": []}, threads, log_path) as (spec_path, env, stderr):
+        cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
+    if proc.returncode != 0:
+        raise RunnerError(f"{name} probe exited with status {proc.returncode} on an empty batch")
+    frames = list(read_frames(io.BytesIO(proc.stdout)))
+    return batch_outcomes(frames, [], framework, name)[0]
+
+
+def run_runner(
+    probes: Sequence[Probe],
+    framework: str,
+    dtype: str,
+    device: str,
+    binary: str,
+    threads: int,
+    log: logging.Logger,
+    log_path: str | None,
+) -> Iterator[tuple[str, list[Outcome], dict]]:
+    """Run ``probes`` in ``dtype`` on ``device`` with ONE invocation of the Rust runner of
+    ``framework`` (``binary``) and yield (probe name, outcomes, metadata) per probe, in
+    batch order.
 
     The framework's errors, missing gradients and unsupported ops arrive as outcomes.
     A runner killed by a :data:`CRASH_SIGNALS` signal after its header (a segfault or an
@@ -198,7 +257,9 @@ def run_batch(
             yield from _report([culprit], outcomes, metadata, log)
             rest = probes[len(done) + 1 :]
             if rest:
-                yield from run_batch(rest, framework, dtype, device, binary, threads, log, log_path)
+                yield from run_runner(
+                    rest, framework, dtype, device, binary, threads, log, log_path
+                )
             return
         tail = log_tail(log_path) if log_path else ""
         kept = f" ({len(done)} probe(s) before it kept)" if done else ""

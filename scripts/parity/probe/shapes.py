@@ -49,6 +49,7 @@ from parity.probe.shapes_dense import (
     matmul,
     reduce,
     reduce_extremum,
+    rms_norm,
     softmax,
     sort,
 )
@@ -90,6 +91,7 @@ OPS: dict[str, Callable[..., Shape]] = {
     "linear": linear,
     "matmul": matmul,
     "layer_norm": layer_norm,
+    "rms_norm": rms_norm,
     "softmax": softmax,
     "log_softmax": softmax,
     "upsample_nearest1d": upsample_nearest1d,
@@ -98,7 +100,7 @@ OPS: dict[str, Callable[..., Shape]] = {
         ["relu", "abs", "sigmoid", "tanh", "silu", "gelu", "elu", "exp", "log", "sqrt"],
         same_shape,
     ),
-    **dict.fromkeys(["add", "sub", "mul", "div"], elementwise2),
+    **dict.fromkeys(["add", "sub", "mul", "div", "maximum", "minimum"], elementwise2),
     "sum": reduce,
     "mean": reduce,
     "max": reduce_extremum,
@@ -123,8 +125,8 @@ ARITY: dict[str, tuple[int, int]] = {
     **dict.fromkeys(
         [
             "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "matmul", "add",
-            "sub", "mul", "div", "embedding", "index_select", "gather", "bce_with_logits",
-            "cross_entropy", "nll", "mse",
+            "sub", "mul", "div", "maximum", "minimum", "rms_norm", "embedding",
+            "index_select", "gather", "bce_with_logits", "cross_entropy", "nll", "mse",
         ],
         (2, 2),
     ),

@@ -1,6 +1,7 @@
 """Shape rules of the dense ops of the probe language: ``linear``, ``matmul`` (equal
-batch dimensions, no broadcasting), ``layer_norm``, ``softmax``, the element-wise ops of two
-inputs (equal shapes), the reductions (``sum``, ``mean``, ``max``, ``min``), ``argmax``,
+batch dimensions, no broadcasting), ``layer_norm``, ``rms_norm``, ``softmax``, the
+element-wise ops of two inputs (equal shapes: ``add``, ``sub``, ``mul``, ``div``,
+``maximum``, ``minimum``), the reductions (``sum``, ``mean``, ``max``, ``min``), ``argmax``,
 ``argmin`` and the sorts.
 """
 
@@ -48,6 +49,16 @@ def layer_norm(args, shapes, values=None) -> Shape:
     for what, s in (("weight", w), ("bias", b)):
         if list(s) != [x[-1]]:
             raise ShapeError(f"layer_norm's {what} must have shape [{x[-1]}], got {list(s)}")
+    return list(x)
+
+
+def rms_norm(args, shapes, values=None) -> Shape:
+    """``[..., d]`` with weight ``[d]`` → ``[..., d]``."""
+    x, w = shapes
+    if not x:
+        raise ShapeError("rms_norm's input must have rank 1 or more")
+    if list(w) != [x[-1]]:
+        raise ShapeError(f"rms_norm's weight must have shape [{x[-1]}], got {list(w)}")
     return list(x)
 
 

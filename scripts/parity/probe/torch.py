@@ -150,6 +150,7 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     "linear": lambda x, a: F.linear(x[0], x[1], x[2] if len(x) > 2 else None),
     "matmul": lambda x, a: _matmul(x),
     "layer_norm": lambda x, a: F.layer_norm(x[0], (x[0].shape[-1],), x[1], x[2], a["eps"]),
+    "rms_norm": lambda x, a: F.rms_norm(x[0], (x[0].shape[-1],), x[1], a["eps"]),
     "softmax": lambda x, a: torch.softmax(x[0], a["dim"]),
     "log_softmax": lambda x, a: torch.log_softmax(x[0], a["dim"]),
     "upsample_nearest1d": lambda x, a: F.interpolate(x[0], size=a["size"], mode="nearest"),
@@ -169,6 +170,8 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     "sub": _elementwise("sub", torch.sub),
     "mul": _elementwise("mul", torch.mul),
     "div": _elementwise("div", torch.div),
+    "maximum": _elementwise("maximum", torch.maximum),
+    "minimum": _elementwise("minimum", torch.minimum),
     # reductions
     "sum": _reduction(torch.sum),
     "mean": _reduction(torch.mean),

@@ -342,6 +342,22 @@ def op_softmax(args, ins):
     return y, lambda g: [y * (g - np.sum(g * y, axis=d, keepdims=True))]
 
 
+def op_rms_norm(args, ins):
+    """y = x·r·w with r = 1/√(mean(x²) + eps) over the last dimension; dx = r·h −
+    r³·x·mean(h·x) for h = g·w, dw = Σ g·x·r over every other dimension."""
+    x, w = ins
+    need(w.shape == x.shape[-1:], f"rms_norm's weight {w.shape} for an input {x.shape}")
+    r = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + args.get("eps", 1e-5))
+
+    def vjp(g):
+        h = g * w
+        dx = r * h - r**3 * x * np.mean(h * x, axis=-1, keepdims=True)
+        dw = np.sum((g * x * r).reshape(-1, x.shape[-1]), axis=0)
+        return [dx, dw]
+
+    return x * r * w, vjp
+
+
 def op_log_softmax(args, ins):
     (x,) = ins
     d = norm_dim(args.get("dim", -1), x.ndim)
@@ -608,11 +624,22 @@ OPS: dict[str, Callable] = {
     "log": unary(lambda x, a: np.log(x), lambda x, y, a: 1 / x),
     "sqrt": unary(lambda x, a: np.sqrt(x), lambda x, y, a: 1 / (2 * y)),
     "softmax": op_softmax,
+    "rms_norm": op_rms_norm,
     "log_softmax": op_log_softmax,
     "add": binary(lambda a, b: a + b, lambda a, b, g: g, lambda a, b, g: g),
     "sub": binary(lambda a, b: a - b, lambda a, b, g: g, lambda a, b, g: -g),
     "mul": binary(lambda a, b: a * b, lambda a, b, g: g * b, lambda a, b, g: g * a),
     "div": binary(lambda a, b: a / b, lambda a, b, g: g / b, lambda a, b, g: -g * a / (b * b)),
+    "maximum": binary(
+        np.maximum,
+        lambda a, b, g: g * ((a > b) + 0.5 * (a == b)),
+        lambda a, b, g: g * ((b > a) + 0.5 * (a == b)),
+    ),
+    "minimum": binary(
+        np.minimum,
+        lambda a, b, g: g * ((a < b) + 0.5 * (a == b)),
+        lambda a, b, g: g * ((b < a) + 0.5 * (a == b)),
+    ),
     "matmul": op_matmul,
     "transpose": op_layout("transpose"),
     "reshape": op_layout("reshape"),

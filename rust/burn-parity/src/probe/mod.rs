@@ -26,12 +26,14 @@
 //! | `linear` | `tensor::module::linear(x, w.transpose(), b)`: burn's weight is `[in, out]` |
 //! | `matmul` | `matmul` (equal ranks) |
 //! | `layer_norm`, `softmax` | `tensor::module::layer_norm`, `activation::softmax` (one function each: the `candle` argument is ignored) |
+//! | `rms_norm` | `nn::RmsNorm::forward` with the weight as its `gamma` (the `candle` argument is ignored) |
 //! | `log_softmax` | `activation::log_softmax` |
 //! | `upsample_nearest1d`, `…2d` | `nn::interpolate::Interpolate1d` / `Interpolate2d`, mode `Nearest` |
 //! | `relu`, `sigmoid`, `tanh`, `silu`, `elu` | `activation::relu`, `sigmoid`, `tanh`, `silu`, `elu(x, alpha)` |
 //! | `gelu` none / tanh | `activation::gelu` / `activation::gelu_approximate` |
 //! | `abs`, `exp`, `log`, `sqrt` | `abs`, `exp`, `log`, `sqrt` |
 //! | `add`, `sub`, `mul`, `div` | `+`, `-`, `*`, `/` (equal shapes; unequal ones are refused as PyTorch's interpreter refuses them) |
+//! | `maximum`, `minimum` | `Tensor::max_pair`, `min_pair` (equal shapes) |
 //! | `sum`, `mean`, `max`, `min` | every dimension without `keepdim`: `sum()`, `mean()`, `max()`, `min()` (shape `[1]`); otherwise `sum_dims`, `mean_dims`, `max_dims`, `min_dims` (burn keeps the reduced dimensions), then `squeeze_dims` of them without `keepdim` (burn's own `sum_dims_squeeze` is that composition) |
 //! | `argmax`, `argmin` | `argmax(dim)` / `argmin(dim)` (burn keeps the dimension), `squeeze_dim` without `keepdim` (a rank-1 input stays `[1]`: burn has no rank 0); int64 result sent as float64 |
 //! | `sort`, `argsort` | `sort` / `sort_descending`, `argsort` / `argsort_descending` (burn documents its sort as unstable) |

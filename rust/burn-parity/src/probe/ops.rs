@@ -2,8 +2,10 @@
 //! linear algebra, element-wise ops ([`apply`]); reductions, sorting, indexing and losses
 //! are in [`super::reduce`]. The module documentation of [`super`] has the table.
 
+use burn::module::{Param, ParamId};
 use burn::nn::interpolate::{Interpolate1dConfig, Interpolate2dConfig, InterpolateMode};
 use burn::nn::loss::BinaryCrossEntropyLossConfig;
+use burn::nn::RmsNorm;
 use burn::tensor::activation::{
     elu, gelu, gelu_approximate, log_softmax, relu, sigmoid, silu, softmax, tanh,
 };
@@ -203,6 +205,14 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
             let beta = x.ranked::<1>("bias")?;
             Value::from(each_rank!(a, t => Dyn::from(layer_norm(t, gamma, Some(beta), *eps))))
         }
+        Op::RmsNorm { eps, .. } => {
+            let a = x.float("input")?;
+            let norm = RmsNorm {
+                gamma: Param::initialized(ParamId::new(), x.ranked::<1>("weight")?),
+                epsilon: *eps,
+            };
+            Value::from(each_rank!(a, t => Dyn::from(norm.forward(t))))
+        }
         Op::Softmax { dim: d, .. } => {
             let a = x.float("input")?;
             let d = dim(*d, a.rank())?;
@@ -272,6 +282,20 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
             |t, u| t / u,
             |t, u| t / u,
             |t, u| t / u,
+        )?,
+        Op::Maximum => binary(
+            &mut x,
+            |t, u| t.max_pair(u),
+            |t, u| t.max_pair(u),
+            |t, u| t.max_pair(u),
+            |t, u| t.max_pair(u),
+        )?,
+        Op::Minimum => binary(
+            &mut x,
+            |t, u| t.min_pair(u),
+            |t, u| t.min_pair(u),
+            |t, u| t.min_pair(u),
+            |t, u| t.min_pair(u),
         )?,
         Op::BceWithLogits => {
             let (a, targets) = (x.float("logits")?, x.float("target")?);

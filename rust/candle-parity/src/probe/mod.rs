@@ -25,6 +25,7 @@
 //! | `max_pool2d`, `avg_pool2d` | `Tensor::max_pool2d_with_stride`, `avg_pool2d_with_stride`; unsupported with padding ≠ 0 (no padding argument) |
 //! | `linear`, `matmul` | `candle_nn::Linear`, `Tensor::matmul` |
 //! | `layer_norm` | `candle_nn::ops::layer_norm` (fused) / `layer_norm_slow` |
+//! | `rms_norm` | `candle_nn::ops::rms_norm` (fused) / `rms_norm_slow` |
 //! | `softmax` | `candle_nn::ops::softmax_last_dim` (fused) / `softmax` |
 //! | `log_softmax` | `candle_nn::ops::log_softmax` |
 //! | `upsample_nearest1d`, `…2d` | `Tensor::upsample_nearest1d`, `upsample_nearest2d` |
@@ -33,6 +34,7 @@
 //! | `gelu` | `Tensor::gelu_erf` (approximate none) / `Tensor::gelu` (tanh) |
 //! | `elu` | `Tensor::elu(alpha)` |
 //! | `add`, `sub`, `mul`, `div` | `Tensor::add`, `sub`, `mul`, `div` (equal shapes) |
+//! | `maximum`, `minimum` | `Tensor::maximum`, `minimum` (equal shapes) |
 //! | `sum`, `mean` | `Tensor::sum` / `sum_keepdim`, `mean` / `mean_keepdim` (several dimensions at once) |
 //! | `max`, `min` | `Tensor::max` / `min` for one dimension; several (or every) dimension: successive `max_keepdim` / `min_keepdim` calls, then a reshape dropping them unless `keepdim` (candle reduces one dimension per call) |
 //! | `argmax`, `argmin` | `Tensor::argmax` / `argmax_keepdim`, `argmin` / `argmin_keepdim` (U32 indices) |

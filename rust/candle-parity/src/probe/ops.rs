@@ -186,6 +186,10 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
             OpVariant::Fused => candle_nn::ops::layer_norm(a, x[1], x[2], *eps as f32)?,
             OpVariant::Slow => candle_nn::ops::layer_norm_slow(a, x[1], x[2], *eps as f32)?,
         },
+        Op::RmsNorm { eps, candle } => match candle {
+            OpVariant::Fused => candle_nn::ops::rms_norm(a, x[1], *eps as f32)?,
+            OpVariant::Slow => candle_nn::ops::rms_norm_slow(a, x[1], *eps as f32)?,
+        },
         Op::Softmax { dim: d, candle } => match candle {
             OpVariant::Fused => {
                 if dim(*d, rank)? + 1 != rank {
@@ -217,6 +221,8 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
         Op::Sub => a.sub(x[1])?,
         Op::Mul => a.mul(x[1])?,
         Op::Div => a.div(x[1])?,
+        Op::Maximum => a.maximum(x[1])?,
+        Op::Minimum => a.minimum(x[1])?,
         Op::Sum { dims, keepdim } => {
             let ds = reduced(dims, rank)?;
             if *keepdim {

@@ -188,6 +188,13 @@ pub enum Op {
         /// Fused or slow candle function.
         candle: OpVariant,
     },
+    /// RMS norm over the last dimension: inputs `[x, weight]`.
+    RmsNorm {
+        /// ε added to the mean of the squares (candle takes it as f32).
+        eps: f64,
+        /// Fused or slow candle function.
+        candle: OpVariant,
+    },
     /// Softmax along `dim` (fused: the last dimension only).
     Softmax {
         /// Dimension.
@@ -245,6 +252,10 @@ pub enum Op {
     Mul,
     /// Element-wise quotient a / b of two equal shapes.
     Div,
+    /// Element-wise max(a, b) of two equal shapes (ties: half the gradient to each side).
+    Maximum,
+    /// Element-wise min(a, b) of two equal shapes (ties: half the gradient to each side).
+    Minimum,
     // ----- reductions (`dims: None` reduces every dimension) -----
     /// Sum over `dims`.
     Sum {
@@ -351,6 +362,9 @@ impl Op {
             | Op::Sub
             | Op::Mul
             | Op::Div
+            | Op::Maximum
+            | Op::Minimum
+            | Op::RmsNorm { .. }
             | Op::Embedding
             | Op::IndexSelect { .. }
             | Op::Gather { .. }

@@ -230,6 +230,18 @@ fn probe_elementwise() {
                 "",
                 &["y"],
             ),
+            case(
+                "maximum",
+                vec![step("y", &["a", "b"], un("maximum"))],
+                "y",
+                &["y", "a.grad", "b.grad"],
+            ),
+            case(
+                "minimum",
+                vec![step("y", &["a", "b"], un("minimum"))],
+                "y",
+                &["y", "a.grad", "b.grad"],
+            ),
         ],
     );
     let out = run_all(&s);
@@ -284,4 +296,11 @@ fn probe_elementwise() {
         "{:?}",
         out[12][0]
     );
+    // a > b everywhere (ties: the elementwise probe file): the larger side takes it all.
+    assert_eq!(values(&out[13][0], &[2]), [6.0, 8.0]);
+    assert_eq!(values(&out[13][1], &[2]), [1.0, 1.0]);
+    assert_eq!(values(&out[13][2], &[2]), [0.0, 0.0]);
+    assert_eq!(values(&out[14][0], &[2]), [2.0, 4.0]);
+    assert_eq!(values(&out[14][1], &[2]), [0.0, 0.0]);
+    assert_eq!(values(&out[14][2], &[2]), [1.0, 1.0]);
 }

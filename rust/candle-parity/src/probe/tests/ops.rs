@@ -273,6 +273,50 @@ fn sub_and_div_need_equal_shapes() {
     assert!(framework_error(&out).contains("shape mismatch"), "{out:?}");
 }
 
+#[test]
+fn maximum_and_minimum_split_a_tie() {
+    // a = b at index 1: candle gives each side half the gradient, as PyTorch does.
+    let ab = || {
+        vec![
+            input("a", &[3], &[1.0, 2.0, 3.0], true),
+            input("b", &[3], &[4.0, 2.0, 0.0], true),
+        ]
+    };
+    let q = ["y", "a.grad", "b.grad"];
+    let out = one_op(ab(), &["a", "b"], json!({"name": "maximum"}), &q);
+    assert_eq!(
+        [vals(&out[0]), vals(&out[1]), vals(&out[2])],
+        [
+            vec![4.0, 2.0, 3.0],
+            vec![0.0, 0.5, 1.0],
+            vec![1.0, 0.5, 0.0]
+        ]
+    );
+    let out = one_op(ab(), &["a", "b"], json!({"name": "minimum"}), &q);
+    assert_eq!(
+        [vals(&out[0]), vals(&out[1]), vals(&out[2])],
+        [
+            vec![1.0, 2.0, 0.0],
+            vec![1.0, 0.5, 0.0],
+            vec![0.0, 0.5, 1.0]
+        ]
+    );
+}
+
+#[test]
+fn rms_norm_slow_forward() {
+    // x = [3, 4]: mean(x²) = 12.5; with eps 0.5 the root is √13 and y = x·w/√13 (float64:
+    // the fused kernel has no float64, the probe file records it).
+    let xw = vec![
+        input("x", &[1, 2], &[3.0, 4.0], true),
+        input("w", &[2], &[1.0, 2.0], true),
+    ];
+    let op = json!({"name": "rms_norm", "eps": 0.5, "candle": "slow"});
+    let out = forward_only(xw, &["x", "w"], op);
+    let r = 13f64.sqrt();
+    close(&vals(&out), &[3.0 / r, 8.0 / r], 1e-15);
+}
+
 /// `y = op(x)` with x = 1..6 as [2, 3]: forward values, shape and gradient (loss: sum).
 fn reduce(op: Value, x: &[f64]) -> (Vec<f64>, Vec<usize>, Vec<f64>) {
     let out = one_op(
