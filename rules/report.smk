@@ -1,17 +1,13 @@
 # The report's own pages (snakemake --report results/report.html): the training loop of
 # each framework side by side with the optimizer defaults, and the provenance of every
-# trace (host, CPU, versions, settings).
+# trace (host, CPU, versions, settings). Each with its sealed record, which check holds it to.
 
 
 rule training_loop_page:
     """The PyTorch ↔ candle training-loop correspondence, with the measured defaults."""
     input:
-        text=workdir_path(os.path.join(PARITY_DIR, "report", "training_loop.rst")),
-        defaults=[
-            "results/defaults/torch.json",
-            "results/defaults/candle.json",
-            "results/defaults/burn.json",
-        ],
+        text=TRAINING_LOOP_TEXT,
+        defaults=DEFAULTS_JSON,
     output:
         html=report(
             "results/report/training_loop.html",
@@ -19,6 +15,7 @@ rule training_loop_page:
             category="4 Training loop",
             labels={"page": "correspondence"},
         ),
+        record=paths.TRAINING_LOOP_SOURCES,
     log:
         "results/logs/training_loop_page.log",
     benchmark:
@@ -27,6 +24,7 @@ rule training_loop_page:
         "../envs/analysis.yaml"
     params:
         code=code("training_loop_page.py"),
+        seal=page_seal("training_loop"),
     script:
         "../scripts/training_loop_page.py"
 
@@ -34,7 +32,7 @@ rule training_loop_page:
 rule provenance:
     """Where and with what every trace was made, read from the traces."""
     input:
-        lambda wc: [k.trace for k in PLAN.runs()],
+        lambda wc: page_inputs("provenance"),
     output:
         csv="results/tables/provenance.csv",
         md="results/tables/provenance.md",
@@ -44,6 +42,7 @@ rule provenance:
             category="5 Provenance",
             labels={"table": "traces"},
         ),
+        record=paths.PROVENANCE_SOURCES,
     log:
         "results/logs/provenance.log",
     benchmark:
@@ -52,5 +51,6 @@ rule provenance:
         "../envs/analysis.yaml"
     params:
         code=code("provenance.py"),
+        seal=lambda wc: page_seal("provenance"),
     script:
         "../scripts/provenance.py"

@@ -1,5 +1,6 @@
 # Tables across comparisons: summary with verdicts, the framework table, optimizer
-# defaults, and the check target.
+# defaults, the release matrix, and the check target. Each table a person reads comes
+# with its sealed record (*.sources.json), which check holds it to.
 
 
 include: "functions/summary.smk"
@@ -46,6 +47,7 @@ rule framework_summary:
             category="1 Summary",
             labels={"table": "the study's framework table"},
         ),
+        record=paths.FRAMEWORK_SUMMARY_SOURCES,
     log:
         "results/logs/framework_summary.log",
     benchmark:
@@ -55,6 +57,7 @@ rule framework_summary:
     params:
         table=PLAN.framework_summary_params(),
         code=code("framework_summary.py"),
+        seal=page_seal("framework_summary"),
     script:
         "../scripts/framework_summary.py"
 
@@ -108,9 +111,7 @@ rule optimizer_defaults_burn:
 rule optimizer_defaults:
     """One table of every framework's optimizer defaults."""
     input:
-        "results/defaults/torch.json",
-        "results/defaults/candle.json",
-        "results/defaults/burn.json",
+        DEFAULTS_JSON,
     output:
         csv="results/tables/optimizer_defaults.csv",
         md="results/tables/optimizer_defaults.md",
@@ -120,6 +121,7 @@ rule optimizer_defaults:
             category="4 Training loop",
             labels={"page": "optimizer defaults"},
         ),
+        record=paths.OPTIMIZER_DEFAULTS_SOURCES,
     log:
         "results/logs/defaults/table.log",
     benchmark:
@@ -128,6 +130,7 @@ rule optimizer_defaults:
         "../envs/analysis.yaml"
     params:
         code=code("optimizer_defaults.py"),
+        seal=page_seal("optimizer_defaults"),
     script:
         "../scripts/optimizer_defaults.py"
 
@@ -165,6 +168,7 @@ rule versions_table:
             category="1 Summary",
             labels={"table": "faults by release"},
         ),
+        record=paths.VERSIONS_TABLE_SOURCES,
     log:
         "results/logs/versions_table.log",
     benchmark:
@@ -174,5 +178,6 @@ rule versions_table:
     params:
         matrix=version_matrix.plan_params(PLAN, PROBES if PROBES.probes else None),
         code=code("versions_table.py"),
+        seal=page_seal("versions"),
     script:
         "../scripts/versions_table.py"

@@ -1,5 +1,6 @@
 """Snakemake job: fail when any verdict, of a comparison or a probe, differs from its
-expectation."""
+expectation; first refuse every table, figure and page a person reads that is not what its
+sealed record says or not current, and name each one no record covers."""
 
 import sys
 
@@ -15,6 +16,7 @@ bad = check(
     sm.input.summary_sources,
     sm.input.get("probes_sources"),
     params=sm.params.plan,
+    say=print,
 )
 if bad:
     sys.exit(f"{len(bad)} verdict(s) differ from their expectation; see {sm.log[0]}")

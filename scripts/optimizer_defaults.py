@@ -1,13 +1,19 @@
-"""Snakemake job: one optimizer-defaults table from the frameworks' own printouts."""
+"""Snakemake job: one optimizer-defaults table from the frameworks' own printouts, and its
+sealed record (parity.report.sealed)."""
 
 from parity.core.fileio import job_logger
 from parity.render import tables
+from parity.report import sealed
 from parity.run import defaults
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])
+made_from = sealed.read_inputs(sm.input)
 rows = defaults.read(list(sm.input))
 tables.write_csv(sm.output.csv, rows, defaults.COLUMNS)
 tables.write_twins(
     sm.output.md, "# Optimizer defaults\n\n" + tables.markdown_table(rows, defaults.COLUMNS)
+)
+sealed.seal_page(
+    sm.params.seal, made_from, {"csv": sm.output.csv, "md": sm.output.md, "html": sm.output.html}
 )

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from parity.core import integrity, paths
+from parity.core.codeversion import code_version
 from parity.plan.plan import Plan
 from parity.probe.plan import ProbePlan
-from parity.report import check, partial
+from parity.report import check, partial, sealed
 from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_test_config, record_binary, run_workflow
@@ -124,6 +125,8 @@ def test_a_comparison_that_failed_then_works_again_leaves_no_stale_error(run):
     trace.write_bytes(good)
     again = run_workflow(workdir, config, "--cores", "2", "check")
     assert "Nothing to be done" not in again.stdout
+    log = (workdir / "results/logs/check.log").read_text()
+    assert "WARNING" not in log  # every file a person reads is sealed and verified
     assert rows(workdir / "results/tables/summary.csv")[("a3_sgd", "main")]["verdict"] == "pass"
     assert not (workdir / "results/tables/summary.partial.csv").exists()
 
@@ -203,9 +206,27 @@ def test_a_trace_that_is_gone_takes_its_pass_with_it(run, monkeypatch):
 # ----- check holds every table a person reads to its records (issue 36, kind 3) ---------
 
 
+def page_specs(config) -> list[dict]:
+    """Each sealed page's spec as its rule resolves it (rules/functions/summary.smk
+    page_seal) in the working directory: under ``config``, with its code hash."""
+    plan = Plan(config)
+    probes = ProbePlan.from_config(config, REPO)
+    text = os.path.relpath(REPO / "report" / "training_loop.rst")
+    return [
+        sealed.plan_spec(
+            page,
+            plan,
+            probes if probes.probes else None,
+            text,
+            code_version(str(REPO / "scripts" / sealed.SCRIPTS[page])),
+        )
+        for page in sealed.PAGES
+    ]
+
+
 def check_params_of(config) -> dict:
-    """What the check rule gives its job (rules/functions/summary.smk), code hashes left
-    out (None: not compared)."""
+    """What the check rule gives its job (rules/functions/summary.smk), the comparison
+    jobs' code hashes left out (None: not compared)."""
     plan = Plan(config)
     probes = ProbePlan.from_config(config, REPO)
     return check.check_params(
@@ -215,13 +236,18 @@ def check_params_of(config) -> dict:
         [],
         probes.to_params() if probes.probes else None,
         {},
+        page_specs(config),
     )
 
 
 def test_check_finds_nothing_in_a_current_run(run, monkeypatch):
     workdir, config = run
     monkeypatch.chdir(workdir)
-    assert check.problems(check_params_of(config)) == []
+    params = check_params_of(config)
+    assert check.problems(params) == []
+    # and every file a person reads is covered by a record it held
+    assert sealed.unverified(sealed.recorded_files(check.records(params))) == []
+    assert {spec["page"] for spec in params["pages"]} == set(sealed.PAGES)
 
 
 #: Tables a person reads and the sealed record that holds each one's sha256.
@@ -233,7 +259,29 @@ READ_TABLES = {
     "results/tables/summary.md": paths.SUMMARY_SOURCES,
     "results/tables/summary.html": paths.SUMMARY_SOURCES,
     "results/tables/probes.md": paths.PROBES_SOURCES,
+    # issue 36, kind 3: every other file a person reads
+    **{f"results/tables/provenance.{e}": paths.PROVENANCE_SOURCES for e in ("csv", "md", "html")},
+    "results/tables/framework_summary.md": paths.FRAMEWORK_SUMMARY_SOURCES,
+    "results/tables/optimizer_defaults.csv": paths.OPTIMIZER_DEFAULTS_SOURCES,
+    "results/tables/optimizer_defaults.html": paths.OPTIMIZER_DEFAULTS_SOURCES,
+    "results/tables/versions.csv": paths.VERSIONS_TABLE_SOURCES,
+    "results/tables/versions.md": paths.VERSIONS_TABLE_SOURCES,
+    paths.TRAINING_LOOP_PAGE: paths.TRAINING_LOOP_SOURCES,
+    **{f"results/figures/a3_sgd/perstep-cpu.{e}": PERSTEP for e in ("png", "svg")},
+    **{f"results/figures/a3_sgd/localise-main-cpu.{e}": LOCALISE for e in ("png", "svg")},
 }
+
+
+def edit_by_hand(path: Path) -> None:
+    """Change ``path`` as a person would: a verdict in a text file, a pixel's worth of an
+    image (its last byte)."""
+    if path.suffix == ".png":
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0x01
+        path.write_bytes(bytes(data))
+        return
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("pass", "fail", 1) + "\n", encoding="utf-8")
 
 
 @pytest.mark.parametrize("table", sorted(READ_TABLES))
@@ -241,8 +289,7 @@ def test_a_hand_edited_table_fails_check_naming_it(run, monkeypatch, table):
     workdir, config = run
     monkeypatch.chdir(workdir)
     assert Path(table).is_file() and Path(READ_TABLES[table]).is_file()
-    text = Path(table).read_text(encoding="utf-8")
-    Path(table).write_text(text.replace("pass", "fail", 1) + "\n", encoding="utf-8")
+    edit_by_hand(Path(table))
     found = check.problems(check_params_of(config))
     assert len(found) == 1, found
     assert found[0].startswith(f"{table}: sha256"), found
@@ -282,4 +329,123 @@ def test_a_summary_made_under_another_tolerance_fails_check_naming_the_stale_ver
         "a3_sgd main cpu: results/compare/a3_sgd/perstep-cpu.json was made under another "
         "config (its verdict pass was judged at tolerance 1e-06; the config now says 1e-09)"
     ) in log
+    assert "comparisons, 0 differ" not in log  # refused, never judged
+
+
+def reseal(record: str, **change) -> None:
+    """Rewrite a sealed record with ``change`` and a valid seal: the record a job made
+    under another config (or by other code) writes."""
+    obj = integrity.read_sealed_json(record)
+    integrity.write_sealed_json(record, {**obj, **change})
+
+
+@pytest.mark.parametrize("page", sorted(sealed.PAGES))
+def test_a_page_whose_record_says_another_config_or_code_fails_check(run, monkeypatch, page):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    table, record = sealed.PAGES[page]
+    reseal(record, params_sha256="0" * 64, code="0" * 16)
+    found = check.problems(check_params_of(config))
+    assert found == [
+        f"{table} was made under another config ({record} says so); rerun",
+        f"{table} was made by other code ({record} says so); rerun",
+    ]
+
+
+def test_pages_made_under_another_config_fail_check_naming_each(run, monkeypatch):
+    """The config now runs one experiment fewer and a framework table row: the
+    provenance, the framework table and the release matrix on disk were made under the
+    old one, and each is named."""
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    config["experiments"]["a3_wd_mismatch"]["enabled"] = False
+    config["framework_summary"] = [{"experiment": "a3_sgd", "label": "A3 SGD"}]
+    found = check.problems(check_params_of(config))
+    gone = "results/traces/a3_wd_mismatch/"
+    provenance = [p for p in found if p.startswith("results/tables/provenance.csv")]
+    assert len(provenance) == 1 and provenance[0].startswith(
+        "results/tables/provenance.csv was made from other files than the config's "
+        f"(not in the config: {gone}"
+    )
+    assert (
+        "results/tables/framework_summary.csv was made under another config "
+        f"({paths.FRAMEWORK_SUMMARY_SOURCES} says so); rerun"
+    ) in found
+    assert (
+        "results/tables/framework_summary.csv was made from other files than the config's "
+        "(missing: results/compare/a3_sgd/perstep-cpu.json)"
+    ) in found
+    assert (
+        f"results/tables/versions.csv was made under another config "
+        f"({paths.VERSIONS_TABLE_SOURCES} says so); rerun"
+    ) in found
+    # the pages that do not depend on the config are still current
+    assert not [p for p in found if "optimizer_defaults" in p or "training_loop" in p]
+
+
+def test_a_page_without_its_record_or_with_a_changed_input_fails_check(run, monkeypatch):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    Path(paths.TRAINING_LOOP_SOURCES).unlink()
+    defaults = Path("results/defaults/torch.json")
+    defaults.write_text(defaults.read_text() + " ")
+    found = check.problems(check_params_of(config))
+    assert found == [
+        f"results/tables/optimizer_defaults.csv is out of date: {defaults} changed since",
+        (
+            f"{paths.TRAINING_LOOP_PAGE} has no record ({paths.TRAINING_LOOP_SOURCES} is "
+            "missing): rerun the workflow"
+        ),
+    ]
+
+
+def test_check_names_every_file_a_person_reads_that_no_record_covers(run, monkeypatch, caplog):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    Path("results/report.html").write_text("<html></html>")
+    Path("results/tables/a3_adam").mkdir()
+    Path("results/tables/a3_adam/perstep-cpu.csv").write_text("step\n")
+    said = []
+    with caplog.at_level(logging.WARNING):
+        bad = check.check(
+            "results/tables/summary.csv",
+            logging.getLogger("t"),
+            "results/tables/probes.csv",
+            params=check_params_of(config),
+            say=said.append,
+        )
+    assert bad == []  # nothing stale: judged, and every verdict meets its expectation
+    assert said == [
+        (
+            "check: results/report.html: not sealed (Snakemake's own report, made by "
+            "`snakemake --report` from the files check verifies, not by a job); make it "
+            "again after check passes"
+        ),
+        (
+            "check: results/tables/a3_adam/perstep-cpu.csv: not verified (no record check "
+            "holds covers it: made by another target, such as faults, or left by another "
+            "config)"
+        ),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        line.removeprefix("check: ") for line in said
+    ]
+
+
+def test_check_refuses_hand_edited_pages_and_pages_of_another_config(run):
+    """The real check job, with --rerun-triggers mtime (no page is made again): a
+    figure, the training-loop page and the framework table made under the old config are
+    each named in its log."""
+    workdir, config = run
+    edit_by_hand(workdir / "results/figures/a3_sgd/perstep-cpu.png")
+    edit_by_hand(workdir / paths.TRAINING_LOOP_PAGE)
+    config["framework_summary"] = [{"experiment": "a3_sgd", "label": "A3 SGD"}]
+    proc = run_workflow(
+        workdir, config, "--cores", "1", "check", "--rerun-triggers", "mtime", check=False
+    )
+    assert proc.returncode != 0
+    log = (workdir / "results/logs/check.log").read_text()
+    assert "results/figures/a3_sgd/perstep-cpu.png: sha256" in log
+    assert f"{paths.TRAINING_LOOP_PAGE}: sha256" in log
+    assert "results/tables/framework_summary.csv was made under another config" in log
     assert "comparisons, 0 differ" not in log  # refused, never judged

@@ -1,5 +1,14 @@
-# The input and params functions of rules/summary.smk (Snakemake's linter keeps functions
-# out of a file of rules); included at its top.
+# The input and params functions of rules/summary.smk and rules/report.smk (Snakemake's
+# linter keeps functions out of a file of rules); included at the top of summary.smk.
+
+from parity.report import sealed
+
+#: Our text of the training-loop page, as its job's input names it.
+TRAINING_LOOP_TEXT = workdir_path(
+    os.path.join(PARITY_DIR, "report", "training_loop.rst")
+)
+#: Each framework's optimizer defaults as it prints them (parity.report.sealed).
+DEFAULTS_JSON = list(sealed.DEFAULTS_JSON)
 
 
 def job_codes():
@@ -50,11 +59,28 @@ def all_results():
     ]
 
 
+def page_inputs(page):
+    """The files sealed page ``page`` (parity.report.sealed.PAGES) is made from, as its
+    rule's input names them (parity.report.sealed.page_inputs)."""
+    probes = PROBES if PROBES.probes else None
+    return sealed.page_inputs(page, PLAN, probes, TRAINING_LOOP_TEXT)
+
+
+def page_seal(page):
+    """Param ``seal`` of the job of sealed page ``page``, what it records and what the
+    check job holds that record to (parity.report.sealed.plan_spec)."""
+    probes = PROBES if PROBES.probes else None
+    script = sealed.SCRIPTS[page]
+    return sealed.plan_spec(page, PLAN, probes, TRAINING_LOOP_TEXT, code(script))
+
+
 def check_inputs(wildcards):
-    """The tables whose verdicts the check target gates on, and their records."""
+    """The tables whose verdicts the check target gates on, and the records of every table
+    and page a person reads that check holds to them."""
     out = {
         "summary": paths.SUMMARY.format(ext="csv"),
         "summary_sources": paths.SUMMARY_SOURCES,
+        **{f"{page}_record": record for page, (_, record) in sealed.PAGES.items()},
     }
     if PROBES.probes:
         out["probes"] = paths.PROBES_TABLE.format(ext="csv")
@@ -64,8 +90,8 @@ def check_inputs(wildcards):
 
 def check_params():
     """What check holds the tables and their records against: every comparison's job, the
-    unsupported cells, each job's code hash, the cross-host jobs and the probe plan
-    (parity.report.check.check_params)."""
+    unsupported cells, each job's code hash, the cross-host jobs, the probe plan and each
+    sealed page's spec (parity.report.check.check_params)."""
     from parity.report.check import check_params as params
 
     return params(
@@ -75,6 +101,7 @@ def check_params():
         remote_crosshost_jobs(),
         PROBES.to_params() if PROBES.probes else None,
         remote_probe_hosts(),
+        [page_seal(page) for page in sealed.PAGES],
     )
 
 

@@ -97,12 +97,15 @@ def write_result(
     out_csv: str,
     out_md: str,
     stamp: Mapping,
+    figure: Sequence[str] = (),
 ) -> dict:
     """Write a comparison job's sealed result: ``result`` with ``sources`` (``made_from``,
-    :func:`sources`), ``tables`` (the sha256 of the CSV, Markdown and HTML it wrote) and
-    the job's :func:`job_stamp`."""
+    :func:`sources`), ``tables`` (the sha256 of the CSV, Markdown and HTML it wrote, and of
+    each file of its ``figure``, keyed by suffix: drawn before, so the sha256 is of the
+    bytes written) and the job's :func:`job_stamp`."""
     html = str(out_md).rsplit(".", 1)[0] + ".html"
     written = {"csv": out_csv, "md": out_md, "html": html}
+    written |= {str(p).rsplit(".", 1)[-1]: p for p in figure}
     full = {**result, "sources": dict(made_from), "tables": sources(written), **stamp}
     integrity.write_sealed_json(out_result, full)
     return full
@@ -217,9 +220,10 @@ def perstep_job(
         "reference_provenance": _provenance(ref),
         "candidate_provenance": _provenance(cand),
     }
-    summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
     if figure:
         draw(comp, "perstep", rows, figure, result.param_scale)
+    stamp = job_stamp(job, code)
+    summary = write_result(out_result, summary, made_from, out_csv, out_md, stamp, figure)
     log.info("%s %s: worst %s -> %s", comp.experiment, comp.tag, worst, verdict)
     return summary
 
@@ -256,9 +260,12 @@ def _split(
     out_result: str,
     code: str | None,
     failed: Sequence[Mapping] = (),
+    figure: Sequence[str] = (),
+    scale: float | None = None,
 ) -> tuple[list[dict], dict]:
     """Write the float64 split table from its ``rows`` (``diagnosis.float64_tables``): its
-    CSV, Markdown twins and sealed result, which names the runs that ``failed``
+    CSV, Markdown twins, its ``figure`` (the paths it is drawn to, ``scale`` the per-step
+    result's parameter scale) and sealed result, which names the runs that ``failed``
     (``maths.failures``: the split then covers the steps before the first failure);
     returns the rows and the result."""
     comp = Comparison.from_params(job["comparison"])
@@ -290,7 +297,10 @@ def _split(
         "final": {k: _json_number(rows[-1][k]) for k in tables.SPLIT_COLUMNS[1:]},
         "failed_runs": list(failed),
     }
-    summary = write_result(out_result, summary, made_from, out_csv, out_md, job_stamp(job, code))
+    if figure:
+        draw(comp, "split", rows, figure, scale)
+    stamp = job_stamp(job, code)
+    summary = write_result(out_result, summary, made_from, out_csv, out_md, stamp, figure)
     return rows, summary
 
 
@@ -327,11 +337,13 @@ def _diagnosis(
     out_md: str,
     out_result: str,
     code: str | None,
+    figure: Sequence[str] = (),
 ) -> tuple[list[dict], dict]:
     """Write why a pair differs, per step and localised (docs/diagnosis.md): the diagnosis
     ``rows`` (``diagnosis.float64_tables``), their findings (``diagnosis.diagnosis_findings``)
     and the per-step result ``perstep`` (its first step beyond the tolerance) in the
-    sealed result; returns the rows and the result."""
+    sealed result, after its ``figure`` (the paths it is drawn to); returns the rows and
+    the result."""
     comp = Comparison.from_params(job["comparison"])
     findings = diagnosis_findings(rows)
     result = {
@@ -349,7 +361,10 @@ def _diagnosis(
     }
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
     tables.write_twins(out_md, tables.diagnosis_markdown(rows, result, comp))
-    result = write_result(out_result, result, made_from, out_csv, out_md, job_stamp(job, code))
+    if figure:
+        draw(comp, "diagnosis", rows, figure, perstep["param_scale"], perstep, result)
+    stamp = job_stamp(job, code)
+    result = write_result(out_result, result, made_from, out_csv, out_md, stamp, figure)
     return rows, result
 
 
@@ -389,16 +404,32 @@ def float64_job(
     out = outputs["split"]
     split_from = {k: v for k, v in made_from.items() if k != "perstep"}
     failed = maths.failures(list(readers.values()))
-    rows, split = _split(
-        job, split_rows, split_from, out["csv"], out["md"], out["result"], code, failed
+    figure = [out["png"], out["svg"]]
+    _, split = _split(
+        job,
+        split_rows,
+        split_from,
+        out["csv"],
+        out["md"],
+        out["result"],
+        code,
+        failed,
+        figure,
+        scale,
     )
-    draw(comp, "split", rows, [out["png"], out["svg"]], scale)
     log.info("%s %s split: %s", comp.experiment, comp.tag, split["worst"])
     out = outputs["diagnosis"]
-    rows, diagnosis = _diagnosis(
-        job, diagnosis_rows, perstep, made_from, out["csv"], out["md"], out["result"], code
+    _, diagnosis = _diagnosis(
+        job,
+        diagnosis_rows,
+        perstep,
+        made_from,
+        out["csv"],
+        out["md"],
+        out["result"],
+        code,
+        [out["png"], out["svg"]],
     )
-    draw(comp, "diagnosis", rows, [out["png"], out["svg"]], scale, perstep, diagnosis)
     log.info("%s %s diagnosis: %s", comp.experiment, comp.tag, diagnosis)
     return {"split": split, "diagnosis": diagnosis}
 

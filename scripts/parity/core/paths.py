@@ -74,6 +74,14 @@ TRAINING_LOOP_PAGE = "results/report/training_loop.html"
 #: run, each result's sha256, the sha256 of the tables written. ``check`` reads them.
 SUMMARY_SOURCES = "results/tables/summary.sources.json"
 PROBES_SOURCES = "results/tables/probes.sources.json"
+#: The records of the pages one job makes from a few files (``parity.report.sealed``): the
+#: sha256 of each file it wrote, its inputs', its params hash and its code. ``check`` reads
+#: them.
+PROVENANCE_SOURCES = "results/tables/provenance.sources.json"
+FRAMEWORK_SUMMARY_SOURCES = "results/tables/framework_summary.sources.json"
+OPTIMIZER_DEFAULTS_SOURCES = "results/tables/optimizer_defaults.sources.json"
+VERSIONS_TABLE_SOURCES = "results/tables/versions.sources.json"
+TRAINING_LOOP_SOURCES = "results/report/training_loop.sources.json"
 #: After a failed run, what could be summarised (ext: csv, md, html, sources.json), written
 #: by ``onerror`` beside (never over) the tables the rules write.
 SUMMARY_PARTIAL = "results/tables/summary.partial.{ext}"

@@ -138,7 +138,13 @@ def localise(
     tables.write_twins(outputs["md"], _markdown(comp, result))
     _figure([outputs["png"], outputs["svg"]], comp, result)
     html_path = str(outputs["md"]).rsplit(".", 1)[0] + ".html"
-    written = {"csv": outputs["csv"], "md": outputs["md"], "html": html_path}
+    written = {
+        "csv": outputs["csv"],
+        "md": outputs["md"],
+        "html": html_path,
+        "png": outputs["png"],
+        "svg": outputs["svg"],
+    }
     full = {
         "kind": "localise",
         "experiment": comp.experiment,

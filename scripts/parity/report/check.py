@@ -13,8 +13,18 @@ What is checked (:func:`problems`), each problem one line naming the file and wh
 * each comparison's own tables (per step, float64 split, diagnosis, localisation, a
   remote host's cross-host table: CSV, Markdown, HTML) against the sha256 its sealed
   result recorded when it wrote them;
+* each comparison's figures (PNG, SVG) against the sha256 its sealed result recorded
+  when the job that drew them wrote it (what was written, never a drawing made again:
+  matplotlib's files are not byte-reproducible);
 * with probes, ``probes.csv`` and its twins against ``probes.sources.json`` and the
-  current probe plan (``probe.table.table_problems``).
+  current probe plan (``probe.table.table_problems``);
+* the provenance table, the framework table, the optimizer defaults, the release matrix
+  and the training-loop page against their sealed records, and each record against the
+  page's current spec: its params, code and inputs (``sealed.page_problems``).
+
+Files a person reads that no record covers are named too, never skipped in silence
+(``sealed.unverified``: Snakemake's own report, a table of another target or config);
+they are logged as warnings, not refused, since check cannot tell them current or not.
 
 A run with ``--rerun-triggers mtime`` does not rerun a job whose params changed (a new
 tolerance), so its old result, and the summary made of it, stay on disk: ``check`` names
@@ -27,12 +37,13 @@ from __future__ import annotations
 import csv
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parity.compare import verdicts
 from parity.core import integrity, paths
 from parity.plan.keys import Comparison
+from parity.report import sealed
 from parity.report.partial import current_result, summary_problems
 
 
@@ -66,11 +77,13 @@ def check_params(
     remote_jobs: Sequence[Mapping] = (),
     probes: Mapping | None = None,
     probe_hosts: Mapping[str, Sequence[str]] | None = None,
+    pages: Sequence[Mapping] = (),
 ) -> dict[str, Any]:
     """What the check job holds the tables against, as plain data (its rule's params):
     every comparison's job (``Plan.comparison_job``), the unsupported cells, each job's
     code hash by table kind, the cross-host jobs (``partial.RemoteJobs``), the probe plan
-    (``ProbePlan.to_params``, None without probes) and the remote hosts' probe devices."""
+    (``ProbePlan.to_params``, None without probes), the remote hosts' probe devices and
+    each sealed page's spec (``sealed.page_spec``)."""
     return {
         "comparisons": list(comparisons),
         "unsupported": list(unsupported),
@@ -78,6 +91,7 @@ def check_params(
         "remote_jobs": list(remote_jobs),
         "probes": probes,
         "probe_hosts": dict(probe_hosts or {}),
+        "pages": list(pages),
     }
 
 
@@ -134,6 +148,27 @@ def problems(
         plan = ProbePlan.from_params(params["probes"])
         code = params["codes"].get("probes_table")
         out += table_problems(plan, code, probes_record, params.get("probe_hosts"))
+    for spec in params.get("pages", ()):
+        out += sealed.page_problems(spec)
+    return out
+
+
+def records(
+    params: Mapping[str, Any],
+    summary_record: str = paths.SUMMARY_SOURCES,
+    probes_record: str | None = paths.PROBES_SOURCES,
+) -> list[str]:
+    """Every sealed result and record ``check`` holds files to under ``params``
+    (:func:`check_params`): each comparison's results, the cross-host results, the
+    summary's and probe table's records and each page's."""
+    out = [summary_record]
+    for job in params["comparisons"]:
+        c = Comparison.from_params(job["comparison"])
+        out += [c.result(kind) for kind in c.kinds]
+    out += [j["result"] for j in params["remote_jobs"]]
+    if params.get("probes") is not None and probes_record is not None:
+        out.append(probes_record)
+    out += [spec["record"] for spec in params.get("pages", ())]
     return out
 
 
@@ -144,15 +179,24 @@ def check(
     summary_record: str = paths.SUMMARY_SOURCES,
     probes_record: str = paths.PROBES_SOURCES,
     params: Mapping[str, Any] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[dict]:
     """Rows of ``summary.csv`` (and ``probes.csv``) whose verdict does not meet its
     expectation, each logged with what it means. First every table is held against its
     records and, given ``params`` (:func:`check_params`, what the rule resolved), those
     records against the current config, code and plan (:func:`problems`): a table that is
     not current or not as written is refused, never judged (:class:`StaleTable`, every
-    problem named, one per line)."""
+    problem named, one per line); a file a person reads that no record covers is logged
+    as a warning naming it (``sealed.unverified``), and given to ``say`` (the job's
+    console) when given."""
     if params is not None:
-        found = problems(params, summary_record, probes_record if probes_csv else None)
+        probes_record_now = probes_record if probes_csv else None
+        found = problems(params, summary_record, probes_record_now)
+        covered = sealed.recorded_files(records(params, summary_record, probes_record_now))
+        for line in sealed.unverified(covered):
+            log.warning("%s", line)
+            if say is not None:
+                say(f"check: {line}")
         if found:
             for p in found:
                 log.error("%s", p)

@@ -1,0 +1,206 @@
+"""Sealed records of the pages a person reads that one job makes from a few files: the
+provenance table, the framework table, the optimizer defaults, the release matrix and the
+report's training-loop page (:data:`PAGES`). ``check`` holds each page to its record, and
+the record to the current config, code and plan (:func:`page_problems`).
+
+A page's job takes the sha256 of every input before it reads it (:func:`read_inputs`),
+writes its files, then its record (:func:`seal_page`: ``integrity.write_record``, sealed
+JSON written atomically): the run, each input's path and sha256, the sha256 of every file
+it wrote (CSV, Markdown, HTML), the hash of its params (``params_sha256``, the canonical
+JSON of what the rule gave it) and its code hash. The rule gives the job its
+:func:`page_spec`, which the check job resolves again from the current config.
+
+What ``check`` cannot vouch for is said too (:func:`unverified`): a file a person reads
+under ``results/`` that no record it holds covers (Snakemake's own ``--report``, which
+no job makes; the ``faults`` target's tables; a table an earlier config left).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from parity.core import integrity, paths
+from parity.core.config import canonical_hash
+
+#: The sealed pages: name → (the file named in messages, its record). The record of a
+#: table lies beside it (``provenance.sources.json``), the page's beside the page.
+PAGES = {
+    "provenance": (paths.PROVENANCE.format(ext="csv"), paths.PROVENANCE_SOURCES),
+    "framework_summary": (
+        paths.FRAMEWORK_SUMMARY.format(ext="csv"),
+        paths.FRAMEWORK_SUMMARY_SOURCES,
+    ),
+    "optimizer_defaults": (
+        paths.OPTIMIZER_DEFAULTS.format(ext="csv"),
+        paths.OPTIMIZER_DEFAULTS_SOURCES,
+    ),
+    "versions": (paths.VERSIONS_TABLE.format(ext="csv"), paths.VERSIONS_TABLE_SOURCES),
+    "training_loop": (paths.TRAINING_LOOP_PAGE, paths.TRAINING_LOOP_SOURCES),
+}
+
+#: Each framework's optimizer defaults as it prints them: what the defaults table and the
+#: training-loop page are made from.
+DEFAULTS_JSON = tuple(f"results/defaults/{fw}.json" for fw in ("torch", "candle", "burn"))
+#: The job script of each page (under ``scripts/``): its rule's code hash is of it.
+SCRIPTS = {
+    "provenance": "provenance.py",
+    "framework_summary": "framework_summary.py",
+    "optimizer_defaults": "optimizer_defaults.py",
+    "versions": "versions_table.py",
+    "training_loop": "training_loop_page.py",
+}
+
+#: Where the files a person reads lie, and what they end with (:func:`unverified`).
+READ_DIRS = ("results/tables", "results/figures", "results/report")
+READ_SUFFIXES = (".csv", ".md", ".html", ".png", ".svg")
+#: Snakemake's own report (``snakemake --report results/report.html``): made by Snakemake
+#: from the files above, not by a job, so no record can hold its sha256.
+SNAKEMAKE_REPORT = ("results/report.html", "results/report.zip")
+
+
+def page_spec(page: str, inputs: Sequence[str], params: Any, code: str | None) -> dict:
+    """What a page's job records and ``check`` holds its record to, as plain data (a
+    rule's param): ``page`` (a key of :data:`PAGES`), its ``record`` path, the ``inputs``
+    (paths, as the rule's input names them), ``params_sha256`` (canonical JSON hash of
+    ``params``, the job's other params; None hashes as ``null``) and ``code`` (the rule's
+    code hash). Raises KeyError for an unknown page."""
+    return {
+        "page": page,
+        "record": PAGES[page][1],
+        "inputs": sorted(str(p) for p in inputs),
+        "params_sha256": canonical_hash(params),
+        "code": code,
+    }
+
+
+def page_inputs(page: str, plan, probe_plan, text: str) -> list[str]:
+    """The files ``page`` is made from, as its rule's input names them: every trace of
+    ``plan`` (a ``parity.plan.plan.Plan``) for the provenance, the comparison results the
+    framework table reads, the frameworks' defaults (:data:`DEFAULTS_JSON`), the summary
+    and with probes (``probe_plan``, None without) the probe table for the release matrix,
+    our text ``text`` (``report/training_loop.rst``, relative to the working directory)
+    and the defaults for the training-loop page. Raises KeyError for an unknown page."""
+    return {
+        "provenance": lambda: [k.trace for k in plan.runs()],
+        "framework_summary": plan.framework_summary_inputs,
+        "optimizer_defaults": lambda: list(DEFAULTS_JSON),
+        "versions": lambda: (
+            [paths.SUMMARY.format(ext="csv")]
+            + ([paths.PROBES_TABLE.format(ext="csv")] if probe_plan is not None else [])
+        ),
+        "training_loop": lambda: [text, *DEFAULTS_JSON],
+    }[page]()
+
+
+def page_params(page: str, plan, probe_plan) -> Any:
+    """The params of ``page``'s job other than its code and its seal, which its record's
+    params hash is of: the framework table's rows (``Plan.framework_summary_params``), the
+    release matrix's plan (``matrix.plan_params``); None for the other pages."""
+    if page == "framework_summary":
+        return plan.framework_summary_params()
+    if page == "versions":
+        from parity.report import matrix
+
+        return matrix.plan_params(plan, probe_plan)
+    return None
+
+
+def plan_spec(page: str, plan, probe_plan, text: str, code: str | None) -> dict:
+    """:func:`page_spec` of ``page`` under ``plan`` and ``probe_plan`` (None without
+    probes), ``text`` and ``code`` as :func:`page_inputs` and :func:`page_spec` take them:
+    the param ``seal`` of its rule, and what the check job holds its record to."""
+    return page_spec(
+        page, page_inputs(page, plan, probe_plan, text), page_params(page, plan, probe_plan), code
+    )
+
+
+def read_inputs(inputs: Iterable[str | os.PathLike]) -> dict[str, dict[str, str]]:
+    """path → ``integrity.file_record`` of each input, taken before the job reads them."""
+    return {str(p): integrity.file_record(p) for p in inputs}
+
+
+def seal_page(
+    spec: Mapping[str, Any],
+    made_from: Mapping[str, Mapping[str, str]],
+    written: Mapping[str, str | os.PathLike],
+) -> dict:
+    """Write the record of page ``spec`` (:func:`page_spec`) at ``spec["record"]``, after
+    its files: ``made_from`` (:func:`read_inputs`), the sha256 of each file ``written``
+    (kind → path) and the spec's params hash and code. Returns the record."""
+    return integrity.write_record(
+        spec["record"],
+        spec["page"],
+        made_from,
+        written,
+        params_sha256=spec["params_sha256"],
+        code=spec["code"],
+    )
+
+
+def page_problems(spec: Mapping[str, Any]) -> list[str]:
+    """Why page ``spec`` (:func:`page_spec`, resolved from the current config) is not what
+    a person may trust, one line each naming the file and why: its record is missing or
+    not intact; a file it wrote is gone or no longer what it wrote; it was made under
+    another config (other params), by other code, from another set of inputs, or from
+    inputs that changed since. Empty when it is current."""
+    table, record_path = PAGES[spec["page"]]
+    try:
+        record = integrity.read_sealed_json(record_path)
+    except FileNotFoundError:
+        return [f"{table} has no record ({record_path} is missing): rerun the workflow"]
+    except (OSError, integrity.IntegrityError) as e:
+        return [f"{record_path}: {getattr(e, 'problem', None) or e}"]
+    out = integrity.altered(record.get("tables", {}), record_path)
+    if record.get("params_sha256") != spec["params_sha256"]:
+        out.append(f"{table} was made under another config ({record_path} says so); rerun")
+    if spec["code"] is not None and record.get("code") != spec["code"]:
+        out.append(f"{table} was made by other code ({record_path} says so); rerun")
+    made_from = record.get("made_from", {})
+    if set(made_from) != set(spec["inputs"]):
+        extra = sorted(set(made_from) - set(spec["inputs"]))
+        lacking = sorted(set(spec["inputs"]) - set(made_from))
+        out.append(
+            f"{table} was made from other files than the config's"
+            + (f" (not in the config: {', '.join(extra[:3])})" if extra else "")
+            + (f" (missing: {', '.join(lacking[:3])})" if lacking else "")
+        )
+    out += [f"{table} is out of date: {why}" for why in integrity.changed(made_from)]
+    return out
+
+
+def recorded_files(records: Iterable[str | os.PathLike]) -> set[str]:
+    """Every file the sealed ``records`` (those that exist and are intact) say they wrote."""
+    out = set()
+    for path in records:
+        try:
+            record = integrity.read_sealed_json(path)
+        except (OSError, integrity.IntegrityError):
+            continue
+        out |= {os.path.normpath(r["path"]) for r in record.get("tables", {}).values()}
+    return out
+
+
+def unverified(covered: Iterable[str]) -> list[str]:
+    """The files a person reads under ``results/`` (:data:`READ_DIRS`,
+    :data:`READ_SUFFIXES`, and Snakemake's report) that none of ``covered`` (paths the
+    records ``check`` held were verified against) is: one line each, naming the file and
+    why ``check`` cannot vouch for it. Relative to the working directory."""
+    seen = {os.path.normpath(p) for p in covered}
+    out = [
+        f"{p}: not sealed (Snakemake's own report, made by `snakemake --report` from the "
+        "files check verifies, not by a job); make it again after check passes"
+        for p in SNAKEMAKE_REPORT
+        if os.path.exists(p)
+    ]
+    for top in READ_DIRS:
+        for root, _, files in os.walk(top):
+            for name in sorted(files):
+                path = os.path.normpath(os.path.join(root, name))
+                if name.endswith(READ_SUFFIXES) and path not in seen:
+                    out.append(
+                        f"{path}: not verified (no record check holds covers it: made by "
+                        "another target, such as faults, or left by another config)"
+                    )
+    return sorted(out)
