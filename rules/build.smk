@@ -24,9 +24,12 @@ rule build_candle:
         paths.fill(paths.BUILD_BENCHMARK, framework="candle")
     wildcard_constraints:
         version=versions.VERSION_PATTERN,
+    priority: first_build_priority("candle")
     localrule: True
     conda:
         "../envs/rust.yaml"
+    resources:
+        cargo=1,
     params:
         crate="candle-parity",
         build=lambda wc: build_params("candle", wc.version, wc.device),
@@ -56,9 +59,12 @@ rule build_burn:
     wildcard_constraints:
         device="cpu",
         version=versions.VERSION_PATTERN,
+    priority: first_build_priority("burn")
     localrule: True
     conda:
         "../envs/rust.yaml"
+    resources:
+        cargo=1,
     params:
         crate="burn-parity",
         build=lambda wc: build_params("burn", wc.version, wc.device),

@@ -125,6 +125,54 @@ BUILTIN_EXPERIMENT = (
 )
 
 
+#: The comparison a person reads first: the first of the run (the study's A3 headline,
+#: a3_adamw on the CPU, in the default config); None without comparisons.
+FIRST_COMPARISON = next(iter(PLAN.comparisons()), None)
+
+
+def _first_runs():
+    """The runs FIRST_COMPARISON reads (reference, candidate and their float64 runs)."""
+    first = FIRST_COMPARISON
+    return (
+        set()
+        if first is None
+        else {first.reference, first.candidate, *(first.f64_pair or ())}
+    )
+
+
+def first_result_priority(wildcards):
+    """A job's ``priority:``: 10 for the jobs FIRST_COMPARISON's tables wait for (its
+    fixture, its runs, the comparison itself; the builds: first_build_priority), 0 for every
+    other job. Snakemake starts ready jobs of higher priority first, so with one build at a
+    time (the ``cargo`` resource, profiles/default) that table appears while the other
+    runners still build (docs/performance.md, "The cold workflow")."""
+    w = dict(wildcards.items())
+    if FIRST_COMPARISON is None or w.get("experiment") != FIRST_COMPARISON.experiment:
+        return 0
+    if "run" in w:
+        key = (w["run"], w["dtype"], w["device"])
+        return 10 * any((r.run, r.dtype, r.device) == key for r in _first_runs())
+    if "tag" in w:
+        return 10 * (w["tag"] == FIRST_COMPARISON.tag)
+    return 10
+
+
+def first_build_priority(framework):
+    """The ``priority:`` of a framework's runner build: 10 for the build a run of
+    FIRST_COMPARISON needs (the framework's primary release, that run's device), else 0.
+    """
+
+    def priority(wildcards):
+        wanted = {
+            (versions.primary(config, framework), r.device)
+            for r in _first_runs()
+            if r.framework == framework
+        }
+        return 10 * ((wildcards.version, wildcards.device) in wanted)
+
+    return priority
+
+
 wildcard_constraints:
     experiment="[a-z][a-z0-9_]*",
     dtype="f32|f64",

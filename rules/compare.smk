@@ -28,6 +28,7 @@ rule compare:
         paths.fill(paths.COMPARE_BENCHMARK, kind="compare")
     wildcard_constraints:
         tag=float32_only_tag(only=False),
+    priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
     params:
@@ -49,6 +50,7 @@ rule perstep:
         paths.fill(paths.COMPARE_BENCHMARK, kind="perstep")
     wildcard_constraints:
         tag=float32_only_tag(only=True),
+    priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
     params:

@@ -11,6 +11,7 @@ rule fixture:
         "results/benchmarks/fixture/{experiment}.tsv"
     wildcard_constraints:
         experiment=BUILTIN_EXPERIMENT,
+    priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
     params:

@@ -22,6 +22,7 @@ rule own_fixture:
         "results/benchmarks/fixture/{experiment}.tsv"
     wildcard_constraints:
         experiment=OWN_EXPERIMENT,
+    priority: first_result_priority
     conda:
         "../envs/torch.yaml"
     params:
@@ -52,6 +53,8 @@ rule build_own:
     localrule: True
     conda:
         "../envs/rust.yaml"
+    resources:
+        cargo=1,
     params:
         build=own_build_params,
     message:
@@ -97,6 +100,7 @@ rule train_own_torch:
         experiment=OWN_EXPERIMENT,
         run="torch(_[a-z0-9]+)*",
         device=LOCAL_DEVICES,
+    priority: first_result_priority
     conda:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)

@@ -19,6 +19,7 @@ rule train_torch:
         experiment=BUILTIN_EXPERIMENT,
         run="torch(_[a-z0-9]+)*",
         device=LOCAL_DEVICES,
+    priority: first_result_priority
     conda:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)
@@ -47,6 +48,7 @@ rule train_candle:
     wildcard_constraints:
         run="candle(_[a-z0-9]+)*",
         device=LOCAL_DEVICES,
+    priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
     threads: config.get("threads", 1)

@@ -1,0 +1,102 @@
+"""How the workflow asks Snakemake to order a cold run (issue: a first useful result early).
+
+Three cargo builds side by side on two cores each took 10 to 19 minutes, and the A3 headline
+table waited for all of them. So every runner build takes one unit of the resource ``cargo``,
+of which the workflow profile (profiles/default) grants one, and the jobs the first
+comparison's tables wait for (its fixture, its four runs, the build of the primary candle
+release, the comparison) carry priority 10, every other job 0. Checked on the DAG Snakemake
+itself builds from the default config: the priorities it computed and the resource limit it
+applies, not a copy of the rules.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import yaml
+
+from conftest import REPO
+
+#: Builds the default config's DAG in a dry-run working folder with Snakemake's API and
+#: prints each job that will run as [rule, wildcards, priority, resources]. Snakemake 9's
+#: API has no public call for a job's priority; the DAG's ``update_priority`` is the one the
+#: scheduler uses.
+DAG_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, ResourceSettings
+
+    repo, workdir = Path(sys.argv[1]), Path(sys.argv[2])
+    with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(cores=8),
+            snakefile=repo / "Snakefile",
+            workdir=workdir,
+        )
+        workflow = wf.dag().workflow_api._workflow
+        workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
+        workflow._build_dag()
+        dag = workflow.dag
+        dag.update_priority()
+        jobs = [
+            [j.rule.name, dict(j.wildcards_dict), j.priority, dict(j.resources.items())]
+            for j in dag.needrun_jobs()
+        ]
+        print(json.dumps({"jobs": jobs}, default=str))
+    """
+)
+
+
+def dag_jobs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", DAG_PROBE, str(REPO), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_workflow_profile_allows_one_cargo_build_at_a_time():
+    profile = yaml.safe_load((REPO / "profiles/default/config.yaml").read_text())
+    assert profile["resources"] == {"cargo": 1}
+
+
+def test_only_the_first_comparisons_jobs_and_its_build_go_first(tmp_path):
+    found = dag_jobs(tmp_path)
+    first = sorted(
+        (rule, sorted(w.items())) for rule, w, priority, _ in found["jobs"] if priority == 10
+    )
+    assert first == sorted(
+        [
+            ("fixture", [("experiment", "a3_adamw")]),
+            ("build_candle", [("device", "cpu"), ("version", "0.11.0")]),
+            *(
+                (
+                    rule,
+                    sorted(
+                        {"experiment": "a3_adamw", "run": run, "dtype": d, "device": "cpu"}.items()
+                    ),
+                )
+                for rule, run in (("train_torch", "torch"), ("train_candle", "candle"))
+                for d in ("f32", "f64")
+            ),
+            ("compare", [("experiment", "a3_adamw"), ("tag", "cpu")]),
+        ]
+    )
+    others = {p for _, _, p, _ in found["jobs"]} - {10}
+    assert others == {0}
+
+
+def test_every_runner_build_takes_the_cargo_resource(tmp_path):
+    found = dag_jobs(tmp_path)
+    builds = [(rule, res) for rule, _, _, res in found["jobs"] if rule.startswith("build_")]
+    assert {rule for rule, _ in builds} >= {"build_candle", "build_burn"}
+    assert all(res.get("cargo") == 1 for _, res in builds), builds
+    assert all(
+        "cargo" not in res for rule, _, _, res in found["jobs"] if not rule.startswith("build_")
+    )
