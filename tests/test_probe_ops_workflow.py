@@ -126,6 +126,33 @@ def test_maximum_minimum_and_rms_norm(ops_rows):
     assert r["verdict"] == "known-bug"
 
 
+def test_pooling_arguments_and_asymmetric_padding(ops_rows):
+    """dilation, ceil_mode, count_include_pad and avg_pool1d: burn meets PyTorch's exact
+    values; candle lacks them (1-D pooling, dilation, padding) and says so; the asymmetric
+    padding (a pad step, then avg_pool2d with stride = kernel) runs in candle too."""
+    cases = {
+        "max_pool1d_dilated_ceil": "x1.grad",
+        "max_pool2d_dilated": "x2.grad",
+        "max_pool2d_ceil": "x2.grad",
+        "avg_pool1d_ceil": "z1.grad",
+        "avg_pool1d_ceil_exclude_pad": "z1.grad",
+        "avg_pool2d_exclude_pad_ceil": "xe.grad",
+        "avg_pool2d_asymmetric_padding": "xa.grad",
+    }
+    for case, grad in cases.items():
+        for dtype in ("f32", "f64"):
+            for q in ("y", grad):
+                r = row(ops_rows, "pooling", case, q, "burn", dtype)
+                assert (r["reference"], r["verdict"]) == ("exact", "pass"), (case, q, dtype)
+    for dtype in ("f32", "f64", "f16", "bf16"):
+        r = row(ops_rows, "pooling", "avg_pool2d_asymmetric_padding", "xa.grad", "candle", dtype)
+        assert r["verdict"] == "pass", (dtype, r["note"])
+    r = row(ops_rows, "pooling", "avg_pool1d_ceil", "y", "candle")
+    assert r["verdict"] == "unsupported" and "no 1-D average pooling" in r["note"]
+    r = row(ops_rows, "pooling", "max_pool2d_ceil", "y", "candle")
+    assert r["verdict"] == "unsupported" and "no padding argument" in r["note"]
+
+
 def test_a_documented_limit_is_unsupported_with_its_reason(ops_rows):
     """candle's max_pool2d backward with stride ≠ kernel (api_limits): unsupported, the note
     naming the reason and the source; accepted by check."""

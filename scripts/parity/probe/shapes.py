@@ -31,6 +31,7 @@ from typing import Any
 
 from parity.probe.shapes_common import FLOAT, INT64, CaseShapeError, Shape, ShapeError
 from parity.probe.shapes_conv import (
+    avg_pool1d,
     avg_pool2d,
     conv1d,
     conv2d,
@@ -38,6 +39,7 @@ from parity.probe.shapes_conv import (
     conv_transpose2d,
     max_pool1d,
     max_pool2d,
+    pad,
     upsample_nearest1d,
     upsample_nearest2d,
 )
@@ -87,7 +89,9 @@ OPS: dict[str, Callable[..., Shape]] = {
     "conv_transpose2d": conv_transpose2d,
     "max_pool1d": max_pool1d,
     "max_pool2d": max_pool2d,
+    "avg_pool1d": avg_pool1d,
     "avg_pool2d": avg_pool2d,
+    "pad": pad,
     "linear": linear,
     "matmul": matmul,
     "layer_norm": layer_norm,
