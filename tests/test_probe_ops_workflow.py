@@ -153,6 +153,23 @@ def test_pooling_arguments_and_asymmetric_padding(ops_rows):
     assert r["verdict"] == "unsupported" and "no padding argument" in r["note"]
 
 
+def test_transposed_convolutions_with_a_bias(ops_rows):
+    """The bias gradient is exact where the backward runs (burn; candle's 2-D); candle's
+    1-D transposed convolution has no backward, the bias's included (a known bug)."""
+    for dtype in ("f32", "f64"):
+        for case, q in (("bias_1d", "ba.grad"), ("bias_2d", "bp.grad")):
+            r = row(ops_rows, "conv_transpose", case, q, "burn", dtype)
+            assert (r["reference"], r["verdict"]) == ("exact", "pass")
+        assert row(ops_rows, "conv_transpose", "bias_2d", "bp.grad", "candle", dtype)[
+            "verdict"
+        ] == ("pass")
+        r = row(ops_rows, "conv_transpose", "bias_1d", "ba.grad", "candle", dtype)
+        assert r["verdict"] == "known-bug"
+        assert row(ops_rows, "conv_transpose", "bias_1d", "y", "candle", dtype)["verdict"] == (
+            "pass"
+        )
+
+
 def test_a_documented_limit_is_unsupported_with_its_reason(ops_rows):
     """candle's max_pool2d backward with stride ≠ kernel (api_limits): unsupported, the note
     naming the reason and the source; accepted by check."""

@@ -47,6 +47,8 @@ CASES = [
     # h: (3 − 1)·1 + (2 − 1) + 1 = 4; w: (3 − 1)·2 + 2·(2 − 1) + 1 = 7
     ("conv_transpose2d", [[1, 2, 3, 3], [2, 5, 2, 2]], {"stride": [1, 2], "dilation": [1, 2]},
      [1, 5, 4, 7]),
+    # a bias [c_out] as the third input
+    ("conv_transpose1d", [[2, 4, 4], [4, 3, 3], [6]], {"groups": 2}, [2, 6, 6]),
     # stride = kernel: (7 − 2) // 2 + 1 = 3; with padding 1: (7 + 2 − 3) // 3 + 1 = 3
     ("max_pool1d", [[1, 2, 7]], {"kernel": 2}, [1, 2, 3]),
     ("max_pool1d", [[1, 2, 7]], {"kernel": 3, "padding": 1}, [1, 2, 3]),
@@ -130,6 +132,9 @@ def test_index_ops_take_int64_indices():
         ("conv1d", [[1, 8], [1, 1, 3]], None, {}, "rank 3"),
         ("conv2d", [[1, 1, 4, 4], [1, 1, 2, 5]], None, {}, "along w"),
         ("conv_transpose1d", [[1, 2, 4], [3, 1, 3]], None, {}, "must equal the input channels"),
+        ("conv_transpose2d", [[1, 2, 3, 3], [2, 5, 2, 2], [2]], None, {},
+         "bias must have shape [5], got [2]"),
+        ("conv1d", [[1, 1, 4], [1, 1, 2], [1]], None, {}, "takes 2 inputs, 3 given"),
         ("conv_transpose1d", [[1, 2, 4], [2, 1, 3]], None, {"stride": 2, "output_padding": 2},
          "smaller than the stride"),
         ("max_pool1d", [[1, 1, 4]], None, {"kernel": 2, "padding": 2}, "at most half"),

@@ -550,6 +550,25 @@ def test_max_pool1d_with_padding():
     close(ok(r, "x.grad"), grad(c[:, :, None, :])[:, :, 0, :])
 
 
+def test_conv_transpose_takes_a_bias():
+    """y = conv_transpose1d(x, w) + bias per channel; the bias gradient sums the weights
+    of its channel. x = [1, 2] (1 channel), w = [[1, 10], [2, 20]] as [1, 2, 2] (2 output
+    channels), stride 2, bias [0.5, −1]."""
+    x = np.array([[[1.0, 2.0]]])
+    w = np.array([[[1.0, 10.0], [2.0, 20.0]]])
+    b = np.array([0.5, -1.0])
+    c = np.arange(1.0, 9.0).reshape(1, 2, 4)
+    r = one_op(
+        "conv_transpose1d",
+        {"stride": 2, "padding": 0, "output_padding": 0, "dilation": 1, "groups": 1},
+        [inp("x", x, True), inp("w", w, True), inp("b", b, True), inp("c", c)],
+        ["y", "b.grad"],
+        weighted("y", "c"),
+    )
+    close(ok(r, "y"), [[[1.5, 10.5, 2.5, 20.5], [1, 19, 3, 39]]])
+    close(ok(r, "b.grad"), [10, 26])
+
+
 def test_pool_arguments_reach_pytorch():
     """dilation and ceil_mode (max), count_include_pad and ceil_mode (avg_pool1d); exact
     values by hand: x = 1..6, kernel 3, stride 2, padding 1, ceil_mode gives a fourth

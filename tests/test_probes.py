@@ -659,6 +659,7 @@ inputs:
   m: {arange: {}, shape: [3, 4], requires_grad: true}
   lw: {ones: [5, 4]}
   g: {ones: [4]}
+  bt: {ones: [2]}
   i: {values: [0, 2, 1], dtype: int64}
   t: {values: [[0, 1, 2, 0], [2, 2, 0, 1], [1, 0, 0, 0]], dtype: int64}
 cases:
@@ -674,7 +675,7 @@ cases:
       - contiguous: {in: a1, out: a7}
       - conv1d: {in: [l, k], out: b1, padding: 1}
       - conv2d: {in: [x, w], out: b2, padding: [1, 0], stride: 2}
-      - conv_transpose1d: {in: [l, k], out: b3, stride: 2}
+      - conv_transpose1d: {in: [l, k, bt], out: b3, stride: 2}
       - conv_transpose2d: {in: [x, w], out: b4, output_padding: 1, stride: 2}
       - max_pool1d: {in: l, kernel: 2, out: b5}
       - max_pool2d: {in: x, kernel: 2, padding: 1, out: b6}

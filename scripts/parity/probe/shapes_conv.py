@@ -62,7 +62,7 @@ def _pairs(args: Mapping, spatial: int) -> dict[str, list[int]]:
 
 
 def _conv_transpose(op: str, spatial: int, args: Mapping, shapes: Sequence[Shape]) -> Shape:
-    x, w = shapes
+    x, w, *bias = shapes
     check_rank(x, 2 + spatial, f"{op}'s input [b, c_in, {'l' if spatial == 1 else 'h, w'}]")
     check_rank(w, 2 + spatial, f"{op}'s kernel [c_in, c_out/groups, k...]")
     g = args["groups"]
@@ -87,6 +87,8 @@ def _conv_transpose(op: str, spatial: int, args: Mapping, shapes: Sequence[Shape
         if n < 1:
             raise ShapeError(f"the output size along {_axis(spatial, i)} would be {n}")
         sizes.append(n)
+    if bias and list(bias[0]) != [w[1] * g]:
+        raise ShapeError(f"{op}'s bias must have shape [{w[1] * g}], got {list(bias[0])}")
     return [x[0], w[1] * g, *sizes]
 
 
@@ -135,12 +137,14 @@ def conv2d(args, shapes, values=None) -> Shape:
 
 
 def conv_transpose1d(args, shapes, values=None) -> Shape:
-    """``[b, c_in, l]`` by ``[c_in, c_out/groups, k]`` → ``[b, c_out, l_out]``."""
+    """``[b, c_in, l]`` by ``[c_in, c_out/groups, k]`` (and a bias ``[c_out]``) →
+    ``[b, c_out, l_out]``."""
     return _conv_transpose("conv_transpose1d", 1, args, shapes)
 
 
 def conv_transpose2d(args, shapes, values=None) -> Shape:
-    """``[b, c_in, h, w]`` by ``[c_in, c_out/groups, kh, kw]`` → ``[b, c_out, h', w']``."""
+    """``[b, c_in, h, w]`` by ``[c_in, c_out/groups, kh, kw]`` (and a bias ``[c_out]``) →
+    ``[b, c_out, h', w']``."""
     return _conv_transpose("conv_transpose2d", 2, args, shapes)
 
 

@@ -92,10 +92,11 @@ CONV_ARGS = ("stride", "padding", "dilation", "groups")
 
 
 def _conv(fn, *names: str):
-    """``fn(input, kernel, None, **arguments)`` with the probe arguments ``names``."""
+    """``fn(input, kernel, bias, **arguments)`` with the probe arguments ``names``; the bias
+    is the third input where the op takes one (the transposed convolutions), else None."""
 
     def apply(x: Inputs, a: Args) -> torch.Tensor:
-        return fn(x[0], x[1], None, **{k: a[k] for k in names})
+        return fn(x[0], x[1], x[2] if len(x) > 2 else None, **{k: a[k] for k in names})
 
     return apply
 

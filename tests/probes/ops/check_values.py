@@ -459,7 +459,8 @@ def conv_args(args, two_d, transpose):
 
 def op_conv(two_d, transpose):
     def run(args, ins):
-        x, w = ins
+        x, w, *bias = ins
+        need(not bias or transpose, "a bias only on the transposed convolutions")
         kw = conv_args(args, two_d, transpose)
         if not two_d:
             need(x.ndim == 3 and w.ndim == 3, "conv1d needs rank-3 input and kernel")
@@ -473,11 +474,17 @@ def op_conv(two_d, transpose):
             return out if two_d else out[:, :, 0, :]
 
         out = f(x4, w4)
+        if bias:
+            # out[:, o, ...] += bias[o]; its gradient sums g over every other dimension
+            (b,) = bias
+            need(b.shape == (out.shape[1],), f"bias {b.shape} for {out.shape[1]} channels")
+            out = out + b.reshape(1, -1, *[1] * (out.ndim - 2))
 
         def vjp(g):
             gx = linear_vjp(lambda e: f(e, w4), x4.shape, g).reshape(x.shape)
             gw = linear_vjp(lambda e: f(x4, e), w4.shape, g).reshape(w.shape)
-            return [gx, gw]
+            axes = tuple(i for i in range(g.ndim) if i != 1)
+            return [gx, gw] + ([np.sum(g, axis=axes)] if bias else [])
 
         return out, vjp
 

@@ -138,7 +138,7 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
                 *groups,
             );
             let (a, w) = (x.ranked::<3>("input")?, x.ranked::<3>("kernel")?);
-            Dyn::from(conv_transpose1d(a, w, None, opts)).into()
+            Dyn::from(conv_transpose1d(a, w, bias(&mut x)?, opts)).into()
         }
         Op::ConvTranspose2d {
             padding,
@@ -150,7 +150,7 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
             let opts =
                 ConvTransposeOptions::new(*stride, *padding, *output_padding, *dilation, *groups);
             let (a, w) = (x.ranked::<4>("input")?, x.ranked::<4>("kernel")?);
-            Dyn::from(conv_transpose2d(a, w, None, opts)).into()
+            Dyn::from(conv_transpose2d(a, w, bias(&mut x)?, opts)).into()
         }
         Op::MaxPool1d {
             kernel,
@@ -225,10 +225,7 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
             // PyTorch's weight [out, in] as burn's [in, out]: a transposed view in the graph,
             // so the gradient arrives in the probe's layout.
             let w = x.ranked::<2>("weight")?.transpose();
-            let bias = match x.optional_float("bias")? {
-                Some(c) => Some(c.to::<Tensor<1>>("linear", "bias")?),
-                None => None,
-            };
+            let bias = bias(&mut x)?;
             Value::from(each_rank!(a, t => Dyn::from(linear(t, w, bias))))
         }
         Op::Matmul => {
@@ -357,6 +354,15 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
         }
         _ => reduce::apply(op, &mut x, dev)?,
     })
+}
+
+/// The optional last input, a bias `[c]`, as the rank-1 tensor burn's functions take.
+fn bias(x: &mut Args) -> Step<Option<Tensor<1>>> {
+    let op = x.op();
+    match x.optional_float("bias")? {
+        Some(b) => Ok(Some(b.to::<Tensor<1>>(op, "bias")?)),
+        None => Ok(None),
+    }
 }
 
 /// An element-wise op of one float tensor.

@@ -69,6 +69,11 @@ fn floor_mode(
     Ok(())
 }
 
+/// The optional third input (a bias), as candle_nn's layers take it.
+fn bias(x: &[&Tensor]) -> Option<Tensor> {
+    x.get(2).map(|b| (*b).clone())
+}
+
 fn unsupported<T>(why: &str) -> Step<T> {
     Err(Fault::Unsupported(why.to_string()))
 }
@@ -167,7 +172,16 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
             stride,
             dilation,
             groups,
-        } => a.conv_transpose1d(x[1], *padding, *output_padding, *stride, *dilation, *groups)?,
+        } => {
+            let config = candle_nn::ConvTranspose1dConfig {
+                padding: *padding,
+                output_padding: *output_padding,
+                stride: *stride,
+                dilation: *dilation,
+                groups: *groups,
+            };
+            candle_nn::ConvTranspose1d::new(x[1].clone(), bias(x), config).forward(a)?
+        }
         Op::ConvTranspose2d {
             padding,
             output_padding,
@@ -179,13 +193,13 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
             if *groups != 1 {
                 return unsupported(&format!("{api} has no groups argument (groups {groups})"));
             }
-            a.conv_transpose2d(
-                x[1],
-                one_for_both(api, "padding", *padding)?,
-                one_for_both(api, "output_padding", *output_padding)?,
-                one_for_both(api, "stride", *stride)?,
-                one_for_both(api, "dilation", *dilation)?,
-            )?
+            let config = candle_nn::ConvTranspose2dConfig {
+                padding: one_for_both(api, "padding", *padding)?,
+                output_padding: one_for_both(api, "output_padding", *output_padding)?,
+                stride: one_for_both(api, "stride", *stride)?,
+                dilation: one_for_both(api, "dilation", *dilation)?,
+            };
+            candle_nn::ConvTranspose2d::new(x[1].clone(), bias(x), config).forward(a)?
         }
         Op::MaxPool1d { .. } => {
             return unsupported(
@@ -240,9 +254,7 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
             }
             t
         }
-        Op::Linear => {
-            candle_nn::Linear::new(x[1].clone(), x.get(2).map(|b| (*b).clone())).forward(a)?
-        }
+        Op::Linear => candle_nn::Linear::new(x[1].clone(), bias(x)).forward(a)?,
         Op::Matmul => a.matmul(x[1])?,
         Op::LayerNorm { eps, candle } => match candle {
             OpVariant::Fused => candle_nn::ops::layer_norm(a, x[1], x[2], *eps as f32)?,

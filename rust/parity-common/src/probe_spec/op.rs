@@ -142,8 +142,8 @@ pub enum Op {
         groups: usize,
     },
     /// Transposed 1-D convolution of `[b, c_in, l]` with a `[c_in, c_out/groups, k]` kernel
-    /// (PyTorch's layout), no bias: output length (l − 1)·stride − 2·padding +
-    /// dilation·(k − 1) + output_padding + 1.
+    /// (PyTorch's layout) and an optional third input, a bias `[c_out]`: output length
+    /// (l − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1.
     ConvTranspose1d {
         /// Padding.
         padding: usize,
@@ -157,7 +157,7 @@ pub enum Op {
         groups: usize,
     },
     /// Transposed 2-D convolution of `[b, c_in, h, w]` with a `[c_in, c_out/groups, kh, kw]`
-    /// kernel, no bias; every argument per axis except `groups`.
+    /// kernel and an optional bias `[c_out]`; every argument per axis except `groups`.
     ConvTranspose2d {
         /// Padding per axis.
         padding: [usize; 2],
@@ -405,12 +405,10 @@ impl Op {
     /// How many input tensors the op takes: (least, most).
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::Linear => (2, 3),
+            Op::Linear | Op::ConvTranspose1d { .. } | Op::ConvTranspose2d { .. } => (2, 3),
             Op::LayerNorm { .. } => (3, 3),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
-            | Op::ConvTranspose1d { .. }
-            | Op::ConvTranspose2d { .. }
             | Op::Matmul
             | Op::Add
             | Op::Sub

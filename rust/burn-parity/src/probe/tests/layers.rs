@@ -21,6 +21,7 @@ fn probe_conv_transpose() {
             input("c", &[1, 1, 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], false),
             input("a", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0], true),
             input("k", &[1, 1, 2, 2], &[1.0, 0.0, 0.0, 1.0], true),
+            input("bias", &[1], &[-1.0], true),
         ],
         vec![
             json!({"name": "1d", "steps": [step("y", &["x", "w"], ct1(2, 0))],
@@ -45,6 +46,18 @@ fn probe_conv_transpose() {
                 "",
                 &["y"],
             ),
+            case(
+                "2d_bias",
+                vec![step("y", &["a", "k", "bias"], ct2(0))],
+                "y",
+                &["y", "bias.grad", "k.grad"],
+            ),
+            case(
+                "1d_bias",
+                vec![step("y", &["x", "w", "bias"], ct1(2, 0))],
+                "y",
+                &["y", "bias.grad"],
+            ),
         ],
     );
     let out = run_all(&s);
@@ -68,6 +81,18 @@ fn probe_conv_transpose() {
     assert_eq!(values(&out[2][1], &[1, 1, 2, 2]), [2.0; 4]);
     assert_eq!(values(&out[2][2], &[1, 1, 2, 2]), [10.0; 4]);
     assert_eq!(values(&out[3][0], &[1, 1, 1, 1]), [5.0]);
+    // The bias −1 on every output position; its gradient counts them (loss: sum).
+    assert_eq!(
+        values(&out[4][0], &[1, 1, 3, 3]),
+        [0.0, 1.0, -1.0, 2.0, 4.0, 1.0, -1.0, 2.0, 3.0]
+    );
+    assert_eq!(values(&out[4][1], &[1]), [9.0]);
+    assert_eq!(values(&out[4][2], &[1, 1, 2, 2]), [10.0; 4]);
+    assert_eq!(
+        values(&out[5][0], &[1, 1, 6]),
+        [0.0, -2.0, 1.0, -3.0, 2.0, -4.0]
+    );
+    assert_eq!(values(&out[5][1], &[1]), [6.0]);
 }
 
 #[test]

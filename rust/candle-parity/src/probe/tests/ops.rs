@@ -32,6 +32,44 @@ fn conv_transpose1d_forward_and_no_backward() {
 }
 
 #[test]
+fn conv_transposes_add_a_bias() {
+    // 1-D: y = [1, 10, 2, 20, 3, 30] + 0.5; no backward at all (the bias's neither).
+    let c1 = json!({"name": "conv_transpose1d", "padding": 0, "output_padding": 0,
+                    "stride": 2, "dilation": 1, "groups": 1});
+    let out = one_op(
+        vec![
+            input("x", &[1, 1, 3], &[1.0, 2.0, 3.0], true),
+            input("w", &[1, 1, 2], &[1.0, 10.0], true),
+            input("b", &[1], &[0.5], true),
+        ],
+        &["x", "w", "b"],
+        c1,
+        &["y", "b.grad"],
+    );
+    assert_eq!(vals(&out[0]), vec![1.5, 10.5, 2.5, 20.5, 3.5, 30.5]);
+    assert!(matches!(out[1], Outcome::FrameworkError(_)), "{out:?}");
+    // 2-D: the bias gradient is the number of output positions (loss: sum).
+    let c2 = json!({"name": "conv_transpose2d", "padding": [0, 0], "output_padding": [0, 0],
+                    "stride": [1, 1], "dilation": [1, 1], "groups": 1});
+    let out = one_op(
+        vec![
+            input("x", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0], true),
+            input("w", &[1, 1, 2, 2], &[1.0, 0.0, 0.0, 1.0], true),
+            input("b", &[1], &[-1.0], true),
+        ],
+        &["x", "w", "b"],
+        c2,
+        &["y", "x.grad", "b.grad"],
+    );
+    assert_eq!(
+        vals(&out[0]),
+        vec![0.0, 1.0, -1.0, 2.0, 4.0, 1.0, -1.0, 2.0, 3.0]
+    );
+    assert_eq!(vals(&out[1]), vec![2.0; 4]);
+    assert_eq!(vals(&out[2]), vec![9.0]);
+}
+
+#[test]
 fn conv_transpose2d_forward_and_gradients() {
     let conv = json!({"name": "conv_transpose2d", "padding": [0, 0], "output_padding": [0, 0],
                       "stride": [1, 1], "dilation": [1, 1], "groups": 1});
