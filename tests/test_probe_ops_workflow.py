@@ -126,6 +126,50 @@ def test_maximum_minimum_and_rms_norm(ops_rows):
     assert r["verdict"] == "known-bug"
 
 
+def test_pooling_arguments_and_asymmetric_padding(ops_rows):
+    """dilation, ceil_mode, count_include_pad and avg_pool1d: burn meets PyTorch's exact
+    values; candle lacks them (1-D pooling, dilation, padding) and says so; the asymmetric
+    padding (a pad step, then avg_pool2d with stride = kernel) runs in candle too."""
+    cases = {
+        "max_pool1d_dilated_ceil": "x1.grad",
+        "max_pool2d_dilated": "x2.grad",
+        "max_pool2d_ceil": "x2.grad",
+        "avg_pool1d_ceil": "z1.grad",
+        "avg_pool1d_ceil_exclude_pad": "z1.grad",
+        "avg_pool2d_exclude_pad_ceil": "xe.grad",
+        "avg_pool2d_asymmetric_padding": "xa.grad",
+    }
+    for case, grad in cases.items():
+        for dtype in ("f32", "f64"):
+            for q in ("y", grad):
+                r = row(ops_rows, "pooling", case, q, "burn", dtype)
+                assert (r["reference"], r["verdict"]) == ("exact", "pass"), (case, q, dtype)
+    for dtype in ("f32", "f64", "f16", "bf16"):
+        r = row(ops_rows, "pooling", "avg_pool2d_asymmetric_padding", "xa.grad", "candle", dtype)
+        assert r["verdict"] == "pass", (dtype, r["note"])
+    r = row(ops_rows, "pooling", "avg_pool1d_ceil", "y", "candle")
+    assert r["verdict"] == "unsupported" and "no 1-D average pooling" in r["note"]
+    r = row(ops_rows, "pooling", "max_pool2d_ceil", "y", "candle")
+    assert r["verdict"] == "unsupported" and "no padding argument" in r["note"]
+
+
+def test_transposed_convolutions_with_a_bias(ops_rows):
+    """The bias gradient is exact where the backward runs (burn; candle's 2-D); candle's
+    1-D transposed convolution has no backward, the bias's included (a known bug)."""
+    for dtype in ("f32", "f64"):
+        for case, q in (("bias_1d", "ba.grad"), ("bias_2d", "bp.grad")):
+            r = row(ops_rows, "conv_transpose", case, q, "burn", dtype)
+            assert (r["reference"], r["verdict"]) == ("exact", "pass")
+        assert row(ops_rows, "conv_transpose", "bias_2d", "bp.grad", "candle", dtype)[
+            "verdict"
+        ] == ("pass")
+        r = row(ops_rows, "conv_transpose", "bias_1d", "ba.grad", "candle", dtype)
+        assert r["verdict"] == "known-bug"
+        assert row(ops_rows, "conv_transpose", "bias_1d", "y", "candle", dtype)["verdict"] == (
+            "pass"
+        )
+
+
 def test_a_documented_limit_is_unsupported_with_its_reason(ops_rows):
     """candle's max_pool2d backward with stride ≠ kernel (api_limits): unsupported, the note
     naming the reason and the source; accepted by check."""

@@ -47,10 +47,26 @@ CASES = [
     # h: (3 − 1)·1 + (2 − 1) + 1 = 4; w: (3 − 1)·2 + 2·(2 − 1) + 1 = 7
     ("conv_transpose2d", [[1, 2, 3, 3], [2, 5, 2, 2]], {"stride": [1, 2], "dilation": [1, 2]},
      [1, 5, 4, 7]),
+    # a bias [c_out] as the third input
+    ("conv_transpose1d", [[2, 4, 4], [4, 3, 3], [6]], {"groups": 2}, [2, 6, 6]),
     # stride = kernel: (7 − 2) // 2 + 1 = 3; with padding 1: (7 + 2 − 3) // 3 + 1 = 3
     ("max_pool1d", [[1, 2, 7]], {"kernel": 2}, [1, 2, 3]),
     ("max_pool1d", [[1, 2, 7]], {"kernel": 3, "padding": 1}, [1, 2, 3]),
     ("max_pool2d", [[1, 1, 4, 6]], {"kernel": 2}, [1, 1, 2, 3]),
+    # dilation 2 (span 5), stride 3, padding 1: (7 + 2 − 5) // 3 + 1 = 2; ceil_mode rounds
+    # up to 3 (the third window starts at 6 < 7 + 1, inside the input)
+    ("max_pool1d", [[1, 2, 7]], {"kernel": 3, "stride": 3, "padding": 1, "dilation": 2}, [1, 2, 2]),
+    ("max_pool1d", [[1, 2, 7]],
+     {"kernel": 3, "stride": 3, "padding": 1, "dilation": 2, "ceil_mode": True}, [1, 2, 3]),
+    # ceil_mode with a window that would start in the right padding: dropped (PyTorch), so
+    # kernel 2, stride 2, padding 1 over 5 gives 3 in both modes
+    ("max_pool1d", [[1, 1, 5]], {"kernel": 2, "padding": 1, "ceil_mode": True}, [1, 1, 3]),
+    ("max_pool2d", [[1, 1, 4, 5]], {"kernel": 2, "stride": 1, "dilation": [2, 1]}, [1, 1, 2, 4]),
+    ("avg_pool1d", [[1, 1, 6]], {"kernel": 3, "stride": 2, "padding": 1}, [1, 1, 3]),
+    ("avg_pool1d", [[1, 1, 6]], {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+     [1, 1, 4]),
+    ("pad", [[1, 2, 4, 4]], {"padding": [[1, 3]]}, [1, 2, 4, 8]),
+    ("pad", [[2, 3]], {"padding": [[0, 1], [2, 0]]}, [3, 5]),
     # h: (5 + 2 − 3) // 1 + 1 = 5; w: (6 + 0 − 2) // 2 + 1 = 3
     ("avg_pool2d", [[2, 3, 5, 6]], {"kernel": [3, 2], "stride": [1, 2], "padding": [1, 0]},
      [2, 3, 5, 3]),
@@ -116,10 +132,17 @@ def test_index_ops_take_int64_indices():
         ("conv1d", [[1, 8], [1, 1, 3]], None, {}, "rank 3"),
         ("conv2d", [[1, 1, 4, 4], [1, 1, 2, 5]], None, {}, "along w"),
         ("conv_transpose1d", [[1, 2, 4], [3, 1, 3]], None, {}, "must equal the input channels"),
+        ("conv_transpose2d", [[1, 2, 3, 3], [2, 5, 2, 2], [2]], None, {},
+         "bias must have shape [5], got [2]"),
+        ("conv1d", [[1, 1, 4], [1, 1, 2], [1]], None, {}, "takes 2 inputs, 3 given"),
         ("conv_transpose1d", [[1, 2, 4], [2, 1, 3]], None, {"stride": 2, "output_padding": 2},
          "smaller than the stride"),
         ("max_pool1d", [[1, 1, 4]], None, {"kernel": 2, "padding": 2}, "at most half"),
         ("max_pool2d", [[1, 1, 1, 4]], None, {"kernel": 2}, "smaller than the kernel"),
+        ("max_pool1d", [[1, 1, 4]], None, {"kernel": 3, "dilation": 2},
+         "smaller than the dilated kernel (5)"),
+        ("avg_pool1d", [[1, 1, 4]], None, {"kernel": 2, "padding": 2}, "at most half"),
+        ("pad", [[2, 3]], None, {"padding": [[0, 1], [0, 1], [1, 0]]}, "3 [before, after] pairs"),
         ("linear", [[2, 3], [4, 5]], None, {}, "takes 5 features"),
         ("linear", [[2, 3], [4, 3], [5]], None, {}, "4 elements"),
         ("matmul", [[2, 3, 4], [1, 4, 5]], None, {}, "no implicit broadcasting"),

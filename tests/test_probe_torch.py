@@ -550,6 +550,52 @@ def test_max_pool1d_with_padding():
     close(ok(r, "x.grad"), grad(c[:, :, None, :])[:, :, 0, :])
 
 
+def test_conv_transpose_takes_a_bias():
+    """y = conv_transpose1d(x, w) + bias per channel; the bias gradient sums the weights
+    of its channel. x = [1, 2] (1 channel), w = [[1, 10], [2, 20]] as [1, 2, 2] (2 output
+    channels), stride 2, bias [0.5, −1]."""
+    x = np.array([[[1.0, 2.0]]])
+    w = np.array([[[1.0, 10.0], [2.0, 20.0]]])
+    b = np.array([0.5, -1.0])
+    c = np.arange(1.0, 9.0).reshape(1, 2, 4)
+    r = one_op(
+        "conv_transpose1d",
+        {"stride": 2, "padding": 0, "output_padding": 0, "dilation": 1, "groups": 1},
+        [inp("x", x, True), inp("w", w, True), inp("b", b, True), inp("c", c)],
+        ["y", "b.grad"],
+        weighted("y", "c"),
+    )
+    close(ok(r, "y"), [[[1.5, 10.5, 2.5, 20.5], [1, 19, 3, 39]]])
+    close(ok(r, "b.grad"), [10, 26])
+
+
+def test_pool_arguments_reach_pytorch():
+    """dilation and ceil_mode (max), count_include_pad and ceil_mode (avg_pool1d); exact
+    values by hand: x = 1..6, kernel 3, stride 2, padding 1, ceil_mode gives a fourth
+    window [6, padding, past the end], whose divisor is 2 with the padding counted and 1
+    without."""
+    x = np.arange(1.0, 7.0).reshape(1, 1, 6)
+    args = {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": True}
+    r = one_op("avg_pool1d", {**args, "count_include_pad": True}, [inp("x", x, True)], ["y"])
+    close(ok(r, "y"), [[[1, 3, 5, 3]]])
+    r = one_op("avg_pool1d", {**args, "count_include_pad": False}, [inp("x", x, True)], ["y"])
+    close(ok(r, "y"), [[[1.5, 3, 5, 6]]])
+    # dilation 2: windows (0, 2, 4) and, in ceil mode, (3, 5, past the end)
+    dil = {"kernel": 3, "stride": 3, "padding": 0, "dilation": 2}
+    r = one_op("max_pool1d", dil, [inp("x", x, True)], ["y", "x.grad"], total("y"))
+    close(ok(r, "y"), [[[5]]])
+    r = one_op("max_pool1d", {**dil, "ceil_mode": True}, [inp("x", x, True)], ["y"])
+    close(ok(r, "y"), [[[5, 6]]])
+
+
+def test_pad_takes_pairs_last_dimension_last():
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    r = one_op("pad", {"padding": [[1, 0], [0, 2]]}, [inp("x", x, True)], ["y", "x.grad"],
+               total("y"))  # fmt: skip
+    close(ok(r, "y"), [[0, 0, 0, 0], [1, 2, 0, 0], [3, 4, 0, 0]])
+    close(ok(r, "x.grad"), np.ones((2, 2)))
+
+
 # ----- indexing ---------------------------------------------------------------------------
 
 

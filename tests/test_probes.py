@@ -253,9 +253,30 @@ def test_pairs_pool_strides_and_defaults_are_explicit(tmp_path):
     ops = [s["op"] for s in _parse(tmp_path, doc).case("c")["steps"]]
     assert ops == [
         {"name": "conv2d", "padding": [1, 1], "stride": [1, 2], "dilation": [1, 1], "groups": 1},
-        {"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]},
-        {"name": "avg_pool2d", "kernel": [2, 1], "stride": [2, 1], "padding": [1, 0]},
-        {"name": "max_pool1d", "kernel": 3, "stride": 1, "padding": 0},
+        {
+            "name": "max_pool2d",
+            "kernel": [2, 2],
+            "stride": [2, 2],
+            "padding": [0, 0],
+            "dilation": [1, 1],
+            "ceil_mode": False,
+        },
+        {
+            "name": "avg_pool2d",
+            "kernel": [2, 1],
+            "stride": [2, 1],
+            "padding": [1, 0],
+            "count_include_pad": True,
+            "ceil_mode": False,
+        },
+        {
+            "name": "max_pool1d",
+            "kernel": 3,
+            "stride": 1,
+            "padding": 0,
+            "dilation": 1,
+            "ceil_mode": False,
+        },
         {
             "name": "conv_transpose2d",
             "padding": [0, 0],
@@ -638,6 +659,7 @@ inputs:
   m: {arange: {}, shape: [3, 4], requires_grad: true}
   lw: {ones: [5, 4]}
   g: {ones: [4]}
+  bt: {ones: [2]}
   i: {values: [0, 2, 1], dtype: int64}
   t: {values: [[0, 1, 2, 0], [2, 2, 0, 1], [1, 0, 0, 0]], dtype: int64}
 cases:
@@ -653,11 +675,13 @@ cases:
       - contiguous: {in: a1, out: a7}
       - conv1d: {in: [l, k], out: b1, padding: 1}
       - conv2d: {in: [x, w], out: b2, padding: [1, 0], stride: 2}
-      - conv_transpose1d: {in: [l, k], out: b3, stride: 2}
+      - conv_transpose1d: {in: [l, k, bt], out: b3, stride: 2}
       - conv_transpose2d: {in: [x, w], out: b4, output_padding: 1, stride: 2}
       - max_pool1d: {in: l, kernel: 2, out: b5}
       - max_pool2d: {in: x, kernel: 2, padding: 1, out: b6}
       - avg_pool2d: {in: x, kernel: [2, 1], out: b7}
+      - avg_pool1d: {in: l, kernel: 2, count_include_pad: false, out: b8}
+      - pad: {in: x, padding: [[1, 0]], out: b9}
       - linear: {in: [m, lw], out: c1}
       - matmul: {in: [m, a1], out: c2}
       - layer_norm: {in: [m, g, g], out: c3}

@@ -31,6 +31,7 @@ from typing import Any
 
 from parity.probe.shapes_common import FLOAT, INT64, CaseShapeError, Shape, ShapeError
 from parity.probe.shapes_conv import (
+    avg_pool1d,
     avg_pool2d,
     conv1d,
     conv2d,
@@ -38,6 +39,7 @@ from parity.probe.shapes_conv import (
     conv_transpose2d,
     max_pool1d,
     max_pool2d,
+    pad,
     upsample_nearest1d,
     upsample_nearest2d,
 )
@@ -87,7 +89,9 @@ OPS: dict[str, Callable[..., Shape]] = {
     "conv_transpose2d": conv_transpose2d,
     "max_pool1d": max_pool1d,
     "max_pool2d": max_pool2d,
+    "avg_pool1d": avg_pool1d,
     "avg_pool2d": avg_pool2d,
+    "pad": pad,
     "linear": linear,
     "matmul": matmul,
     "layer_norm": layer_norm,
@@ -120,11 +124,11 @@ OPS: dict[str, Callable[..., Shape]] = {
 
 #: (least, most) input tensors per op; every other op takes one.
 ARITY: dict[str, tuple[int, int]] = {
-    "linear": (2, 3),
+    **dict.fromkeys(["linear", "conv_transpose1d", "conv_transpose2d"], (2, 3)),
     "layer_norm": (3, 3),
     **dict.fromkeys(
         [
-            "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "matmul", "add",
+            "conv1d", "conv2d", "matmul", "add",
             "sub", "mul", "div", "maximum", "minimum", "rms_norm", "embedding",
             "index_select", "gather", "bce_with_logits", "cross_entropy", "nll", "mse",
         ],
@@ -204,7 +208,7 @@ def scratch_elements(op: str, args: Mapping[str, Any], shapes: Sequence[Sequence
         w = shapes[1]
         return out[0] * math.prod(out[2:]) * w[1] * math.prod(w[2:])
     if op in ("conv_transpose1d", "conv_transpose2d"):
-        x, w = shapes
+        x, w = shapes[:2]
         return x[0] * math.prod(x[2:]) * w[1] * math.prod(w[2:])
     return 0
 

@@ -1,6 +1,7 @@
 """Shape rules of the spatial ops of the probe language: convolutions, transposed
 convolutions, pooling and nearest upsampling, in 1-D and 2-D, with PyTorch 2.15's output
-sizes (padding, stride, dilation, output padding, groups).
+sizes (padding, stride, dilation, output padding, groups, ceil mode), and ``pad`` (zero
+padding, the way to pad asymmetrically before them).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _pairs(args: Mapping, spatial: int) -> dict[str, list[int]]:
 
 
 def _conv_transpose(op: str, spatial: int, args: Mapping, shapes: Sequence[Shape]) -> Shape:
-    x, w = shapes
+    x, w, *bias = shapes
     check_rank(x, 2 + spatial, f"{op}'s input [b, c_in, {'l' if spatial == 1 else 'h, w'}]")
     check_rank(w, 2 + spatial, f"{op}'s kernel [c_in, c_out/groups, k...]")
     g = args["groups"]
@@ -86,23 +87,40 @@ def _conv_transpose(op: str, spatial: int, args: Mapping, shapes: Sequence[Shape
         if n < 1:
             raise ShapeError(f"the output size along {_axis(spatial, i)} would be {n}")
         sizes.append(n)
+    if bias and list(bias[0]) != [w[1] * g]:
+        raise ShapeError(f"{op}'s bias must have shape [{w[1] * g}], got {list(bias[0])}")
     return [x[0], w[1] * g, *sizes]
+
+
+def pool_size(size: int, k: int, pad: int, stride: int, dil: int, ceil_mode: bool) -> int:
+    """PyTorch 2.15's pooling output size along one axis (``pooling_output_shape``):
+    ⌊(size + 2·pad − dil·(k − 1) − 1 + (stride − 1 if ceil_mode)) / stride⌋ + 1, less one
+    in ceil mode when the last window would start at or past ``size + pad`` (past the input
+    and its left padding). May be below 1 (the caller refuses it)."""
+    span = dil * (k - 1) + 1
+    n = (size + 2 * pad - span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (n - 1) * stride >= size + pad:
+        n -= 1
+    return n
 
 
 def _pool(op: str, spatial: int, args: Mapping, shapes: Sequence[Shape]) -> Shape:
     (x,) = shapes
     check_rank(x, 2 + spatial, f"{op}'s input [b, c, {'l' if spatial == 1 else 'h, w'}]")
     p = _pairs(args, spatial)
+    ceil_mode = bool(args.get("ceil_mode", False))
     sizes = []
     for i in range(spatial):
         k, s, pad = p["kernel"][i], p["stride"][i], p["padding"][i]
+        dil = p["dilation"][i] if "dilation" in p else 1
         if 2 * pad > k:
             raise ShapeError(f"padding {pad} must be at most half the kernel ({k})")
-        n = (x[2 + i] + 2 * pad - k) // s + 1
-        if x[2 + i] + 2 * pad < k or n < 1:
+        span = dil * (k - 1) + 1
+        n = pool_size(x[2 + i], k, pad, s, dil, ceil_mode)
+        if x[2 + i] + 2 * pad < span or n < 1:
             raise ShapeError(
                 f"the padded input ({x[2 + i]} + 2·{pad} along {_axis(spatial, i)}) is "
-                f"smaller than the kernel ({k})"
+                f"smaller than the {'dilated ' if dil > 1 else ''}kernel ({span})"
             )
         sizes.append(n)
     return [*x[:2], *sizes]
@@ -119,17 +137,20 @@ def conv2d(args, shapes, values=None) -> Shape:
 
 
 def conv_transpose1d(args, shapes, values=None) -> Shape:
-    """``[b, c_in, l]`` by ``[c_in, c_out/groups, k]`` → ``[b, c_out, l_out]``."""
+    """``[b, c_in, l]`` by ``[c_in, c_out/groups, k]`` (and a bias ``[c_out]``) →
+    ``[b, c_out, l_out]``."""
     return _conv_transpose("conv_transpose1d", 1, args, shapes)
 
 
 def conv_transpose2d(args, shapes, values=None) -> Shape:
-    """``[b, c_in, h, w]`` by ``[c_in, c_out/groups, kh, kw]`` → ``[b, c_out, h', w']``."""
+    """``[b, c_in, h, w]`` by ``[c_in, c_out/groups, kh, kw]`` (and a bias ``[c_out]``) →
+    ``[b, c_out, h', w']``."""
     return _conv_transpose("conv_transpose2d", 2, args, shapes)
 
 
 def max_pool1d(args, shapes, values=None) -> Shape:
-    """``[b, c, l]`` → ``[b, c, (l + 2·padding − kernel) // stride + 1]``."""
+    """``[b, c, l]`` → ``[b, c, l_out]``, l_out = :func:`pool_size` (dilation, ceil_mode);
+    padding at most half the kernel."""
     return _pool("max_pool1d", 1, args, shapes)
 
 
@@ -138,9 +159,26 @@ def max_pool2d(args, shapes, values=None) -> Shape:
     return _pool("max_pool2d", 2, args, shapes)
 
 
+def avg_pool1d(args, shapes, values=None) -> Shape:
+    """As :func:`max_pool1d` with dilation 1."""
+    return _pool("avg_pool1d", 1, args, shapes)
+
+
 def avg_pool2d(args, shapes, values=None) -> Shape:
-    """As :func:`max_pool2d`."""
+    """As :func:`max_pool2d` with dilation 1."""
     return _pool("avg_pool2d", 2, args, shapes)
+
+
+def pad(args, shapes, values=None) -> Shape:
+    """Zero padding of the last ``len(padding)`` dimensions: each grows by before + after
+    (``padding``: [before, after] per dimension, the last dimension last); at most the
+    input's rank of them."""
+    (x,) = shapes
+    pairs = args["padding"]
+    if len(pairs) > len(x):
+        raise ShapeError(f"pad: {len(pairs)} [before, after] pairs for an input of rank {len(x)}")
+    lead = len(x) - len(pairs)
+    return [*x[:lead], *(n + a + b for n, (a, b) in zip(x[lead:], pairs, strict=True))]
 
 
 def upsample_nearest1d(args, shapes, values=None) -> Shape:

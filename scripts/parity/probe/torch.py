@@ -2,7 +2,7 @@
 
 PyTorch is the reference every other framework is compared against, so each op here is the
 PyTorch function whose semantics the probe language names (``amax`` for ``max``, stable
-``sort``, ``count_include_pad=True`` average pooling, ...; see
+``sort``, average pooling's ``count_include_pad``, ...; see
 ``rust/parity-common/src/probe_spec/op.rs``, whose ``Op`` is the normalized contract).
 
 Per case: fresh leaves from the inputs' float64 values rounded once to the run's dtype
@@ -92,12 +92,26 @@ CONV_ARGS = ("stride", "padding", "dilation", "groups")
 
 
 def _conv(fn, *names: str):
-    """``fn(input, kernel, None, **arguments)`` with the probe arguments ``names``."""
+    """``fn(input, kernel, bias, **arguments)`` with the probe arguments ``names``; the bias
+    is the third input where the op takes one (the transposed convolutions), else None."""
 
     def apply(x: Inputs, a: Args) -> torch.Tensor:
-        return fn(x[0], x[1], None, **{k: a[k] for k in names})
+        return fn(x[0], x[1], x[2] if len(x) > 2 else None, **{k: a[k] for k in names})
 
     return apply
+
+
+def _pool_args(a: Args) -> dict[str, Any]:
+    """A pooling's keyword arguments besides the kernel: ``stride``, ``padding`` and those
+    of ``dilation``, ``ceil_mode``, ``count_include_pad`` the op has, pairs as tuples."""
+    names = ("stride", "padding", "dilation", "ceil_mode", "count_include_pad")
+    return {k: tuple(a[k]) if isinstance(a[k], list) else a[k] for k in names if k in a}
+
+
+def _flat_padding(pairs: Sequence[Sequence[int]]) -> list[int]:
+    """The probe's ``[before, after]`` pairs (last dimension last) as ``F.pad``'s flat list
+    (last dimension first)."""
+    return [n for before, after in reversed(pairs) for n in (before, after)]
 
 
 def _dims(x: torch.Tensor, a: Args) -> tuple[int, ...]:
@@ -133,19 +147,11 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     "conv2d": _conv(F.conv2d, *CONV_ARGS),
     "conv_transpose1d": _conv(F.conv_transpose1d, *CONV_ARGS, "output_padding"),
     "conv_transpose2d": _conv(F.conv_transpose2d, *CONV_ARGS, "output_padding"),
-    "max_pool1d": lambda x, a: F.max_pool1d(
-        x[0], a["kernel"], stride=a["stride"], padding=a["padding"]
-    ),
-    "max_pool2d": lambda x, a: F.max_pool2d(
-        x[0], tuple(a["kernel"]), stride=tuple(a["stride"]), padding=tuple(a["padding"])
-    ),
-    "avg_pool2d": lambda x, a: F.avg_pool2d(
-        x[0],
-        tuple(a["kernel"]),
-        stride=tuple(a["stride"]),
-        padding=tuple(a["padding"]),
-        count_include_pad=True,
-    ),
+    "max_pool1d": lambda x, a: F.max_pool1d(x[0], a["kernel"], **_pool_args(a)),
+    "max_pool2d": lambda x, a: F.max_pool2d(x[0], tuple(a["kernel"]), **_pool_args(a)),
+    "avg_pool1d": lambda x, a: F.avg_pool1d(x[0], a["kernel"], **_pool_args(a)),
+    "avg_pool2d": lambda x, a: F.avg_pool2d(x[0], tuple(a["kernel"]), **_pool_args(a)),
+    "pad": lambda x, a: F.pad(x[0], _flat_padding(a["padding"])),
     # linear algebra and normalisation
     "linear": lambda x, a: F.linear(x[0], x[1], x[2] if len(x) > 2 else None),
     "matmul": lambda x, a: _matmul(x),

@@ -160,49 +160,73 @@ def conv_transpose2d(x, w, stride, padding, output_padding, dilation, groups):
     return full[:, :, ph : ph + ho, pw : pw + wo]
 
 
-def windows(h, k, s, p):
-    """Start offsets (in the padded input) of the pooling windows along one axis."""
-    n = (h + 2 * p - k) // s + 1
-    need(n >= 1 and p <= k // 2, "pooling output empty or padding above half the kernel")
-    return [i * s for i in range(n)]
+def windows(size, k, s, p, d=1, ceil_mode=False):
+    """Per pooling window along one axis, the positions it covers in the padded input
+    (``size`` + 2·``p``, input element i at i + p). PyTorch's documentation (MaxPool1d,
+    AvgPool1d): ⌊(size + 2p − d(k − 1) − 1)/s⌋ + 1 windows, rounded up instead in ceil
+    mode, where a window may run past the end but one that would start in the right
+    padding is dropped; padding at most half the kernel."""
+    last = size + 2 * p - d * (k - 1) - 1  # the last start that fits in the padded input
+    need(last >= 0 and 2 * p <= k, "pooling input below the kernel or padding above half")
+    n = (-(-last // s) if ceil_mode else last // s) + 1
+    starts = [i * s for i in range(n) if i * s < size + p]
+    return [[a + j * d for j in range(k)] for a in starts]
 
 
-def max_pool2d(x, kernel, stride, padding):
-    """Max pooling with −∞ padding; returns the output and, per output, the flat input
-    index of the window's maximum (a tie inside a window is refused: no convention)."""
-    need(x.ndim == 4, "max_pool2d needs rank 4")
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    b, c, h, wd = x.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
-    idx = np.arange(x.size).reshape(x.shape).astype(float)
-    ip = np.pad(idx, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-1)
-    rows, cols = windows(h, kh, sh, ph), windows(wd, kw, sw, pw)
-    out = np.zeros((b, c, len(rows), len(cols)))
+def pool_windows(x, kernel, stride, padding, dilation, ceil_mode):
+    """(windows along h, windows along w) of a [b, c, h, w] input, as :func:`windows`."""
+    need(x.ndim == 4, "pooling needs rank 4 (rank 3 for 1-D)")
+    h, wd = x.shape[2:]
+    return tuple(
+        windows(n, k, s, p, d, ceil_mode)
+        for n, k, s, p, d in zip((h, wd), kernel, stride, padding, dilation, strict=True)
+    )
+
+
+def max_pool2d(x, kernel, stride, padding, dilation=(1, 1), ceil_mode=False):
+    """Max pooling with −∞ padding (and −∞ past the padded end in ceil mode); returns the
+    output and, per output, the flat input index of the window's maximum (a tie inside a
+    window is refused: no convention)."""
+    rows, cols = pool_windows(x, kernel, stride, padding, dilation, ceil_mode)
+    (ph, pw), (h, wd) = padding, x.shape[2:]
+    idx = np.arange(x.size).reshape(x.shape)
+    out = np.zeros((*x.shape[:2], len(rows), len(cols)))
     arg = np.zeros(out.shape, dtype=int)
-    for n in range(b):
-        for ch in range(c):
+    for n in range(x.shape[0]):
+        for ch in range(x.shape[1]):
             for a, r in enumerate(rows):
                 for bb, q in enumerate(cols):
-                    win = xp[n, ch, r : r + kh, q : q + kw]
-                    m = win.max()
-                    assert np.sum(win == m) == 1, f"tie inside a max-pool window: {win}"
+                    cells = [
+                        (x[n, ch, i - ph, j - pw], idx[n, ch, i - ph, j - pw])
+                        for i in r
+                        for j in q
+                        if 0 <= i - ph < h and 0 <= j - pw < wd
+                    ]
+                    assert cells, "a window holds no input element"
+                    m = max(v for v, _ in cells)
+                    assert sum(v == m for v, _ in cells) == 1, f"tie inside a window: {cells}"
                     out[n, ch, a, bb] = m
-                    arg[n, ch, a, bb] = int(ip[n, ch, r : r + kh, q : q + kw][win == m][0])
-    assert np.all(arg >= 0), "a window's maximum is padding"
+                    arg[n, ch, a, bb] = next(i for v, i in cells if v == m)
     return out, arg
 
 
-def avg_pool2d(x, kernel, stride, padding):
-    """Average pooling; padding zeros count in the mean (divisor kh·kw)."""
-    need(x.ndim == 4, "avg_pool2d needs rank 4")
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    b, c, h, wd = x.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    rows, cols = windows(h, kh, sh, ph), windows(wd, kw, sw, pw)
-    out = np.zeros((b, c, len(rows), len(cols)))
+def avg_pool2d(x, kernel, stride, padding, count_include_pad=True, ceil_mode=False):
+    """Average pooling: the sum of the window's input elements over the divisor, which
+    counts the window's positions inside the padded input (count_include_pad, PyTorch's
+    default) or only those inside the input; positions past the padded end (ceil mode)
+    never count (PyTorch's AvgPool2d)."""
+    rows, cols = pool_windows(x, kernel, stride, padding, (1, 1), ceil_mode)
+    (ph, pw), (h, wd) = padding, x.shape[2:]
+    out = np.zeros((*x.shape[:2], len(rows), len(cols)))
     for a, r in enumerate(rows):
         for bb, q in enumerate(cols):
-            out[:, :, a, bb] = xp[:, :, r : r + kh, q : q + kw].sum(axis=(2, 3)) / (kh * kw)
+            ri = [i - ph for i in r if 0 <= i - ph < h]
+            cj = [j - pw for j in q if 0 <= j - pw < wd]
+            if count_include_pad:
+                div = sum(i < h + 2 * ph for i in r) * sum(j < wd + 2 * pw for j in q)
+            else:
+                div = len(ri) * len(cj)
+            out[:, :, a, bb] = x[:, :, ri][:, :, :, cj].sum(axis=(2, 3)) / div
     return out
 
 
@@ -435,7 +459,8 @@ def conv_args(args, two_d, transpose):
 
 def op_conv(two_d, transpose):
     def run(args, ins):
-        x, w = ins
+        x, w, *bias = ins
+        need(not bias or transpose, "a bias only on the transposed convolutions")
         kw = conv_args(args, two_d, transpose)
         if not two_d:
             need(x.ndim == 3 and w.ndim == 3, "conv1d needs rank-3 input and kernel")
@@ -449,11 +474,17 @@ def op_conv(two_d, transpose):
             return out if two_d else out[:, :, 0, :]
 
         out = f(x4, w4)
+        if bias:
+            # out[:, o, ...] += bias[o]; its gradient sums g over every other dimension
+            (b,) = bias
+            need(b.shape == (out.shape[1],), f"bias {b.shape} for {out.shape[1]} channels")
+            out = out + b.reshape(1, -1, *[1] * (out.ndim - 2))
 
         def vjp(g):
             gx = linear_vjp(lambda e: f(e, w4), x4.shape, g).reshape(x.shape)
             gw = linear_vjp(lambda e: f(x4, e), w4.shape, g).reshape(w.shape)
-            return [gx, gw]
+            axes = tuple(i for i in range(g.ndim) if i != 1)
+            return [gx, gw] + ([np.sum(g, axis=axes)] if bias else [])
 
         return out, vjp
 
@@ -461,20 +492,24 @@ def op_conv(two_d, transpose):
 
 
 def pool_args(args, two_d):
+    """(kernel, stride, padding, dilation) pairs of a pooling as written (a 1-D op's as
+    [1, v]: a height-1 window over [b, c, 1, l]) and its ceil_mode."""
+
     def conv(v, height):
         return pair(v) if two_d else (height, int(v))
 
     kernel = conv(args["kernel"], 1)
     stride = conv(args["stride"], 1) if "stride" in args else kernel
-    return kernel, stride, conv(args.get("padding", 0), 0)
+    padding = conv(args.get("padding", 0), 0)
+    return kernel, stride, padding, conv(args.get("dilation", 1), 1), bool(args.get("ceil_mode"))
 
 
 def op_max_pool(two_d):
     def run(args, ins):
         (x,) = ins
-        kernel, stride, padding = pool_args(args, two_d)
+        kernel, stride, padding, dilation, ceil_mode = pool_args(args, two_d)
         x4 = x if two_d else x[:, :, None, :]
-        out, arg = max_pool2d(x4, kernel, stride, padding)
+        out, arg = max_pool2d(x4, kernel, stride, padding, dilation, ceil_mode)
 
         def vjp(g):
             gx = np.zeros(x.size)
@@ -486,11 +521,31 @@ def op_max_pool(two_d):
     return run
 
 
-def op_avg_pool2d(args, ins):
+def op_avg_pool(two_d):
+    def run(args, ins):
+        (x,) = ins
+        kernel, stride, padding, dilation, ceil_mode = pool_args(args, two_d)
+        need(dilation == (1, 1), "average pooling has no dilation")
+        count = bool(args.get("count_include_pad", True))
+
+        def f(e):
+            y = avg_pool2d(e if two_d else e[:, :, None, :], kernel, stride, padding, count,
+                           ceil_mode)  # fmt: skip
+            return y if two_d else y[:, :, 0, :]
+
+        return f(x), lambda g: [linear_vjp(f, x.shape, g)]
+
+    return run
+
+
+def op_pad(args, ins):
+    """Zero padding: ``padding`` holds [before, after] for each of the last dimensions."""
     (x,) = ins
-    kw = dict(zip(("kernel", "stride", "padding"), pool_args(args, True), strict=True))
-    out = avg_pool2d(x, **kw)
-    return out, lambda g: [linear_vjp(lambda e: avg_pool2d(e, **kw), x.shape, g)]
+    pairs = [tuple(int(v) for v in p) for p in args["padding"]]
+    need(len(pairs) <= x.ndim, "pad: more pairs than dimensions")
+    widths = [(0, 0)] * (x.ndim - len(pairs)) + pairs
+    inner = tuple(slice(a, a + n) for (a, _), n in zip(widths, x.shape, strict=True))
+    return np.pad(x, widths), lambda g: [g[inner]]
 
 
 def check_index(idx, size, what):
@@ -652,7 +707,9 @@ OPS: dict[str, Callable] = {
     "conv_transpose2d": op_conv(True, True),
     "max_pool1d": op_max_pool(False),
     "max_pool2d": op_max_pool(True),
-    "avg_pool2d": op_avg_pool2d,
+    "avg_pool1d": op_avg_pool(False),
+    "avg_pool2d": op_avg_pool(True),
+    "pad": op_pad,
     "embedding": op_embedding,
     "index_select": op_index_select,
     "gather": op_gather,

@@ -20,9 +20,10 @@
 //! | `unsqueeze`, `squeeze`, `reshape` | `unsqueeze_dim`, `squeeze_dim`, `reshape` (float or int) |
 //! | `contiguous` | unsupported: burn's tensor API has no contiguous copy |
 //! | `conv1d`, `conv2d` | `tensor::module::conv1d` / `conv2d`, no bias, `ConvOptions` |
-//! | `conv_transpose1d`, `conv_transpose2d` | `tensor::module::conv_transpose1d` / `conv_transpose2d`, no bias, `ConvTransposeOptions` (`padding_out` = `output_padding`; burn's weight layout is PyTorch's `[c_in, c_out/groups, k…]`) |
-//! | `max_pool1d`, `max_pool2d` | `tensor::module::max_pool1d` / `max_pool2d`, `MaxPoolOptions::new(kernel).with_stride(..).with_padding(..)` (dilation 1, floor mode) |
-//! | `avg_pool2d` | `tensor::module::avg_pool2d`, `AvgPoolOptions` with `count_include_pad(true)` |
+//! | `conv_transpose1d`, `conv_transpose2d` | `tensor::module::conv_transpose1d` / `conv_transpose2d` with the optional bias, `ConvTransposeOptions` (`padding_out` = `output_padding`; burn's weight layout is PyTorch's `[c_in, c_out/groups, k…]`) |
+//! | `max_pool1d`, `max_pool2d` | `tensor::module::max_pool1d` / `max_pool2d`, `MaxPoolOptions::new(kernel).with_stride(..).with_padding(..).with_dilation(..).with_ceil_mode(..)` |
+//! | `avg_pool1d`, `avg_pool2d` | `tensor::module::avg_pool1d` / `avg_pool2d`, `AvgPoolOptions::new(kernel).with_stride(..).with_padding(..).with_count_include_pad(..).with_ceil_mode(..)` |
+//! | `pad` | `Tensor::pad` with the `(before, after)` pairs of the last dimensions, `PadMode::Constant(0.0)` |
 //! | `linear` | `tensor::module::linear(x, w.transpose(), b)`: burn's weight is `[in, out]` |
 //! | `matmul` | `matmul` (equal ranks) |
 //! | `layer_norm`, `softmax` | `tensor::module::layer_norm`, `activation::softmax` (one function each: the `candle` argument is ignored) |

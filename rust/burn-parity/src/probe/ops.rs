@@ -10,17 +10,19 @@ use burn::tensor::activation::{
     elu, gelu, gelu_approximate, log_softmax, relu, sigmoid, silu, softmax, tanh,
 };
 use burn::tensor::module::{
-    avg_pool2d, conv1d, conv2d, conv_transpose1d, conv_transpose2d, layer_norm, linear, max_pool1d,
-    max_pool2d,
+    avg_pool1d, avg_pool2d, conv1d, conv2d, conv_transpose1d, conv_transpose2d, layer_norm, linear,
+    max_pool1d, max_pool2d,
 };
-use burn::tensor::ops::{AvgPoolOptions, ConvOptions, ConvTransposeOptions, MaxPoolOptions};
+use burn::tensor::ops::{
+    AvgPoolOptions, ConvOptions, ConvTransposeOptions, MaxPoolOptions, PadMode,
+};
 use burn::tensor::{Device, Int, Tensor};
 use parity_common::probe_spec::{GeluApproximate, Op};
 use parity_common::spec::FloatType;
 
 use super::args::{same_shape, Args};
 use super::dyn_tensor::{array, dim, Dyn, DynInt, Value};
-use super::outcome::{unsupported, Fault, Step};
+use super::outcome::{framework, unsupported, Fault, Step};
 use super::reduce;
 
 /// A burn tensor of either kind as a [`Value`].
@@ -136,7 +138,7 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
                 *groups,
             );
             let (a, w) = (x.ranked::<3>("input")?, x.ranked::<3>("kernel")?);
-            Dyn::from(conv_transpose1d(a, w, None, opts)).into()
+            Dyn::from(conv_transpose1d(a, w, bias(&mut x)?, opts)).into()
         }
         Op::ConvTranspose2d {
             padding,
@@ -148,48 +150,82 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
             let opts =
                 ConvTransposeOptions::new(*stride, *padding, *output_padding, *dilation, *groups);
             let (a, w) = (x.ranked::<4>("input")?, x.ranked::<4>("kernel")?);
-            Dyn::from(conv_transpose2d(a, w, None, opts)).into()
+            Dyn::from(conv_transpose2d(a, w, bias(&mut x)?, opts)).into()
         }
         Op::MaxPool1d {
             kernel,
             stride,
             padding,
+            dilation,
+            ceil_mode,
         } => {
             let opts = MaxPoolOptions::new([*kernel])
                 .with_stride([*stride])
-                .with_padding([*padding]);
+                .with_padding([*padding])
+                .with_dilation([*dilation])
+                .with_ceil_mode(*ceil_mode);
             Dyn::from(max_pool1d(x.ranked::<3>("input")?, opts)).into()
         }
         Op::MaxPool2d {
             kernel,
             stride,
             padding,
+            dilation,
+            ceil_mode,
         } => {
             let opts = MaxPoolOptions::new(*kernel)
                 .with_stride(*stride)
-                .with_padding(*padding);
+                .with_padding(*padding)
+                .with_dilation(*dilation)
+                .with_ceil_mode(*ceil_mode);
             Dyn::from(max_pool2d(x.ranked::<4>("input")?, opts)).into()
+        }
+        Op::AvgPool1d {
+            kernel,
+            stride,
+            padding,
+            count_include_pad,
+            ceil_mode,
+        } => {
+            let opts = AvgPoolOptions::new([*kernel])
+                .with_stride([*stride])
+                .with_padding([*padding])
+                .with_count_include_pad(*count_include_pad)
+                .with_ceil_mode(*ceil_mode);
+            Dyn::from(avg_pool1d(x.ranked::<3>("input")?, opts)).into()
         }
         Op::AvgPool2d {
             kernel,
             stride,
             padding,
+            count_include_pad,
+            ceil_mode,
         } => {
             let opts = AvgPoolOptions::new(*kernel)
                 .with_stride(*stride)
                 .with_padding(*padding)
-                .with_count_include_pad(true);
+                .with_count_include_pad(*count_include_pad)
+                .with_ceil_mode(*ceil_mode);
             Dyn::from(avg_pool2d(x.ranked::<4>("input")?, opts)).into()
+        }
+        Op::Pad { padding } => {
+            let a = x.float("input")?;
+            if padding.len() > a.rank() {
+                return Err(framework(format!(
+                    "pad: {} [before, after] pairs for rank {}",
+                    padding.len(),
+                    a.rank()
+                )));
+            }
+            let pairs: Vec<(usize, usize)> = padding.iter().map(|[b, e]| (*b, *e)).collect();
+            Value::from(each_rank!(a, t => Dyn::from(t.pad(pairs, PadMode::Constant(0.0)))))
         }
         Op::Linear => {
             let a = x.float("input")?;
             // PyTorch's weight [out, in] as burn's [in, out]: a transposed view in the graph,
             // so the gradient arrives in the probe's layout.
             let w = x.ranked::<2>("weight")?.transpose();
-            let bias = match x.optional_float("bias")? {
-                Some(c) => Some(c.to::<Tensor<1>>("linear", "bias")?),
-                None => None,
-            };
+            let bias = bias(&mut x)?;
             Value::from(each_rank!(a, t => Dyn::from(linear(t, w, bias))))
         }
         Op::Matmul => {
@@ -318,6 +354,15 @@ pub(crate) fn apply(op: &Op, inputs: Vec<Value>, ty: FloatType, dev: &Device) ->
         }
         _ => reduce::apply(op, &mut x, dev)?,
     })
+}
+
+/// The optional last input, a bias `[c]`, as the rank-1 tensor burn's functions take.
+fn bias(x: &mut Args) -> Step<Option<Tensor<1>>> {
+    let op = x.op();
+    match x.optional_float("bias")? {
+        Some(b) => Ok(Some(b.to::<Tensor<1>>(op, "bias")?)),
+        None => Ok(None),
+    }
 }
 
 /// An element-wise op of one float tensor.

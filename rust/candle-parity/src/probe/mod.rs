@@ -19,10 +19,11 @@
 //! | `unsqueeze`, `squeeze`, `reshape`, `contiguous` | `Tensor::unsqueeze`, `squeeze`, `reshape`, `contiguous` |
 //! | `conv1d` | `Tensor::conv1d` |
 //! | `conv2d` | `Tensor::conv2d`; unsupported when padding, stride or dilation differ per axis (it takes one value for both) |
-//! | `conv_transpose1d` | `Tensor::conv_transpose1d` (its kernel layout is PyTorch's); candle has no backward for it (a framework error on the gradients) |
-//! | `conv_transpose2d` | `Tensor::conv_transpose2d`; unsupported with groups ≠ 1 (no groups argument) or unequal per-axis pairs |
-//! | `max_pool1d` | unsupported: candle has no 1-D max pooling |
-//! | `max_pool2d`, `avg_pool2d` | `Tensor::max_pool2d_with_stride`, `avg_pool2d_with_stride`; unsupported with padding ≠ 0 (no padding argument) |
+//! | `conv_transpose1d` | `candle_nn::ConvTranspose1d` with the optional bias (`Tensor::conv_transpose1d`, its kernel layout PyTorch's, then the bias broadcast-added); candle has no backward for it (a framework error on the gradients) |
+//! | `conv_transpose2d` | `candle_nn::ConvTranspose2d` with the optional bias (`Tensor::conv_transpose2d`); unsupported with groups ≠ 1 (no groups argument) or unequal per-axis pairs |
+//! | `max_pool1d`, `avg_pool1d` | unsupported: candle has no 1-D pooling |
+//! | `max_pool2d`, `avg_pool2d` | `Tensor::max_pool2d_with_stride`, `avg_pool2d_with_stride`; unsupported with padding ≠ 0, dilation ≠ 1 (neither argument exists) or a `ceil_mode` that changes the output size (candle rounds down); `count_include_pad` changes nothing without padding |
+//! | `pad` | `Tensor::pad_with_zeros`, once per padded dimension |
 //! | `linear`, `matmul` | `candle_nn::Linear`, `Tensor::matmul` |
 //! | `layer_norm` | `candle_nn::ops::layer_norm` (fused) / `layer_norm_slow` |
 //! | `rms_norm` | `candle_nn::ops::rms_norm` (fused) / `rms_norm_slow` |

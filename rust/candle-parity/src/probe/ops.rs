@@ -2,7 +2,7 @@
 
 use anyhow::anyhow;
 use candle_core::{Module, Tensor};
-use parity_common::probe_spec::{dim_index, GeluApproximate, Op, OpVariant, Reduction};
+use parity_common::probe_spec::{dim_index, pool_size, GeluApproximate, Op, OpVariant, Reduction};
 
 use super::outcome::{Fault, Step};
 
@@ -29,6 +29,49 @@ fn one_for_both(api: &str, arg: &str, pair: [usize; 2]) -> Step<usize> {
             "{api} takes one {arg} for both axes, not {pair:?}"
         )))
     }
+}
+
+/// `unsupported` unless `padding` is zero: candle's pooling has no padding argument.
+fn no_padding(api: &str, padding: [usize; 2]) -> Step<()> {
+    if padding == [0, 0] {
+        Ok(())
+    } else {
+        unsupported(&format!(
+            "{api} has no padding argument (padding {padding:?})"
+        ))
+    }
+}
+
+/// `unsupported` when `ceil_mode` gives a 2-D pooling of `a` (no padding, no dilation)
+/// another output size than floor mode: candle always rounds down, so where both agree
+/// the computation is the same.
+fn floor_mode(
+    api: &str,
+    a: &Tensor,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    ceil_mode: bool,
+) -> Step<()> {
+    if !ceil_mode || a.rank() != 4 {
+        return Ok(());
+    }
+    for i in 0..2 {
+        let size = a.dims()[2 + i];
+        if pool_size(size, kernel[i], 0, stride[i], 1, true)
+            != pool_size(size, kernel[i], 0, stride[i], 1, false)
+        {
+            return unsupported(&format!(
+                "{api} rounds the output size down (no ceil_mode argument), and ceil_mode \
+                 adds a window here"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The optional third input (a bias), as candle_nn's layers take it.
+fn bias(x: &[&Tensor]) -> Option<Tensor> {
+    x.get(2).map(|b| (*b).clone())
 }
 
 fn unsupported<T>(why: &str) -> Step<T> {
@@ -129,7 +172,16 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
             stride,
             dilation,
             groups,
-        } => a.conv_transpose1d(x[1], *padding, *output_padding, *stride, *dilation, *groups)?,
+        } => {
+            let config = candle_nn::ConvTranspose1dConfig {
+                padding: *padding,
+                output_padding: *output_padding,
+                stride: *stride,
+                dilation: *dilation,
+                groups: *groups,
+            };
+            candle_nn::ConvTranspose1d::new(x[1].clone(), bias(x), config).forward(a)?
+        }
         Op::ConvTranspose2d {
             padding,
             output_padding,
@@ -141,46 +193,68 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
             if *groups != 1 {
                 return unsupported(&format!("{api} has no groups argument (groups {groups})"));
             }
-            a.conv_transpose2d(
-                x[1],
-                one_for_both(api, "padding", *padding)?,
-                one_for_both(api, "output_padding", *output_padding)?,
-                one_for_both(api, "stride", *stride)?,
-                one_for_both(api, "dilation", *dilation)?,
-            )?
+            let config = candle_nn::ConvTranspose2dConfig {
+                padding: one_for_both(api, "padding", *padding)?,
+                output_padding: one_for_both(api, "output_padding", *output_padding)?,
+                stride: one_for_both(api, "stride", *stride)?,
+                dilation: one_for_both(api, "dilation", *dilation)?,
+            };
+            candle_nn::ConvTranspose2d::new(x[1].clone(), bias(x), config).forward(a)?
         }
         Op::MaxPool1d { .. } => {
             return unsupported(
                 "candle 0.11 has no 1-D max pooling (Tensor::max_pool2d_with_stride only)",
             )
         }
+        Op::AvgPool1d { .. } => {
+            return unsupported(
+                "candle 0.11 has no 1-D average pooling (Tensor::avg_pool2d_with_stride only)",
+            )
+        }
         Op::MaxPool2d {
             kernel,
             stride,
             padding,
+            dilation,
+            ceil_mode,
         } => {
-            if *padding != [0, 0] {
+            let api = "Tensor::max_pool2d_with_stride";
+            no_padding(api, *padding)?;
+            if *dilation != [1, 1] {
                 return unsupported(&format!(
-                    "Tensor::max_pool2d_with_stride has no padding argument (padding {padding:?})"
+                    "{api} has no dilation argument (dilation {dilation:?})"
                 ));
             }
+            floor_mode(api, a, *kernel, *stride, *ceil_mode)?;
             a.max_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
         }
         Op::AvgPool2d {
             kernel,
             stride,
             padding,
+            ceil_mode,
+            // Without padding (candle has none) the divisor is the kernel's size either way.
+            count_include_pad: _,
         } => {
-            if *padding != [0, 0] {
-                return unsupported(&format!(
-                    "Tensor::avg_pool2d_with_stride has no padding argument (padding {padding:?})"
-                ));
-            }
+            let api = "Tensor::avg_pool2d_with_stride";
+            no_padding(api, *padding)?;
+            floor_mode(api, a, *kernel, *stride, *ceil_mode)?;
             a.avg_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
         }
-        Op::Linear => {
-            candle_nn::Linear::new(x[1].clone(), x.get(2).map(|b| (*b).clone())).forward(a)?
+        Op::Pad { padding } => {
+            let lead = rank.checked_sub(padding.len()).ok_or_else(|| {
+                Fault::Framework(format!(
+                    "pad: {} [before, after] pairs for rank {rank}",
+                    padding.len()
+                ))
+            })?;
+            let mut t = a.clone();
+            for (i, [before, after]) in padding.iter().enumerate() {
+                t = t.pad_with_zeros(lead + i, *before, *after)?;
+            }
+            t
         }
+        Op::Linear => candle_nn::Linear::new(x[1].clone(), bias(x)).forward(a)?,
         Op::Matmul => a.matmul(x[1])?,
         Op::LayerNorm { eps, candle } => match candle {
             OpVariant::Fused => candle_nn::ops::layer_norm(a, x[1], x[2], *eps as f32)?,

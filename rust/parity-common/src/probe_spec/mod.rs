@@ -32,7 +32,7 @@ mod steps;
 mod tests;
 
 pub use inputs::{InputKind, InputSpec, ProbeDtype};
-pub use op::{dim_index, GeluApproximate, Op, OpVariant, Reduction};
+pub use op::{dim_index, pool_size, GeluApproximate, Op, OpVariant, Reduction};
 pub use status::{catch_panic, result_meta, Status};
 pub use steps::{LossTerm, ProbeOptimizer, Quantity, StateSlot, StepSpec};
 

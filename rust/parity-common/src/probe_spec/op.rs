@@ -13,6 +13,28 @@ pub fn dim_index(d: i64, rank: usize) -> Option<usize> {
     (0..r).contains(&i).then_some(i as usize)
 }
 
+/// PyTorch 2.15's pooling output size along one axis (ATen's `pooling_output_shape`):
+/// ⌊(size + 2·padding − dilation·(kernel − 1) − 1 + (stride − 1 in ceil mode)) / stride⌋ + 1,
+/// less one in ceil mode when the last window would start at or past `size + padding` (past
+/// the input and its left padding). `None` when that is below 1 (PyTorch refuses it).
+pub fn pool_size(
+    size: usize,
+    kernel: usize,
+    padding: usize,
+    stride: usize,
+    dilation: usize,
+    ceil_mode: bool,
+) -> Option<usize> {
+    let (size, kernel, padding) = (size as i64, kernel as i64, padding as i64);
+    let (stride, dilation) = (stride.max(1) as i64, dilation as i64);
+    let extra = if ceil_mode { stride - 1 } else { 0 };
+    let mut n = (size + 2 * padding - dilation * (kernel - 1) - 1 + extra).div_euclid(stride) + 1;
+    if ceil_mode && (n - 1) * stride >= size + padding {
+        n -= 1;
+    }
+    (n >= 1).then_some(n as usize)
+}
+
 /// Which of two functions computes an op that a framework has twice: candle's fused
 /// single-kernel one or its reference built from elementary ops (the JSON field `candle` of
 /// `layer_norm` and `softmax`, values `fused` and `slow`). Runners of frameworks with one
@@ -120,8 +142,8 @@ pub enum Op {
         groups: usize,
     },
     /// Transposed 1-D convolution of `[b, c_in, l]` with a `[c_in, c_out/groups, k]` kernel
-    /// (PyTorch's layout), no bias: output length (l − 1)·stride − 2·padding +
-    /// dilation·(k − 1) + output_padding + 1.
+    /// (PyTorch's layout) and an optional third input, a bias `[c_out]`: output length
+    /// (l − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1.
     ConvTranspose1d {
         /// Padding.
         padding: usize,
@@ -135,7 +157,7 @@ pub enum Op {
         groups: usize,
     },
     /// Transposed 2-D convolution of `[b, c_in, h, w]` with a `[c_in, c_out/groups, kh, kw]`
-    /// kernel, no bias; every argument per axis except `groups`.
+    /// kernel and an optional bias `[c_out]`; every argument per axis except `groups`.
     ConvTranspose2d {
         /// Padding per axis.
         padding: [usize; 2],
@@ -148,7 +170,8 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
-    /// Max pooling of `[b, c, l]` (padding counts as −∞).
+    /// Max pooling of `[b, c, l]` (padding counts as −∞); output length PyTorch's
+    /// (`pooling_output_shape`, with `dilation` and `ceil_mode`).
     MaxPool1d {
         /// Window length.
         kernel: usize,
@@ -156,8 +179,12 @@ pub enum Op {
         stride: usize,
         /// Padding on both sides.
         padding: usize,
+        /// Spacing of the window's elements.
+        dilation: usize,
+        /// Round the output length up instead of down.
+        ceil_mode: bool,
     },
-    /// Max pooling of `[b, c, h, w]`, every argument per axis.
+    /// Max pooling of `[b, c, h, w]`, every argument but `ceil_mode` per axis.
     MaxPool2d {
         /// Window.
         kernel: [usize; 2],
@@ -165,9 +192,26 @@ pub enum Op {
         stride: [usize; 2],
         /// Padding.
         padding: [usize; 2],
+        /// Spacing of the window's elements.
+        dilation: [usize; 2],
+        /// Round the output sizes up instead of down.
+        ceil_mode: bool,
     },
-    /// Average pooling of `[b, c, h, w]` (padding zeros counted in the mean, PyTorch's
-    /// `count_include_pad=True`).
+    /// Average pooling of `[b, c, l]`: the divisor is the window clipped to the padded input
+    /// (`count_include_pad`, PyTorch's default) or the input elements in it.
+    AvgPool1d {
+        /// Window length.
+        kernel: usize,
+        /// Stride (default: the kernel).
+        stride: usize,
+        /// Padding on both sides.
+        padding: usize,
+        /// Count the padding zeros in the divisor.
+        count_include_pad: bool,
+        /// Round the output length up instead of down.
+        ceil_mode: bool,
+    },
+    /// Average pooling of `[b, c, h, w]`, as [`Op::AvgPool1d`] per axis.
     AvgPool2d {
         /// Window.
         kernel: [usize; 2],
@@ -175,6 +219,16 @@ pub enum Op {
         stride: [usize; 2],
         /// Padding.
         padding: [usize; 2],
+        /// Count the padding zeros in the divisor.
+        count_include_pad: bool,
+        /// Round the output sizes up instead of down.
+        ceil_mode: bool,
+    },
+    /// Zero padding of the last `padding.len()` dimensions: `[before, after]` per
+    /// dimension, the last dimension last (PyTorch's `F.pad` lists them in reverse).
+    Pad {
+        /// `[before, after]` per padded dimension.
+        padding: Vec<[usize; 2]>,
     },
     // ----- linear algebra and normalisation -----
     /// `x·weightᵀ (+ bias)`: inputs `[x, weight]` or `[x, weight, bias]`.
@@ -351,12 +405,10 @@ impl Op {
     /// How many input tensors the op takes: (least, most).
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::Linear => (2, 3),
+            Op::Linear | Op::ConvTranspose1d { .. } | Op::ConvTranspose2d { .. } => (2, 3),
             Op::LayerNorm { .. } => (3, 3),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
-            | Op::ConvTranspose1d { .. }
-            | Op::ConvTranspose2d { .. }
             | Op::Matmul
             | Op::Add
             | Op::Sub

@@ -180,9 +180,14 @@ fn new_op_names_parse_with_their_arguments() {
             "ConvTranspose2d",
         ),
         (
-            r#"{"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]}"#,
+            r#"{"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0], "dilation": [1, 2], "ceil_mode": true}"#,
             "MaxPool2d",
         ),
+        (
+            r#"{"name": "avg_pool1d", "kernel": 3, "stride": 2, "padding": 1, "count_include_pad": false, "ceil_mode": true}"#,
+            "AvgPool1d",
+        ),
+        (r#"{"name": "pad", "padding": [[0, 1], [2, 0]]}"#, "Pad"),
         (r#"{"name": "sum", "dims": null, "keepdim": false}"#, "Sum"),
         (
             r#"{"name": "max", "dims": [0, -1], "keepdim": true}"#,
@@ -234,4 +239,17 @@ fn a_panic_is_caught_as_one_line() {
     let caught = catch_panic(|| -> u8 { panic!("shape mismatch\n  lhs [2, 3]") });
     std::panic::set_hook(hook);
     assert_eq!(caught, Err("panic: shape mismatch lhs [2, 3]".to_string()));
+}
+
+#[test]
+fn pool_size_follows_pytorch_floor_and_ceil_modes() {
+    // F.max_pool1d(arange(7), 3, 2, 1, dilation=2, ceil_mode=True) has 3 outputs;
+    // ones(6), kernel 3, stride 2, padding 1: 3 in floor mode, 4 in ceil mode (the last
+    // window starts at 5 < 6 + 1); length 5, kernel 1, stride 3: the ceil window at 6 ≥ 5
+    // is dropped, 2 either way.
+    assert_eq!(pool_size(7, 3, 1, 2, 2, true), Some(3));
+    assert_eq!(pool_size(6, 3, 1, 2, 1, false), Some(3));
+    assert_eq!(pool_size(6, 3, 1, 2, 1, true), Some(4));
+    assert_eq!(pool_size(5, 1, 0, 3, 1, true), Some(2));
+    assert_eq!(pool_size(2, 3, 0, 1, 1, false), None);
 }

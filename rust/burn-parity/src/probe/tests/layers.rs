@@ -21,6 +21,7 @@ fn probe_conv_transpose() {
             input("c", &[1, 1, 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], false),
             input("a", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0], true),
             input("k", &[1, 1, 2, 2], &[1.0, 0.0, 0.0, 1.0], true),
+            input("bias", &[1], &[-1.0], true),
         ],
         vec![
             json!({"name": "1d", "steps": [step("y", &["x", "w"], ct1(2, 0))],
@@ -45,6 +46,18 @@ fn probe_conv_transpose() {
                 "",
                 &["y"],
             ),
+            case(
+                "2d_bias",
+                vec![step("y", &["a", "k", "bias"], ct2(0))],
+                "y",
+                &["y", "bias.grad", "k.grad"],
+            ),
+            case(
+                "1d_bias",
+                vec![step("y", &["x", "w", "bias"], ct1(2, 0))],
+                "y",
+                &["y", "bias.grad"],
+            ),
         ],
     );
     let out = run_all(&s);
@@ -68,11 +81,26 @@ fn probe_conv_transpose() {
     assert_eq!(values(&out[2][1], &[1, 1, 2, 2]), [2.0; 4]);
     assert_eq!(values(&out[2][2], &[1, 1, 2, 2]), [10.0; 4]);
     assert_eq!(values(&out[3][0], &[1, 1, 1, 1]), [5.0]);
+    // The bias −1 on every output position; its gradient counts them (loss: sum).
+    assert_eq!(
+        values(&out[4][0], &[1, 1, 3, 3]),
+        [0.0, 1.0, -1.0, 2.0, 4.0, 1.0, -1.0, 2.0, 3.0]
+    );
+    assert_eq!(values(&out[4][1], &[1]), [9.0]);
+    assert_eq!(values(&out[4][2], &[1, 1, 2, 2]), [10.0; 4]);
+    assert_eq!(
+        values(&out[5][0], &[1, 1, 6]),
+        [0.0, -2.0, 1.0, -3.0, 2.0, -4.0]
+    );
+    assert_eq!(values(&out[5][1], &[1]), [6.0]);
 }
 
 #[test]
 fn probe_pooling() {
-    let mp1 = |padding: usize| json!({"name": "max_pool1d", "kernel": 2, "stride": 2, "padding": padding});
+    let mp1 = |padding: usize| {
+        json!({"name": "max_pool1d", "kernel": 2, "stride": 2, "padding": padding,
+                                      "dilation": 1, "ceil_mode": false})
+    };
     let s = spec(
         vec![
             input("x", &[1, 1, 5], &[1.0, 3.0, 2.0, 5.0, 4.0], true),
@@ -98,7 +126,7 @@ fn probe_pooling() {
                     "y",
                     &["m"],
                     json!({"name": "max_pool2d", "kernel": [2, 2],
-                    "stride": [2, 2], "padding": [0, 0]}),
+                    "stride": [2, 2], "padding": [0, 0], "dilation": [1, 1], "ceil_mode": false}),
                 )],
                 "y",
                 &["y", "m.grad"],
@@ -109,7 +137,8 @@ fn probe_pooling() {
                     "y",
                     &["a"],
                     json!({"name": "avg_pool2d", "kernel": [2, 2],
-                    "stride": [1, 1], "padding": [1, 1]}),
+                    "stride": [1, 1], "padding": [1, 1], "count_include_pad": true,
+                    "ceil_mode": false}),
                 )],
                 "y",
                 &["y", "a.grad"],
@@ -303,4 +332,63 @@ fn probe_elementwise() {
     assert_eq!(values(&out[14][0], &[2]), [2.0, 4.0]);
     assert_eq!(values(&out[14][1], &[2]), [0.0, 0.0]);
     assert_eq!(values(&out[14][2], &[2]), [1.0, 1.0]);
+}
+
+#[test]
+fn probe_pool_arguments_and_pad() {
+    let avg1 = |count_include_pad: bool| {
+        json!({"name": "avg_pool1d", "kernel": 3, "stride": 2, "padding": 1,
+               "count_include_pad": count_include_pad, "ceil_mode": true})
+    };
+    let s = spec(
+        vec![
+            input("x", &[1, 1, 5], &[1.0, 3.0, 2.0, 5.0, 4.0], true),
+            input("z", &[1, 1, 6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], true),
+            input("a", &[1, 2], &[1.0, 2.0], true),
+        ],
+        vec![
+            case(
+                "dilated",
+                vec![step(
+                    "y",
+                    &["x"],
+                    json!({"name": "max_pool1d", "kernel": 2, "stride": 1, "padding": 0,
+                           "dilation": 2, "ceil_mode": false}),
+                )],
+                "y",
+                &["y", "x.grad"],
+            ),
+            case("ceil_pad", vec![step("y", &["z"], avg1(true))], "y", &["y"]),
+            case(
+                "ceil_nopad",
+                vec![step("y", &["z"], avg1(false))],
+                "y",
+                &["y"],
+            ),
+            case(
+                "pad",
+                vec![step(
+                    "y",
+                    &["a"],
+                    json!({"name": "pad", "padding": [[0, 1], [2, 0]]}),
+                )],
+                "y",
+                &["y", "a.grad"],
+            ),
+        ],
+    );
+    let out = run_all(&s);
+    // Windows (0, 2), (1, 3), (2, 4): PyTorch's [2, 5, 4] and gradient [0, 0, 1, 1, 1].
+    assert_eq!(values(&out[0][0], &[1, 1, 3]), [2.0, 5.0, 4.0]);
+    assert_eq!(values(&out[0][1], &[1, 1, 5]), [0.0, 0.0, 1.0, 1.0, 1.0]);
+    // Ceil mode adds a window starting at 5: [6, pad, past the end]. Its divisor is 2 with
+    // the padding counted (the window clipped to the padded input), 1 without (PyTorch
+    // 2.15: [1, 3, 5, 3] and [1.5, 3, 5, 6]).
+    assert_eq!(values(&out[1][0], &[1, 1, 4]), [1.0, 3.0, 5.0, 3.0]);
+    assert_eq!(values(&out[2][0], &[1, 1, 4]), [1.5, 3.0, 5.0, 6.0]);
+    assert_eq!(
+        values(&out[3][0], &[2, 4]),
+        [0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    assert_eq!(values(&out[3][1], &[1, 2]), [1.0, 1.0]);
 }

@@ -261,7 +261,8 @@ fn a_batch_writes_one_header_the_results_of_each_probe_in_order_and_one_end() {
         vec![case(
             "one_d",
             json!([{"out": "y", "inputs": ["x"],
-                    "op": {"name": "max_pool1d", "kernel": 2, "stride": 2, "padding": 0}}]),
+                    "op": {"name": "max_pool1d", "kernel": 2, "stride": 2, "padding": 0,
+                           "dilation": 1, "ceil_mode": false}}]),
             Value::Null,
             &["y"],
         )],

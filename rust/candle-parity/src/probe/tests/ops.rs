@@ -32,6 +32,44 @@ fn conv_transpose1d_forward_and_no_backward() {
 }
 
 #[test]
+fn conv_transposes_add_a_bias() {
+    // 1-D: y = [1, 10, 2, 20, 3, 30] + 0.5; no backward at all (the bias's neither).
+    let c1 = json!({"name": "conv_transpose1d", "padding": 0, "output_padding": 0,
+                    "stride": 2, "dilation": 1, "groups": 1});
+    let out = one_op(
+        vec![
+            input("x", &[1, 1, 3], &[1.0, 2.0, 3.0], true),
+            input("w", &[1, 1, 2], &[1.0, 10.0], true),
+            input("b", &[1], &[0.5], true),
+        ],
+        &["x", "w", "b"],
+        c1,
+        &["y", "b.grad"],
+    );
+    assert_eq!(vals(&out[0]), vec![1.5, 10.5, 2.5, 20.5, 3.5, 30.5]);
+    assert!(matches!(out[1], Outcome::FrameworkError(_)), "{out:?}");
+    // 2-D: the bias gradient is the number of output positions (loss: sum).
+    let c2 = json!({"name": "conv_transpose2d", "padding": [0, 0], "output_padding": [0, 0],
+                    "stride": [1, 1], "dilation": [1, 1], "groups": 1});
+    let out = one_op(
+        vec![
+            input("x", &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0], true),
+            input("w", &[1, 1, 2, 2], &[1.0, 0.0, 0.0, 1.0], true),
+            input("b", &[1], &[-1.0], true),
+        ],
+        &["x", "w", "b"],
+        c2,
+        &["y", "x.grad", "b.grad"],
+    );
+    assert_eq!(
+        vals(&out[0]),
+        vec![0.0, 1.0, -1.0, 2.0, 4.0, 1.0, -1.0, 2.0, 3.0]
+    );
+    assert_eq!(vals(&out[1]), vec![2.0; 4]);
+    assert_eq!(vals(&out[2]), vec![9.0]);
+}
+
+#[test]
 fn conv_transpose2d_forward_and_gradients() {
     let conv = json!({"name": "conv_transpose2d", "padding": [0, 0], "output_padding": [0, 0],
                       "stride": [1, 1], "dilation": [1, 1], "groups": 1});
@@ -80,7 +118,8 @@ fn conv2d_with_unequal_pairs_and_max_pool1d_are_unsupported() {
         conv,
     );
     assert!(unsupported_message(&out).contains("Tensor::conv2d takes one stride"));
-    let pool = json!({"name": "max_pool1d", "kernel": 2, "stride": 2, "padding": 0});
+    let pool = json!({"name": "max_pool1d", "kernel": 2, "stride": 2, "padding": 0,
+                      "dilation": 1, "ceil_mode": false});
     let out = forward_only(vec![input("x", &[1, 1, 4], &[1.0; 4], false)], &["x"], pool);
     assert!(unsupported_message(&out).contains("no 1-D max pooling"));
 }
@@ -88,7 +127,8 @@ fn conv2d_with_unequal_pairs_and_max_pool1d_are_unsupported() {
 #[test]
 fn max_pool2d_gradient_is_scaled_by_the_share_of_maxima() {
     // Windows [[1, 5], [3, 4]] (max 5, alone) and [[2, 2], [2, 0]] (max 2, three times).
-    let pool = json!({"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]});
+    let pool = json!({"name": "max_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
+                      "dilation": [1, 1], "ceil_mode": false});
     let x = [1.0, 5.0, 2.0, 2.0, 3.0, 4.0, 2.0, 0.0];
     let out = one_op(
         vec![input("x", &[1, 1, 2, 4], &x, true)],
@@ -123,7 +163,8 @@ fn max_pool2d_gradient_is_scaled_by_the_share_of_maxima() {
 
 #[test]
 fn avg_pool2d_gradient_reaches_elements_outside_every_window() {
-    let pool = json!({"name": "avg_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]});
+    let pool = json!({"name": "avg_pool2d", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
+                      "count_include_pad": false, "ceil_mode": false});
     let x: Vec<f64> = (1..=8).map(f64::from).collect();
     let out = one_op(
         vec![input("x", &[1, 1, 2, 4], &x, true)],
@@ -144,6 +185,78 @@ fn avg_pool2d_gradient_reaches_elements_outside_every_window() {
     );
     assert_eq!(vals(&out[0]), vec![3.0]);
     assert_eq!(vals(&out[1]), vec![0.25; 6]);
+}
+
+#[test]
+fn pool_arguments_candle_lacks_are_unsupported_where_they_change_the_result() {
+    let x: Vec<f64> = (1..=10).map(f64::from).collect();
+    let pool = |name: &str, extra: Value| {
+        let mut p = json!({"name": name, "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0],
+                           "ceil_mode": false});
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        p
+    };
+    let run = |shape: &[usize], op: Value| {
+        forward_only(
+            vec![input(
+                "x",
+                shape,
+                &x[..shape.iter().product::<usize>()],
+                false,
+            )],
+            &["x"],
+            op,
+        )
+    };
+    let dilated = pool("max_pool2d", json!({"dilation": [1, 2]}));
+    assert!(unsupported_message(&run(&[1, 1, 2, 5], dilated)).contains("no dilation argument"));
+    // Width 5, kernel 2, stride 2: ceil mode adds a window starting at 4 (inside the input).
+    let ceil = pool("max_pool2d", json!({"dilation": [1, 1], "ceil_mode": true}));
+    assert!(unsupported_message(&run(&[1, 1, 2, 5], ceil.clone())).contains("ceil_mode"));
+    // Width 4: both modes give 2 windows, so candle's floor mode is the same computation.
+    assert_eq!(
+        ok(&run(&[1, 1, 2, 4], ceil)),
+        (vec![6.0, 8.0], vec![1, 1, 1, 2])
+    );
+    // Without padding count_include_pad changes nothing.
+    let avg = pool("avg_pool2d", json!({"count_include_pad": false}));
+    assert_eq!(
+        ok(&run(&[1, 1, 2, 4], avg)),
+        (vec![3.5, 5.5], vec![1, 1, 1, 2])
+    );
+    let avg1 = json!({"name": "avg_pool1d", "kernel": 2, "stride": 2, "padding": 0,
+                      "count_include_pad": true, "ceil_mode": false});
+    assert!(unsupported_message(&run(&[1, 1, 4], avg1)).contains("no 1-D average pooling"));
+}
+
+#[test]
+fn pad_adds_zeros_before_and_after_each_dimension() {
+    // [2, 2] padded by [[1, 0], [0, 2]] → [3, 4]; the gradient of the weighted sum is the
+    // weights (1..12) at the input's places.
+    let out = one_op(
+        vec![
+            input("x", &[2, 2], &[1.0, 2.0, 3.0, 4.0], true),
+            input(
+                "c",
+                &[3, 4],
+                &(1..=12).map(f64::from).collect::<Vec<_>>(),
+                false,
+            ),
+        ],
+        &["x"],
+        json!({"name": "pad", "padding": [[1, 0], [0, 2]]}),
+        &["y", "x.grad"],
+    );
+    assert_eq!(
+        ok(&out[0]),
+        (
+            vec![0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0, 0.0, 0.0],
+            vec![3, 4]
+        )
+    );
+    assert_eq!(vals(&out[1]), vec![5.0, 6.0, 9.0, 10.0]);
 }
 
 #[test]
