@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
 from test_own_workflow import snakemake, summary
+
+from conftest import REPO
 
 pytestmark = pytest.mark.workflow
 

@@ -36,10 +36,13 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    fn new(n: usize, hidden: usize, device: &Device) -> Self {
+    /// `n → hidden → n`; `last_bias`: whether `fc2` has a bias.
+    fn new(n: usize, hidden: usize, last_bias: bool, device: &Device) -> Self {
         Self {
             fc1: LinearConfig::new(n, hidden).init(device),
-            fc2: LinearConfig::new(hidden, n).init(device),
+            fc2: LinearConfig::new(hidden, n)
+                .with_bias(last_bias)
+                .init(device),
         }
     }
 
@@ -90,14 +93,20 @@ fn size(config: &serde_json::Value, key: &str, default: usize) -> Result<usize> 
 
 impl BurnModel for TinyMixer {
     /// `config`: the factory's kwargs (`patches`, `dim`, `hidden`, `blocks`, `classes`,
-    /// `activation`; defaults 4, 8, 16, 2, 3, `relu`). The initial values are burn's; the
-    /// runner replaces every one with the fixture's.
+    /// `activation`, `token_bias`; defaults 4, 8, 16, 2, 3, `relu`, true). The initial values
+    /// are burn's; the runner replaces every one with the fixture's.
     fn init(config: &serde_json::Value, device: &Device) -> Result<Self> {
         let patches = size(config, "patches", 4)?;
         let dim = size(config, "dim", 8)?;
         let hidden = size(config, "hidden", 16)?;
         let blocks = size(config, "blocks", 2)?;
         let classes = size(config, "classes", 3)?;
+        let token_bias = match config.get("token_bias") {
+            None => true,
+            Some(v) => v
+                .as_bool()
+                .with_context(|| format!("kwargs.token_bias is {v}, not a boolean"))?,
+        };
         let activation = match config.get("activation").and_then(|v| v.as_str()) {
             None | Some("relu") => Activation::Relu,
             Some("gelu") => Activation::Gelu,
@@ -109,9 +118,9 @@ impl BurnModel for TinyMixer {
             blocks: (0..blocks)
                 .map(|_| MixerBlock {
                     norm1: norm(),
-                    token_mlp: Mlp::new(patches, hidden, device),
+                    token_mlp: Mlp::new(patches, hidden, token_bias, device),
                     norm2: norm(),
-                    channel_mlp: Mlp::new(dim, hidden, device),
+                    channel_mlp: Mlp::new(dim, hidden, true, device),
                 })
                 .collect(),
             norm: norm(),
