@@ -47,13 +47,14 @@ def copy_mixer(dest: Path, only: list[str], steps: int = 3) -> Path:
 
 
 def run(folder: Path, *targets: str, check: bool = True):
+    # The targets go first: --configfile takes every word after it.
     return snakemake(
         folder,
+        *targets,
         "--snakefile",
         str(REPO / "Snakefile"),
         "--configfile",
         "config.yaml",
-        *targets,
         check=check,
     )
 
