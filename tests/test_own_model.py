@@ -201,14 +201,20 @@ def test_a_rust_side_without_its_crate_and_a_missing_buffer_are_refused(tmp_path
         Plan(cfg, workdir=str(tmp_path))
 
 
-def test_a_burn_port_is_refused_until_its_runner_exists(tmp_path):
+def test_a_burn_port_is_planned_like_a_candle_port(tmp_path):
     cfg = own_config(tmp_path, {"factory": str(REPO / TEMPLATE)})
     exp = cfg["experiments"]["mine"]
     exp["model"]["burn"] = {"crate": str(tmp_path), "model": "Port"}
     exp["runs"]["burn"] = {}
     with pytest.raises(ConfigError) as e:
         Plan(cfg, workdir=str(tmp_path))
-    assert "model.burn: an own model's burn port has no runner yet" in str(e.value)
+    assert f"model.burn.crate: {tmp_path.resolve()} has no Cargo.toml" in str(e.value)
+    (tmp_path / "Cargo.toml").write_text('[package]\nname = "p"\n')
+    exp["model"]["rename"] = {"burn": {"first.weight": "0.weight"}}
+    plan = Plan(cfg, workdir=str(tmp_path))
+    model = plan.experiments["mine"]["model"]
+    assert model["burn"] == {"crate": str(tmp_path.resolve()), "model": "Port"}
+    assert model["rename"]["burn"] == {"first.weight": "0.weight"}
 
 
 def test_only_selects_the_experiments_and_refuses_an_unknown_name(template_plan):

@@ -3,7 +3,10 @@
 Each sample is ``patches`` patch vectors of ``dim`` floats, ``[B, patches, dim]``. A block
 mixes across patches (an MLP applied to each channel, over the patches) and then across
 channels (an MLP applied to each patch), each behind a LayerNorm with a residual
-connection; the head averages the patches and gives ``classes`` logits. The MLPs are
+connection; the head averages the patches and gives ``classes`` logits. With
+``token_bias=False`` the token MLP's last Linear has no bias: that bias adds one constant
+to every channel of a patch, which the next LayerNorm (over the channels) removes, so its
+exact gradient is 0 and its computed one rounding noise (see config.yaml). The MLPs are
 ``nn.Sequential(Linear, activation, Linear)``, so their state_dict keys are
 ``blocks.{i}.token_mlp.0.weight``, ``….2.bias``: the burn port in ``burn-port/`` names the
 layers ``fc1``/``fc2`` and maps the keys with burn-store's key remapping.
@@ -15,15 +18,17 @@ from torch import nn
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 
 
-def mlp(n: int, hidden: int, activation: str) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(n, hidden), ACTIVATIONS[activation](), nn.Linear(hidden, n))
+def mlp(n: int, hidden: int, activation: str, last_bias: bool = True) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(n, hidden), ACTIVATIONS[activation](), nn.Linear(hidden, n, bias=last_bias)
+    )
 
 
 class MixerBlock(nn.Module):
-    def __init__(self, patches: int, dim: int, hidden: int, activation: str):
+    def __init__(self, patches: int, dim: int, hidden: int, activation: str, token_bias: bool):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.token_mlp = mlp(patches, hidden, activation)
+        self.token_mlp = mlp(patches, hidden, activation, token_bias)
         self.norm2 = nn.LayerNorm(dim)
         self.channel_mlp = mlp(dim, hidden, activation)
 
@@ -34,10 +39,10 @@ class MixerBlock(nn.Module):
 
 
 class TinyMixer(nn.Module):
-    def __init__(self, patches, dim, hidden, blocks, classes, activation):
+    def __init__(self, patches, dim, hidden, blocks, classes, activation, token_bias):
         super().__init__()
         self.blocks = nn.ModuleList(
-            MixerBlock(patches, dim, hidden, activation) for _ in range(blocks)
+            MixerBlock(patches, dim, hidden, activation, token_bias) for _ in range(blocks)
         )
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
@@ -48,6 +53,8 @@ class TinyMixer(nn.Module):
         return self.head(self.norm(x).mean(dim=1))
 
 
-def make_model(patches=4, dim=8, hidden=16, blocks=2, classes=3, activation="relu"):
+def make_model(
+    patches=4, dim=8, hidden=16, blocks=2, classes=3, activation="relu", token_bias=True
+):
     """The factory the config names (``examples/tiny_mixer/model.py:make_model``)."""
-    return TinyMixer(patches, dim, hidden, blocks, classes, activation)
+    return TinyMixer(patches, dim, hidden, blocks, classes, activation, token_bias)

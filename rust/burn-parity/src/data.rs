@@ -111,8 +111,25 @@ pub(crate) fn float_targets(
 /// the transformer `out` is the logits `[batch·seq_len, vocab]` and every position is a
 /// sample, so the mean is over batch × seq_len. Returns a one-element tensor.
 pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) -> Tensor<1> {
-    let i = data.index(t);
-    match (kind, &data.targets) {
+    batch_loss(kind, out, &data.targets, data.index(t), device)
+}
+
+/// The loss of `out` against batch `i` of `targets` ([`loss`], which the built-in runs and
+/// an own model's runner share): MSE of `[batch, outputs]` values (mean over every element),
+/// or the cross-entropy of logits `[samples, classes]` against `[samples]` labels (mean over
+/// samples).
+///
+/// # Panics
+/// When the loss kind does not fit the targets (the loaders pair them) or burn refuses the
+/// shapes.
+pub(crate) fn batch_loss(
+    kind: Loss,
+    out: Tensor<2>,
+    targets: &Targets,
+    i: usize,
+    device: &Device,
+) -> Tensor<1> {
+    match (kind, targets) {
         (Loss::Mse, Targets::Values(y)) => {
             MseLoss::new().forward(out, y[i].clone(), Reduction::Mean)
         }
@@ -120,6 +137,6 @@ pub fn loss(kind: Loss, out: Tensor<2>, data: &Data, t: u32, device: &Device) ->
             .with_logits(true)
             .init(device)
             .forward(out, y[i].clone()),
-        _ => unreachable!("Net::load pairs each loss with its targets"),
+        _ => unreachable!("the loaders pair each loss with its targets"),
     }
 }

@@ -34,6 +34,7 @@ pub mod mlp;
 pub mod model;
 pub mod moments;
 pub mod optim;
+pub mod own;
 pub mod probe;
 pub mod replay;
 pub mod taps;

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use burn::tensor::{Device, Gradients};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::optim::{Parameters, RunOptimizer};
+use parity_common::probe_spec::catch_panic;
 use parity_common::spec::{Fault, RunSpec};
 
 use crate::device::{self, Host};
@@ -39,43 +40,101 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     }
     let dev = device::open(spec.device, spec.dtype)?;
     let mut opt = Stepper::new(&spec.optimizer, spec.record.moments)?;
-    let (mut net, data) = Net::load(spec, &dev)?;
+    let (net, data) = Net::load(spec, &dev)?;
     let mut out = FrameWriter::new(sink);
 
     let mut header = header_meta(&dev);
     opt.describe(&mut header);
     out.write_meta(header)?;
 
-    opt.write_step(&mut out, spec, 0, &net, None, Vec::new())?;
-    let progress_every = (spec.steps / 10).max(1);
-    for t in 1..=spec.steps {
-        let mut recorded_grads = Vec::new();
-        let (next, loss) = step(
-            spec,
-            net,
-            &data,
-            t,
-            &mut opt,
-            &mut Taps::off(),
-            |net, _, g| {
-                recorded_grads = net.recorded_grads(spec, t, g)?;
-                Ok(())
-            },
-        )?;
-        net = next;
-        let loss_value = loss.scalar()?;
-        if spec.records_step(t) {
-            opt.write_step(&mut out, spec, t, &net, Some(loss_value), recorded_grads)?;
-            if t.is_multiple_of(progress_every) || t == spec.steps {
-                eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
-            }
-        }
+    let ended = train_steps(spec, &mut out, net, &mut opt, |net, t| {
+        let (loss, grads) = pass(spec, net, &data, t, &mut Taps::off());
+        Ok((loss?.scalar()?, grads))
+    })?;
+    if let Err((t, e)) = ended {
+        return Err(e.context(format!("step {t}")));
     }
     out.write_meta(meta([
         ("kind", "end".into()),
         ("status", "complete".into()),
     ]))?;
     Ok(())
+}
+
+/// The steps of a training run, as burn-parity's built-in families and an own model's
+/// runner ([`crate::own`]) both run them: step 0's frame (the initial parameters), then per
+/// step `t` from 1: `pass(net, t)` (the forward pass, the loss and `loss.backward()`,
+/// returning the loss widened to f64 and the gradients), the recorded gradients
+/// ([`Parameters::recorded_grads`], read before the update), the update
+/// ([`RunOptimizer::update`]) and, for a recorded step, its `step` frame
+/// ([`RunOptimizer::write_step`]); progress goes to stderr about ten times per run.
+///
+/// Returns `Ok(Ok(()))` after the last step, or `Ok(Err((t, e)))` when `pass` or the update
+/// failed at step `t` (an error, or a panic inside burn or the port, as
+/// `panic: <message>`): every finished step is in `out`, and the caller decides what a
+/// framework error means (the built-in runs fail; an own model's run ends its stream with
+/// a `failed` end frame). Writes no header and no end frame.
+///
+/// # Errors
+/// A failing sink, or a parameter, gradient or moment that cannot be read back.
+pub fn train_steps<O, W, F>(
+    spec: &RunSpec,
+    out: &mut FrameWriter<W>,
+    mut net: O::Params,
+    opt: &mut O,
+    mut pass: F,
+) -> Result<std::result::Result<(), (u32, anyhow::Error)>>
+where
+    O: RunOptimizer,
+    O::Params: Parameters<Grads = Gradients>,
+    W: Write,
+    F: FnMut(&O::Params, u32) -> Result<(f64, Gradients)>,
+{
+    opt.write_step(out, spec, 0, &net, None, Vec::new())?;
+    let progress_every = (spec.steps / 10).max(1);
+    for t in 1..=spec.steps {
+        let (loss, grads) = match guarded(|| pass(&net, t)) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err((t, e))),
+        };
+        let recorded_grads = net.recorded_grads(spec, t, &grads)?;
+        net = match guarded(|| opt.update(spec, t, net, grads)) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err((t, e))),
+        };
+        if spec.records_step(t) {
+            opt.write_step(out, spec, t, &net, Some(loss), recorded_grads)?;
+            if t.is_multiple_of(progress_every) || t == spec.steps {
+                eprintln!("step {t}/{} loss {loss:.8}", spec.steps);
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Runs `f`, turning a panic inside burn (or a user's port) into an error
+/// ([`parity_common::probe_spec::catch_panic`]: `panic: <message>`).
+///
+/// # Errors
+/// Those of `f`, and a panic.
+pub fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_panic(f).unwrap_or_else(|msg| Err(anyhow!(msg)))
+}
+
+/// The forward pass of step `t` (from 1) on batch `(t − 1) mod batches` (marking
+/// intermediates in `taps`), its loss and `loss.backward()`: the loss (one element, run
+/// dtype; an error when it cannot be read back) and the gradients.
+fn pass(
+    spec: &RunSpec,
+    net: &Net,
+    data: &Data,
+    t: u32,
+    taps: &mut Taps,
+) -> (Result<Host>, Gradients) {
+    let output = net.forward_tapped(data, t, taps);
+    let loss = model::loss(spec.loss, output, data, t, data.device());
+    let loss_value = Host::read(loss.clone().inner(), spec.dtype);
+    (loss_value, loss.backward())
 }
 
 /// One training step `t` (from 1) on batch `(t − 1) mod batches`, as `train` and `replay`
@@ -96,10 +155,8 @@ pub fn step(
     taps: &mut Taps,
     inspect: impl FnOnce(&Net, &Taps, &Gradients) -> Result<()>,
 ) -> Result<(Net, Host)> {
-    let output = net.forward_tapped(data, t, taps);
-    let loss = model::loss(spec.loss, output, data, t, data.device());
-    let loss_value = Host::read(loss.clone().inner(), spec.dtype)?;
-    let grads = loss.backward();
+    let (loss_value, grads) = pass(spec, &net, data, t, taps);
+    let loss_value = loss_value?;
     inspect(&net, taps, &grads)?;
     Ok((opt.update(spec, t, net, grads)?, loss_value))
 }

@@ -35,11 +35,9 @@ from parity.core.config import ConfigError, canonical_hash
 CARD = "results/own/{experiment}/card.json"
 #: Seconds the model card may take (importing transformers and building the model).
 CARD_TIMEOUT = 900
-#: The Rust frameworks an own model can be ported to.
+#: The Rust frameworks an own model can be ported to (each has its runner library:
+#: ``candle_parity::own``, ``burn_parity::own``).
 RUST_SIDES = ("candle", "burn")
-#: The Rust sides an own model can be built for today: the burn runner of an own model is
-#: not written yet (parity-common has its trait), so a burn side is refused by name.
-RUNNABLE_SIDES = ("candle",)
 
 
 def _versions() -> dict[str, str]:
@@ -283,15 +281,6 @@ def resolve_model(
             buffers[b] = card["buffers"][b]
     for side in RUST_SIDES:
         if side not in model:
-            continue
-        if side not in RUNNABLE_SIDES:
-            problems.append(
-                ConfigError(
-                    f"{where}.{side}",
-                    f"an own model's {side} port has no runner yet (docs/own-model.md); "
-                    f"use a candle port: {', '.join(RUNNABLE_SIDES)}",
-                )
-            )
             continue
         crate = Path(workdir, model[side]["crate"]).resolve()
         if not (crate / "Cargo.toml").is_file():

@@ -1,15 +1,16 @@
 //! The burn side of a user's own model (feature `burn`; contract in [`crate::own`]): the
-//! trait a burn 0.22.1 port implements and its taps. The runner that drives it
-//! (`burn_parity::own`) is not written yet; this is its agreed interface.
+//! trait a burn 0.22.1 port implements and its taps, which the runner `burn_parity::own`
+//! drives.
 //!
 //! burn 0.22.1 dispatches its backend at run time (`burn::tensor::Device`: the ndarray
 //! device with autodiff, its float type the run dtype), so one port type serves float32 and
 //! float64 runs: the generated runner's `main` is one line per port, as for candle. The
-//! runner is to load the fixture into the module with burn-store
-//! (`SafetensorsStore::from_file(..).with_from_adapter(PyTorchToBurnAdapter)`, remapped by
-//! [`BurnModel::key_remap`], `model.load_from(&mut store)`), report its
-//! `ApplyResult.missing/unused/errors` in `inspect`, and record the parameters back in
-//! PyTorch names and layout (`BurnToPyTorchAdapter`).
+//! runner loads the fixture into the module with burn-store (a `SafetensorsStore` of the
+//! fixture's tensors `.with_from_adapter(PyTorchToBurnAdapter)`, remapped by the rename
+//! table and [`BurnModel::key_remap`], `model.load_from(&mut store)`), reports its
+//! `ApplyResult.missing/unused/errors` in `inspect`, and records the parameters back in
+//! PyTorch names and layout (the inverse of the adapter, measured from
+//! `BurnToPyTorchAdapter`).
 
 use burn::module::Module;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
@@ -40,10 +41,11 @@ pub enum Output {
     Rank4(Tensor<4>),
 }
 
-/// A user's burn port of a PyTorch model, as the own-model runner is to drive it.
+/// A user's burn port of a PyTorch model, as the own-model runner drives it.
 pub trait BurnModel: Module + Sized {
     /// The module, initialised from `config` (the run spec's `model.config`, handed over
-    /// verbatim) on `device`; the runner then loads the fixture's weights into it.
+    /// verbatim) on `device`; the runner then loads the fixture's weights into it
+    /// (burn-store; the module's initial values are all replaced).
     ///
     /// # Errors
     /// Whatever the port refuses (a config it cannot read).
@@ -64,11 +66,14 @@ pub trait BurnModel: Module + Sized {
     }
 }
 
+/// How a recorded tap reads its gradient from a backward pass's gradients.
+type GradReader = Box<dyn Fn(&Gradients) -> Option<TensorData>>;
+
 /// A recorded tap: its path, the intermediate's values, and how to read the tap's gradient.
 struct Marked {
     path: String,
     value: Box<dyn Fn() -> TensorData>,
-    grad: Box<dyn Fn(&Gradients) -> Option<TensorData>>,
+    grad: GradReader,
 }
 
 /// The intermediates a burn port's forward pass names, as [`crate::own::candle::Taps`] does

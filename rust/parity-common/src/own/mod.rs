@@ -7,11 +7,12 @@
 //!
 //! * feature `candle`: [`candle::CandleModel`] (build from a `VarBuilder` that serves the
 //!   fixture's tensors by state_dict key, forward with [`candle::Taps`]);
-//! * feature `burn`: `burn::BurnModel` (for burn 0.22.1; its runner is future work).
+//! * feature `burn`: `burn::BurnModel` (for burn 0.22.1: init on a device, loaded by
+//!   burn-store from the fixture, forward with `burn::Taps`).
 //!
-//! The runner library of the framework (`candle_parity::own::main`) links the user's type
-//! into a binary with the shared command line ([`crate::cli`]): `train`, `replay`,
-//! `inspect`, `defaults`, `version`, `source-id`. This module holds what is framework-free:
+//! The runner library of the framework (`candle_parity::own::main`,
+//! `burn_parity::own::main`) links the user's type into a binary with the shared command
+//! line ([`crate::cli`]): `train`, `replay`, `inspect`, `defaults`, `version`, `source-id`. This module holds what is framework-free:
 //! the report of `inspect` ([`Inspection`], read by `scripts/parity/run/own_check.py`) and
 //! the names of a replay's intermediates ([`replay_names`]).
 //!
