@@ -531,7 +531,8 @@ def index_rows(text: str) -> dict[tuple, list[str]]:
 def test_the_index_lists_every_comparison_with_its_verdict_and_links_that_exist(finished):
     workdir, _ = finished
     text = (workdir / paths.INDEX).read_text()
-    summary = list(csv.DictReader(open(workdir / "results/tables/summary.csv")))
+    with open(workdir / "results/tables/summary.csv", encoding="utf-8") as f:
+        summary = list(csv.DictReader(f))
     listed = index_rows(text)
     assert set(listed) == {(r["experiment"], r["comparison"], r["device"]) for r in summary}
     for r in summary:
