@@ -146,15 +146,15 @@ def localise(
     log_path: str | None,
     code: str | None = None,
 ) -> dict:
-    """The ``localise`` rule's job: the result, its table (CSV, Markdown, HTML) and figure.
+    """The ``localise`` rule's job: the result, its table (Markdown, HTML; CSV) and figure.
 
     ``params`` is ``Plan.comparison_job``; ``perstep_result`` (and ``diagnosis_result``, or
     None without float64 runs) the comparison jobs' sealed results; ``outputs`` has ``md``
     and ``result`` (the rule's declared outputs) and may name ``csv``, ``png`` and ``svg``
     (default: ``Comparison.table``, ``Comparison.figure``): only a localised comparison
     has rows for a CSV and a figure (:func:`_figure`); a skipped one's Markdown and HTML
-    say why. A comparison that cannot be replayed gets
-    status ``not localised`` and the reason, not an error.
+    say why. A comparison that cannot be replayed gets status ``not localised`` and the
+    reason, not an error. Returns the sealed result as written.
     """
     job = dict(params)
     read = {"perstep": perstep_result, "fixture": params["localise"]["fixture"]}
