@@ -54,3 +54,24 @@ rule provenance:
         seal=lambda wc: page_seal("provenance"),
     script:
         "../scripts/provenance.py"
+
+
+rule index:
+    """The index of results/: every comparison with its verdict and links to its tables
+    and figures, the summary, the probes and the other pages (results/README.md)."""
+    input:
+        unpack(index_inputs),
+    output:
+        index=paths.INDEX,
+        record=paths.INDEX_SOURCES,
+    log:
+        "results/logs/index.log",
+    benchmark:
+        "results/benchmarks/index.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=code("index.py"),
+        seal=lambda wc: page_seal("index"),
+    script:
+        "../scripts/index.py"

@@ -9,7 +9,7 @@ localise(
     sm.params.job,
     sm.input.perstep,
     sm.input.get("diagnosis"),
-    {k: sm.output[k] for k in ("csv", "md", "result", "png", "svg")},
+    {k: sm.output[k] for k in ("md", "result")},
     log,
     sm.log[0],
     code=sm.params.code,

@@ -249,8 +249,10 @@ def test_a_missing_runner_gives_a_result_not_a_crash(tmp_path, monkeypatch):
     result = _run_job(params, perstep, out, tmp_path)  # no results/bin/candle-parity-0.11.0-cpu
     assert result["status"] == "not localised" and result["culprit"] is None
     assert "candle" in result["reason"]
-    assert Path(out["csv"]).read_text().startswith("order,phase,quantity")
     assert "not localised" in Path(out["md"]).read_text()
+    # nothing to tabulate or draw: no CSV, no figure, and the record names neither
+    assert not any(Path(out[k]).exists() for k in ("csv", "png", "svg"))
+    assert set(result["tables"]) == {"md", "html"}
 
 
 def test_an_imported_device_is_not_replayed(tmp_path, monkeypatch):
@@ -359,9 +361,12 @@ print(json.dumps({"status": r["status"], "loaded": [m for m in heavy if m in sys
 """
 
 
-def test_a_skipped_localisation_writes_every_output_without_the_replay_or_matplotlib(
+def test_a_skipped_localisation_writes_its_table_but_no_csv_or_figure_without_the_replay(
     tmp_path, monkeypatch
 ):
+    """Issue 38: a skipped localisation's table says so; it leaves no header-only CSV and
+    no figure (none declared, none written, and a figure an earlier run left is removed),
+    and imports neither the replay nor matplotlib."""
     import json
     import os
     import subprocess
@@ -373,6 +378,7 @@ def test_a_skipped_localisation_writes_every_output_without_the_replay_or_matplo
 
     _, params, perstep, out = _job(tmp_path, monkeypatch, load_config(), "a3_sgd", "main")
     integrity.write_sealed_json(perstep, {"verdict": "pass", "kind": "perstep"})
+    Path(out["png"]).write_bytes(b"\x89PNG left by a run that localised")
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"params": params, "perstep": perstep, "out": out}))
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
@@ -387,8 +393,16 @@ def test_a_skipped_localisation_writes_every_output_without_the_replay_or_matplo
     assert json.loads(proc.stdout) == {"status": "skipped", "loaded": []}
     result = integrity.read_sealed_json(out["result"])
     assert result["status"] == "skipped" and "localise.all" in result["reason"]
-    assert Path(out["csv"]).read_text() == ",".join(localise.COLUMNS) + "\n"
     assert "skipped: passed" in Path(out["md"]).read_text()
-    assert Path(out["png"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    svg = Path(out["svg"]).read_text()
-    assert svg.startswith("<?xml") and "a3_sgd: main on cpu: skipped, not localised" in svg
+    html = Path(out["md"]).with_suffix(".html").read_text()
+    assert "skipped: passed" in html and "<img" not in html
+    assert not any(Path(out[k]).exists() for k in ("csv", "png", "svg"))
+    assert sorted(result["tables"]) == ["html", "md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "args.json",
+        "out.html",
+        "out.md",
+        "out.result",
+        "perstep.json",
+        "results",
+    ]

@@ -264,7 +264,8 @@ PERSTEP = "results/compare/a3_sgd/perstep-cpu.json"
 LOCALISE = "results/compare/a3_sgd/localise-main-cpu.json"
 READ_TABLES = {
     **{f"results/tables/a3_sgd/perstep-cpu.{e}": PERSTEP for e in ("csv", "md", "html")},
-    **{f"results/tables/a3_sgd/localise-main-cpu.{e}": LOCALISE for e in ("csv", "md")},
+    # a3_sgd main passes: its localisation is skipped, a Markdown and HTML table, no CSV
+    **{f"results/tables/a3_sgd/localise-main-cpu.{e}": LOCALISE for e in ("md", "html")},
     "results/tables/summary.md": paths.SUMMARY_SOURCES,
     "results/tables/summary.html": paths.SUMMARY_SOURCES,
     "results/tables/probes.md": paths.PROBES_SOURCES,
@@ -277,7 +278,8 @@ READ_TABLES = {
     "results/tables/versions.md": paths.VERSIONS_TABLE_SOURCES,
     paths.TRAINING_LOOP_PAGE: paths.TRAINING_LOOP_SOURCES,
     **{f"results/figures/a3_sgd/perstep-cpu.{e}": PERSTEP for e in ("png", "svg")},
-    **{f"results/figures/a3_sgd/localise-main-cpu.{e}": LOCALISE for e in ("png", "svg")},
+    # issue 38: the index of results/
+    paths.INDEX: paths.INDEX_SOURCES,
 }
 
 
@@ -465,3 +467,101 @@ def test_check_refuses_hand_edited_pages_and_pages_of_another_config(run):
         "(not in the config: results/traces/a3_wd_mismatch/"
     ) in log
     assert "comparisons, 0 differ" not in log  # refused, never judged
+
+
+# ----- issue 38: what a run leaves, and its index ----------------------------------------
+
+
+def localisations(workdir: Path) -> dict[str, dict]:
+    """Every localisation result of the run, by path."""
+    return {
+        str(p.relative_to(workdir)): integrity.read_sealed_json(p)
+        for p in sorted((workdir / "results/compare").glob("*/localise-*.json"))
+    }
+
+
+def test_a_skipped_localisation_leaves_no_csv_or_figure_and_a_localised_one_does(finished):
+    workdir, _ = finished
+    found = localisations(workdir)
+    status = {r["experiment"] + " " + r["comparison"]: r["status"] for r in found.values()}
+    assert status["a3_sgd main"] == "skipped"
+    assert status["a3_wd_mismatch main"] == "localised"
+    assert set(status.values()) == {"skipped", "localised"}
+    for r in found.values():
+        stem = f"{r['experiment']}/localise-{r['comparison']}-{r['device']}"
+        files = {
+            k: workdir / f"results/{d}/{stem}.{k}"
+            for d, ks in (("tables", ("csv", "md", "html")), ("figures", ("png", "svg")))
+            for k in ks
+        }
+        there = sorted(k for k, f in files.items() if f.exists())
+        # what the job wrote is on disk and in its sealed record, nothing more
+        assert sorted(r["tables"]) == there
+        html = files["html"].read_text()
+        if r["status"] == "skipped":
+            assert there == ["html", "md"]
+            assert "<img" not in html
+        else:
+            assert there == ["csv", "html", "md", "png", "svg"]
+            assert html.count('<img alt="localisation figure" src="data:image/png;base64,') == 1
+    figures = sorted(
+        str(p.relative_to(workdir)) for p in (workdir / "results/figures").rglob("localise-*")
+    )
+    assert figures == sorted(
+        r["tables"][k]["path"]
+        for r in found.values()
+        if r["status"] == "localised"
+        for k in ("png", "svg")
+    )
+    assert "results/figures/a3_wd_mismatch/localise-main-cpu.png" in figures
+
+
+def index_rows(text: str) -> dict[tuple, list[str]]:
+    """(experiment, comparison, device) → the cells of its row in the index."""
+    out, experiment = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            experiment = line[3:]
+        elif line.startswith("| ") and experiment and not line.startswith("| comparison"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            out[(experiment, cells[0], cells[1])] = cells
+    return out
+
+
+def test_the_index_lists_every_comparison_with_its_verdict_and_links_that_exist(finished):
+    workdir, _ = finished
+    text = (workdir / paths.INDEX).read_text()
+    with open(workdir / "results/tables/summary.csv", encoding="utf-8") as f:
+        summary = list(csv.DictReader(f))
+    listed = index_rows(text)
+    assert set(listed) == {(r["experiment"], r["comparison"], r["device"]) for r in summary}
+    for r in summary:
+        assert listed[r["experiment"], r["comparison"], r["device"]][2] == r["verdict"]
+    assert listed["a3_wd_mismatch", "main", "cpu"][2] == "expected-fail"
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert links and all((workdir / "results" / link).is_file() for link in links), links
+    # every table (Markdown) and figure (PNG) each comparison's jobs wrote is linked
+    wrote = set()
+    for result in (workdir / "results/compare").glob("*/*.json"):
+        tables = integrity.read_sealed_json(result)["tables"]
+        wrote |= {tables[k]["path"] for k in ("md", "png") if k in tables}
+    assert wrote and {f"results/{link}" for link in links} >= wrote
+    for page in ("tables/summary.md", "tables/probes.md", "tables/provenance.md"):
+        assert f"]({page})" in text
+    assert f"**{len(summary)} comparisons**" in text
+    assert "**0** differ from their expectation" in text
+
+
+def test_check_names_an_index_no_record_covers(run, monkeypatch):
+    workdir, config = run
+    monkeypatch.chdir(workdir)
+    Path(paths.INDEX_SOURCES).unlink()
+    params = check_params_of(config)
+    assert check.problems(params) == [
+        f"{paths.INDEX} has no record ({paths.INDEX_SOURCES} is missing): rerun the workflow"
+    ]
+    said = (
+        f"{paths.INDEX}: not verified (no record check holds covers it: made by another "
+        "config, or written by hand)"
+    )
+    assert sealed.unverified(sealed.recorded_files(check.records(params))) == [said]

@@ -168,6 +168,7 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
     # One build per release: candle 0.11.0 and 0.11.1, burn 0.22.1.
     assert counts["build_candle"] == 2 and counts["build_burn"] == 1
     assert counts["localise"] == len(comparisons)
+    assert counts["index"] == 1  # results/README.md
     assert counts["compare"] == len(with_f64) > 0
     assert counts["perstep"] == len(comparisons) - len(with_f64) > 0
 
@@ -381,6 +382,11 @@ def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
         assert (rows[key]["culprit"], rows[key]["culprit_phase"]) == (culprit, phase), key
     # Comparisons that pass as expected are not localised unless config localise.all asks.
     assert rows[("a3_adamw", "main")]["culprit"] == "(skipped)"
+    # and leave no CSV or figure, only the table that says so (issue 38)
+    skipped = "results/{}/a3_adamw/localise-main-cpu.{}"
+    assert (workdir / skipped.format("tables", "md")).exists()
+    for folder, ext in (("tables", "csv"), ("figures", "png"), ("figures", "svg")):
+        assert not (workdir / skipped.format(folder, ext)).exists(), ext
 
 
 def test_the_transformer_family_runs_in_all_three_frameworks(short_run):

@@ -105,6 +105,21 @@ def check_params():
     )
 
 
+def index_inputs(wildcards):
+    """The index is made from the summary, its record and with probes the probe table;
+    it waits for the pages it links to (their records, made after each page)."""
+    out = {
+        "summary": paths.SUMMARY.format(ext="csv"),
+        "summary_sources": paths.SUMMARY_SOURCES,
+        "pages": [
+            record for page, (_, record) in sealed.PAGES.items() if page != "index"
+        ],
+    }
+    if PROBES.probes:
+        out["probes"] = paths.PROBES_TABLE.format(ext="csv")
+    return out
+
+
 def versions_table_inputs(wildcards):
     """The release matrix reads the summary and, with probes, the probe table."""
     out = {"summary": paths.SUMMARY.format(ext="csv")}

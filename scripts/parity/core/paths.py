@@ -69,6 +69,8 @@ VERSIONS_TABLE = "results/tables/versions.{ext}"
 OPTIMIZER_DEFAULTS = "results/tables/optimizer_defaults.{ext}"
 PROVENANCE = "results/tables/provenance.{ext}"
 TRAINING_LOOP_PAGE = "results/report/training_loop.html"
+#: The index of results/ (parity.report.index): every comparison's verdict and its files.
+INDEX = "results/README.md"
 
 #: What the summary and the probe table were made from (``integrity.write_record``): the
 #: run, each result's sha256, the sha256 of the tables written. ``check`` reads them.
@@ -78,6 +80,7 @@ PROBES_SOURCES = "results/tables/probes.sources.json"
 #: sha256 of each file it wrote, its inputs', its params hash and its code. ``check`` reads
 #: them.
 PROVENANCE_SOURCES = "results/tables/provenance.sources.json"
+INDEX_SOURCES = "results/index.sources.json"
 FRAMEWORK_SUMMARY_SOURCES = "results/tables/framework_summary.sources.json"
 OPTIMIZER_DEFAULTS_SOURCES = "results/tables/optimizer_defaults.sources.json"
 VERSIONS_TABLE_SOURCES = "results/tables/versions.sources.json"

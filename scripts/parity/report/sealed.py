@@ -1,7 +1,8 @@
 """Sealed records of the pages a person reads that one job makes from a few files: the
-provenance table, the framework table, the optimizer defaults, the release matrix and the
-report's training-loop page (:data:`PAGES`). ``check`` holds each page to its record, and
-the record to the current config, code and plan (:func:`page_problems`).
+provenance table, the framework table, the optimizer defaults, the release matrix, the
+report's training-loop page and the index of ``results/`` (:data:`PAGES`). ``check`` holds
+each page to its record, and the record to the current config, code and plan
+(:func:`page_problems`).
 
 A page's job takes the sha256 of every input before it reads it (:func:`read_inputs`),
 writes its files, then its record (:func:`seal_page`: ``integrity.write_record``, sealed
@@ -38,6 +39,7 @@ PAGES = {
     ),
     "versions": (paths.VERSIONS_TABLE.format(ext="csv"), paths.VERSIONS_TABLE_SOURCES),
     "training_loop": (paths.TRAINING_LOOP_PAGE, paths.TRAINING_LOOP_SOURCES),
+    "index": (paths.INDEX, paths.INDEX_SOURCES),
 }
 
 #: Each framework's optimizer defaults as it prints them: what the defaults table and the
@@ -50,11 +52,14 @@ SCRIPTS = {
     "optimizer_defaults": "optimizer_defaults.py",
     "versions": "versions_table.py",
     "training_loop": "training_loop_page.py",
+    "index": "index.py",
 }
 
 #: Where the files a person reads lie, and what they end with (:func:`unverified`).
 READ_DIRS = ("results/tables", "results/figures", "results/report")
 READ_SUFFIXES = (".csv", ".md", ".html", ".png", ".svg")
+#: Files a person reads outside :data:`READ_DIRS`: the index of ``results/``.
+READ_FILES = (paths.INDEX,)
 #: Snakemake's own report (``snakemake --report results/report.html``): made by Snakemake
 #: from the files above, not by a job, so no record can hold its sha256.
 SNAKEMAKE_REPORT = ("results/report.html", "results/report.zip")
@@ -81,7 +86,8 @@ def page_inputs(page: str, plan, probe_plan, text: str) -> list[str]:
     framework table reads, the frameworks' defaults (:data:`DEFAULTS_JSON`), the summary
     and with probes (``probe_plan``, None without) the probe table for the release matrix,
     our text ``text`` (``report/training_loop.rst``, relative to the working directory)
-    and the defaults for the training-loop page. Raises KeyError for an unknown page."""
+    and the defaults for the training-loop page, the summary, its record and with probes
+    the probe table for the index. Raises KeyError for an unknown page."""
     return {
         "provenance": lambda: [k.trace for k in plan.runs()],
         "framework_summary": plan.framework_summary_inputs,
@@ -91,6 +97,10 @@ def page_inputs(page: str, plan, probe_plan, text: str) -> list[str]:
             + ([paths.PROBES_TABLE.format(ext="csv")] if probe_plan is not None else [])
         ),
         "training_loop": lambda: [text, *DEFAULTS_JSON],
+        "index": lambda: (
+            [paths.SUMMARY.format(ext="csv"), paths.SUMMARY_SOURCES]
+            + ([paths.PROBES_TABLE.format(ext="csv")] if probe_plan is not None else [])
+        ),
     }[page]()
 
 
@@ -184,9 +194,9 @@ def recorded_files(records: Iterable[str | os.PathLike]) -> set[str]:
 
 def unverified(covered: Iterable[str]) -> list[str]:
     """The files a person reads under ``results/`` (:data:`READ_DIRS`,
-    :data:`READ_SUFFIXES`, and Snakemake's report) that none of ``covered`` (paths the
-    records ``check`` held were verified against) is: one line each, naming the file and
-    why ``check`` cannot vouch for it. Relative to the working directory."""
+    :data:`READ_SUFFIXES`, :data:`READ_FILES` and Snakemake's report) that none of
+    ``covered`` (paths the records ``check`` held were verified against) is: one line each,
+    naming the file and why ``check`` cannot vouch for it. Relative to the working directory."""
     seen = {os.path.normpath(p) for p in covered}
     out = [
         f"{p}: not sealed (Snakemake's own report, made by `snakemake --report` from the "
@@ -194,6 +204,12 @@ def unverified(covered: Iterable[str]) -> list[str]:
         for p in SNAKEMAKE_REPORT
         if os.path.exists(p)
     ]
+    for p in READ_FILES:
+        if os.path.exists(p) and os.path.normpath(p) not in seen:
+            out.append(
+                f"{p}: not verified (no record check holds covers it: made by another "
+                "config, or written by hand)"
+            )
     for top in READ_DIRS:
         for root, _, files in os.walk(top):
             for name in sorted(files):
