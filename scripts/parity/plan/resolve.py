@@ -114,6 +114,13 @@ def resolve_run(where: str, exp: Mapping, run: str, override: Mapping, config: M
             f"model.{framework}.crate (docs/own-model.md)",
         )
     frameworks.definition(framework).resolve_run(where, exp, settings, override, config)
+    if own_side and exp["model"][framework].get("unsupported"):
+        # dtypes the user's port cannot run in (a fused op without a float64 kernel): no
+        # job, a cell listed as unsupported with the user's reason (docs/own-model.md)
+        settings["unsupported"] = {
+            **settings.get("unsupported", {}),
+            **exp["model"][framework]["unsupported"],
+        }
     if framework in frameworks.RUST_FRAMEWORKS:
         # The release the run's binary is built from; further releases copy the run
         # (versions.add_release_runs).

@@ -181,7 +181,8 @@ def write_tables(
     rows: list[dict], out_csv: str, out_md: str, n_results: int, intro: str = ""
 ) -> dict:
     """Write summary.csv (``rows``, :data:`SUMMARY_COLUMNS`) and its Markdown twin, which
-    lists the verdicts that differ from their expectation and says which run made it from
+    lists the verdicts that differ from their expectation, names below the table the
+    parameters each comparison's one run never updated, and says which run made it from
     ``n_results`` results (its record lists them); ``intro`` (Markdown) heads a partial
     summary. Returns what was written, kind (``csv``, ``md``, ``html``) → path."""
     tables.write_csv(out_csv, rows, SUMMARY_COLUMNS)
@@ -223,8 +224,17 @@ def write_tables(
         head += "\n"
     if bad:
         head += "\n"
+    # Parameters one run never updated (a gradient that never arrived), named: the table
+    # shows them only as a large worst_dparam.
+    stuck = [r for r in rows if r.get("never_updated")]
+    tail = "".join(
+        f"\n- never updated in {r['experiment']} {r['comparison']} {r['device']}: "
+        f"{r['never_updated']}"
+        for r in stuck
+    )
     made = (
-        f"\nMade by run {integrity.run_id()} from {n_results} comparison results; "
+        ("\n" + tail.lstrip("\n") + "\n" if tail else "")
+        + f"\nMade by run {integrity.run_id()} from {n_results} comparison results; "
         f"`{os.path.basename(_record_of(out_md))}` lists each with its sha256.\n"
     )
     tables.write_twins(out_md, head + tables.markdown_table(rows, md_cols, fmt) + made)
