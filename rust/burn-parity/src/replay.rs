@@ -31,8 +31,9 @@ use crate::train::{header_meta, step};
 /// `end` frame with status `complete`.
 ///
 /// The forward quantities are read from the forward pass of step k on batch
-/// `(k − 1) mod batches` (for the transformer only its logits `head.out`,
-/// `[batch, seq_len, vocab]`); `grad:<forward name>` from zero taps (see [`crate::taps`]);
+/// `(k − 1) mod batches` (for the transformer every module output and named attention op,
+/// `tok_emb.out` to the logits `head.out` `[batch, seq_len, vocab]`:
+/// [`crate::transformer::Transformer::forward_tapped`]); `grad:<forward name>` from zero taps (see [`crate::taps`]);
 /// `grad:<param>` from `loss.backward()`; `after:<param>` after burn's optimizer step. A name
 /// burn gives no value for (a parameter or tap no gradient reached) is listed in `missing`.
 ///
