@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from parity.core import models as localise_models
 from parity.localise import job as localise_job
 from parity.localise import replay
 from parity.localise import walk as localise
@@ -326,27 +327,134 @@ def test_a_step_beyond_the_run_is_refused_with_a_result(tmp_path, monkeypatch):
     )
 
 
-def test_the_transformer_walk_brackets_the_op_between_two_parameter_gradients():
-    """burn's GELU backward: the gradients after the last block's fc2 agree, fc1's differ,
-    and every gradient the backward pass computes after it is downstream."""
-    model = {
-        "family": "transformer",
-        "vocab": 5,
-        "d_model": 4,
-        "heads": 2,
-        "blocks": 2,
-        "seq_len": 3,
+TRANSFORMER = {
+    "family": "transformer",
+    "vocab": 5,
+    "d_model": 4,
+    "heads": 2,
+    "blocks": 2,
+    "seq_len": 3,
+}
+
+
+def test_the_transformer_names_each_module_output_in_forward_order():
+    """Every module output and named attention op, ``<module path>.out`` as a forward hook
+    would name it, in forward order (the same list as parity-common's
+    ``transformer_names_follow_the_module_paths_in_forward_order``), each parameter's
+    gradient right after its module output's gradient."""
+    block = [
+        "ln1.out",
+        "attn.q.out",
+        "attn.k.out",
+        "attn.v.out",
+        "attn.scores.out",
+        "attn.softmax.out",
+        "attn.context.out",
+        "attn.out.out",
+        "ln2.out",
+        "mlp.fc1.out",
+        "mlp.gelu.out",
+        "mlp.fc2.out",
+    ]
+    want = ["tok_emb.out", "pos_emb.out"]
+    for i in range(2):
+        want += [f"blocks.{i}.{n}" for n in block] + [f"blocks.{i}.out"]
+    want += ["ln_f.out", "head.out", "loss"]
+    assert localise.forward_names(TRANSFORMER) == want
+    qs = localise.quantities(TRANSFORMER)
+    order = [q.name for q in qs]
+    assert order[: len(want)] == want
+    # Backward: from the logits back, each module's parameters after its output's gradient.
+    backward = [q.name for q in qs if q.phase == "backward"]
+    assert backward[:3] == ["grad:head.out", "grad:head.weight", "grad:ln_f.out"]
+    assert backward[5:11] == [
+        "grad:blocks.1.out",
+        "grad:blocks.1.mlp.fc2.out",
+        "grad:blocks.1.mlp.fc2.weight",
+        "grad:blocks.1.mlp.fc2.bias",
+        "grad:blocks.1.mlp.gelu.out",
+        "grad:blocks.1.mlp.fc1.out",
+    ]
+    assert backward[-4:] == [
+        "grad:pos_emb.out",
+        "grad:pos_emb.weight",
+        "grad:tok_emb.out",
+        "grad:tok_emb.weight",
+    ]
+    by = {q.name: q for q in qs}
+    assert by["blocks.0.mlp.gelu.out"].inputs == ("blocks.0.mlp.fc1.out",)
+    assert by["blocks.0.attn.context.out"].inputs == (
+        "blocks.0.attn.softmax.out",
+        "blocks.0.attn.v.out",
+    )
+    assert by["blocks.0.ln2.out"].inputs == ("tok_emb.out", "pos_emb.out", "blocks.0.attn.out.out")
+    assert by["grad:blocks.1.mlp.fc1.out"].inputs == (
+        "grad:blocks.1.mlp.gelu.out",
+        "blocks.1.mlp.fc1.out",
+    )
+    assert by["grad:blocks.0.out"].inputs == (
+        "grad:blocks.1.ln1.out",
+        "grad:blocks.1.ln2.out",
+        "grad:blocks.1.out",
+        "blocks.0.out",
+    )
+    assert by["grad:blocks.0.mlp.fc1.weight"].inputs == (
+        "grad:blocks.0.mlp.fc1.out",
+        "blocks.0.ln2.out",
+    )
+    assert {p for p, _ in localise_models.model_params(TRANSFORMER)} == {
+        q.name[5:] for q in qs if q.phase == "backward" and not q.name.endswith(".out")
     }
-    order = [q.name for q in localise.quantities(model)]
-    first = order.index("grad:blocks.1.mlp.fc1.bias")
-    changed = {n for n in order[first:] if n.startswith("grad:")}
-    changed |= {f"update:{n[5:]}" for n in changed}
-    w = localise.walk(model, 2, _records(model, 2, changed=changed), {}, SETTINGS)
-    assert w.culprit == "grad:blocks.1.mlp.fc1.bias"
+    shp = localise.shapes(TRANSFORMER, 2)
+    assert shp["pos_emb.out"] == (3, 4) and shp["blocks.1.attn.scores.out"] == (2, 2, 3, 3)
+    assert shp["blocks.0.mlp.gelu.out"] == (2, 3, 16) and shp["head.out"] == (2, 3, 5)
+
+
+def _after(order, first):
+    """Every quantity from ``first`` on, with the updates of the parameters whose gradients
+    are among them (a difference propagates to them)."""
+    changed = {n for n in order[order.index(first) :] if not n.startswith("update:")}
+    changed |= {f"update:{n[5:]}" for n in changed if n.startswith("grad:")}
+    return changed
+
+
+def test_a_transformer_forward_difference_is_the_op_whose_inputs_agree():
+    """candle's tanh GELU: everything before block 0's GELU agrees, its output differs, and
+    everything the forward and backward passes compute after it is downstream."""
+    order = [q.name for q in localise.quantities(TRANSFORMER)]
+    changed = _after(order, "blocks.0.mlp.gelu.out")
+    w = localise.walk(TRANSFORMER, 2, _records(TRANSFORMER, 2, changed=changed), {}, SETTINGS)
+    assert (w.culprit, w.culprit_phase) == ("blocks.0.mlp.gelu.out", "forward")
     v = _verdicts(w)
-    assert v["grad:blocks.1.mlp.fc2.weight"] == v["head.out"] == "agrees"
-    assert v["grad:tok_emb.weight"] == v["update:tok_emb.weight"] == "downstream"
-    assert [n for n, x in v.items() if x == "differs"] == ["grad:blocks.1.mlp.fc1.bias"]
+    assert v["blocks.0.mlp.fc1.out"] == v["blocks.0.attn.out.out"] == "agrees"
+    assert v["head.out"] == v["grad:tok_emb.weight"] == "downstream"
+    assert [n for n, x in v.items() if x == "differs"] == ["blocks.0.mlp.gelu.out"]
+
+
+def test_a_transformer_backward_difference_is_the_gradient_behind_the_op():
+    """burn's GELU backward: the gradients down to the last block's GELU output agree, the
+    gradient of the GELU's input differs, and every gradient after it is downstream."""
+    order = [q.name for q in localise.quantities(TRANSFORMER)]
+    changed = _after(order, "grad:blocks.1.mlp.fc1.out")
+    w = localise.walk(TRANSFORMER, 2, _records(TRANSFORMER, 2, changed=changed), {}, SETTINGS)
+    assert (w.culprit, w.culprit_phase) == ("grad:blocks.1.mlp.fc1.out", "backward")
+    v = _verdicts(w)
+    assert v["grad:blocks.1.mlp.gelu.out"] == v["grad:blocks.1.mlp.fc2.weight"] == "agrees"
+    assert v["grad:blocks.1.mlp.fc1.bias"] == v["update:tok_emb.weight"] == "downstream"
+    assert [n for n, x in v.items() if x == "differs"] == ["grad:blocks.1.mlp.fc1.out"]
+
+
+def test_attention_weights_inside_a_fused_op_are_looked_through():
+    """PyTorch's sdpa records no scores or weights: not recorded, and a difference in the
+    attention's output is judged against q, k and v."""
+    order = [q.name for q in localise.quantities(TRANSFORMER)]
+    changed = _after(order, "blocks.0.attn.context.out")
+    hidden = [f"blocks.{i}.attn.{n}.out" for i in range(2) for n in ("scores", "softmax")]
+    missing = {n: "torch: inside sdpa" for h in hidden for n in (h, f"grad:{h}")}
+    w = localise.walk(TRANSFORMER, 2, _records(TRANSFORMER, 2, changed=changed), missing, SETTINGS)
+    assert w.culprit == "blocks.0.attn.context.out"
+    v = _verdicts(w)
+    assert v["blocks.0.attn.softmax.out"] == v["grad:blocks.1.attn.scores.out"] == "not recorded"
 
 
 #: Run in a fresh interpreter: the skipped job's outputs and which heavy modules it loaded.

@@ -11,6 +11,7 @@ import torch
 from parity.compare import maths as compare
 from parity.core import models
 from parity.core.config import ConfigError
+from parity.localise import walk
 from parity.plan.plan import Plan
 from parity.run import torch as torch_runner
 from parity.trace import fixtures
@@ -150,3 +151,53 @@ def test_heads_must_divide_the_width():
         ConfigError, match=r"transformer_adamw.model.heads: d_model 8 is not a multiple"
     ):
         Plan(config)
+
+
+def test_the_forward_taps_name_every_module_output_in_forward_order():
+    """The replay's taps: every name of ``localise.forward_names`` but the loss, in forward
+    order, each of the shape ``localise.shapes`` gives; tapping changes no value."""
+    fx, p = _params(torch.float32)
+    p = {n: t.requires_grad_() for n, t in p.items()}
+    x = torch.tensor(fx["x"][0])
+    taps = {}
+    logits = torch_runner.forward(MODEL, p, x, None, taps)
+    assert list(taps) == walk.forward_names(MODEL)[:-1]
+    assert list(taps)[12] == "blocks.0.mlp.gelu.out"
+    shapes = walk.shapes(MODEL, 3)
+    assert {n: tuple(t.shape) for n, t in taps.items()} == {n: shapes[n] for n in taps}
+    assert torch.equal(logits, torch_runner.transformer(MODEL, p, x)) and logits is taps["head.out"]
+    # With sdpa the scores and weights stay inside the fused op.
+    sdpa = {**MODEL, "attention": "sdpa"}
+    taps = {}
+    torch_runner.forward(sdpa, p, x, None, taps)
+    hidden = {f"blocks.{i}.attn.{n}.out" for i in range(2) for n in ("scores", "softmax")}
+    assert set(walk.forward_names(MODEL)[:-1]) - set(taps) == hidden
+    missing = torch_runner.untapped(sdpa)
+    assert len(missing) == 8 and missing[0].startswith("blocks.0.attn.scores.out: inside F.")
+    assert missing[4].startswith("grad:blocks.0.attn.scores.out: ")
+    assert torch_runner.untapped(MODEL) == []
+
+
+def test_a_replay_records_every_intermediate_and_its_gradient(tmp_path):
+    """The PyTorch replay of a transformer step: every forward quantity, its gradient and
+    each parameter's; with sdpa the header names what the fused op hides."""
+    plan = Plan(load_config())
+    for run, hidden in (("torch", 0), ("torch_sdpa", 8)):
+        s = plan.run_settings("transformer_adamw", run)
+        path = tmp_path / f"{run}.safetensors"
+        fixtures.write(path, s)
+        fx = fixtures.load(path)
+        names = [n for n, _ in models.model_params(s["model"])]
+        out, header = torch_runner.replay(
+            s, str(path), {n: fx[n] for n in names}, 0, 1, "cpu", "f64", 1
+        )
+        forward = walk.forward_names(s["model"])
+        missing = [
+            m.partition(": ")[0] for m in filter(None, header.get("missing", "").split("; "))
+        ]
+        assert len(missing) == hidden
+        want = {*forward, *(f"grad:{n}" for n in forward[:-1])} - set(missing)
+        want |= {f"{k}:{n}" for n in names for k in ("grad", "after")}
+        assert set(out) == want
+        g = out["grad:blocks.1.mlp.gelu.out"].reshape(-1, 64)
+        assert g.shape == (4 * 8, 64) and np.abs(g).max() > 0

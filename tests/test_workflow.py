@@ -377,6 +377,11 @@ def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
         ("a3_wd_mismatch", "main"): ("update:fc1.weight", "update"),
         ("a3_adamw_f32factors", "main"): ("update:fc1.weight", "update"),
         ("cnn_adam_f32factors", "main"): ("update:conv.weight", "update"),
+        # The transformer's taps reach inside its blocks: the culprit is the op itself.
+        ("transformer_gelu_tanh", "main"): ("blocks.0.mlp.gelu.out", "forward"),
+        ("transformer_adamw", "burn"): ("grad:blocks.1.mlp.fc1.out", "backward"),
+        ("transformer_adamw", "burn_candle"): ("grad:blocks.1.mlp.fc1.out", "backward"),
+        ("transformer_fused", "main"): ("update:tok_emb.weight", "update"),
     }
     for key, (culprit, phase) in want.items():
         assert (rows[key]["culprit"], rows[key]["culprit_phase"]) == (culprit, phase), key

@@ -31,15 +31,18 @@ use crate::train::{header_meta, step};
 /// `end` frame with status `complete`.
 ///
 /// The forward quantities are read from the forward pass of step k on batch
-/// `(k − 1) mod batches` (for the transformer only its logits `head.out`,
-/// `[batch, seq_len, vocab]`); `grad:<forward name>` from zero taps (see [`crate::taps`]);
+/// `(k − 1) mod batches` (for the transformer every module output and named attention op,
+/// `tok_emb.out` to the logits `head.out` `[batch, seq_len, vocab]`:
+/// [`crate::transformer::Transformer::forward_tapped`]); `grad:<forward name>` from zero taps (see [`crate::taps`]);
 /// `grad:<param>` from `loss.backward()`; `after:<param>` after burn's optimizer step. A name
 /// burn gives no value for (a parameter or tap no gradient reached) is listed in `missing`.
 ///
 /// # Errors
 /// As [`crate::train::run`] for the device, fixture, optimizer and fault; a state whose
 /// parameters are not the model's ([`Net::set_params`]); moments burn does not take exactly
-/// ([`Stepper::start_from`]); moments missing for Adam/AdamW; or a failing sink.
+/// ([`Stepper::start_from`]); moments missing for Adam/AdamW; an intermediate the replay
+/// computed that [`intermediate_names`] does not name (the forward pass and the contract
+/// disagree, as candle's replay refuses too); or a failing sink.
 pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()> {
     if spec.fault != Fault::None {
         bail!(
@@ -107,6 +110,13 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
             None if missing.iter().any(|(n, _)| *n == name) => {}
             None => missing.push((name, "burn-parity computed no value for it".into())),
         }
+    }
+    if !found.is_empty() {
+        // A runner linked against another parity-common (a target folder shared by two
+        // checkouts) would otherwise drop the taps its contract does not name, silently.
+        let mut extra: Vec<_> = found.into_keys().collect();
+        extra.sort();
+        bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
     }
     finish(&mut out, k, &missing, tensors)
 }

@@ -20,13 +20,15 @@ use parity_common::spec::FloatType;
 
 use crate::device::{dtype, Host};
 
-/// A tapped intermediate of rank 2 (`fc*.out`, `relu*.out` of the MLP, `fc.out`) or rank 3
-/// (`conv.out`, `relu.out` of the CNN, `[batch, channels, L_out]`; the transformer's logits
-/// `head.out`, `[batch, seq_len, vocab]`).
+/// A tapped intermediate of rank 2 (`fc*.out`, `relu*.out` of the MLP, `fc.out`), rank 3
+/// (`conv.out`, `relu.out` of the CNN, `[batch, channels, L_out]`; the transformer's
+/// activations, `[batch, seq_len, features]`, its logits `head.out` among them) or rank 4
+/// (the transformer's attention scores and weights, `[batch, heads, seq_len, seq_len]`).
 #[derive(Clone)]
 enum Tapped {
     Two { value: Tensor<2>, tap: Tensor<2> },
     Three { value: Tensor<3>, tap: Tensor<3> },
+    Four { value: Tensor<4>, tap: Tensor<4> },
 }
 
 /// The intermediates one forward pass records, by the names of
@@ -75,6 +77,17 @@ impl Taps {
         out
     }
 
+    /// Marks `h` `[batch, heads, seq_len, seq_len]` (the transformer's attention scores and
+    /// weights) as `name`, as [`Taps::mark2`].
+    pub fn mark4(&mut self, name: &str, h: Tensor<4>) -> Tensor<4> {
+        let Some(device) = &self.on else { return h };
+        let tap = neg_zeros(h.dims(), h.dtype(), device);
+        let out = h.clone() + tap.clone();
+        self.marked
+            .push((name.into(), Tapped::Four { value: h, tap }));
+        out
+    }
+
     /// The marked intermediates' values, flattened row-major (the PyTorch layout: burn's
     /// activations are `[batch, …]` like PyTorch's), in the run dtype `ty`.
     ///
@@ -87,6 +100,7 @@ impl Taps {
                 let host = match t {
                     Tapped::Two { value, .. } => Host::read(value.clone().inner(), ty)?,
                     Tapped::Three { value, .. } => Host::read(value.clone().inner(), ty)?,
+                    Tapped::Four { value, .. } => Host::read(value.clone().inner(), ty)?,
                 };
                 Ok((name.clone(), host))
             })
@@ -106,6 +120,7 @@ impl Taps {
                 let host = match t {
                     Tapped::Two { tap, .. } => tap.grad(grads).map(|g| Host::read(g, ty)),
                     Tapped::Three { tap, .. } => tap.grad(grads).map(|g| Host::read(g, ty)),
+                    Tapped::Four { tap, .. } => tap.grad(grads).map(|g| Host::read(g, ty)),
                 };
                 Ok((name.clone(), host.transpose()?))
             })

@@ -285,21 +285,35 @@ impl CausalSelfAttention {
     /// over the keys of `q·kᵀ · (1/√dh)` with the keys `j > i` at −∞ → times v → `[B, T, d]`
     /// (head h in columns `h·dh .. (h+1)·dh`, as PyTorch's `transpose(1, 2).reshape`).
     pub fn context(&self, a: Tensor<3>) -> Tensor<3> {
+        self.context_tapped(a, "", &mut Taps::off())
+    }
+
+    /// [`CausalSelfAttention::context`], marking in `taps` (names prefixed with `prefix`,
+    /// `blocks.{i}.attn.`): `q.out`, `k.out`, `v.out` `[B, T, d]` (before the split into
+    /// heads), `scores.out` `[B, H, T, T]` (before the mask), `softmax.out` `[B, H, T, T]`
+    /// (the weights) and `context.out` `[B, T, d]`.
+    pub fn context_tapped(&self, a: Tensor<3>, prefix: &str, taps: &mut Taps) -> Tensor<3> {
         let [b, t, d] = a.dims();
         let (h, dh) = (self.heads, d / self.heads);
+        let name = |s: &str| format!("{prefix}{s}");
         let split = |y: Tensor<3>| y.reshape([b, t, h, dh]).swap_dims(1, 2);
-        let q = split(self.q.forward(a.clone()));
-        let k = split(self.k.forward(a.clone()));
-        let v = split(self.v.forward(a));
+        let q = split(taps.mark3(&name("q.out"), self.q.forward(a.clone())));
+        let k = split(taps.mark3(&name("k.out"), self.k.forward(a.clone())));
+        let v = split(taps.mark3(&name("v.out"), self.v.forward(a)));
         let scores = q
             .matmul(k.swap_dims(2, 3))
             .mul_scalar(1.0 / (dh as f64).sqrt());
+        let scores = taps.mark4(&name("scores.out"), scores);
         // true above the diagonal: key j > query i.
         let future = generate_autoregressive_mask(1, t, &scores.device())
             .reshape([1, 1, t, t])
             .expand([b, h, t, t]);
         let p = softmax(scores.mask_fill(future, f64::NEG_INFINITY), 3);
-        p.matmul(v).swap_dims(1, 2).reshape([b, t, d])
+        let p = taps.mark4(&name("softmax.out"), p);
+        taps.mark3(
+            &name("context.out"),
+            p.matmul(v).swap_dims(1, 2).reshape([b, t, d]),
+        )
     }
 
     /// `out(context(a))` `[B, T, d]`.
@@ -311,9 +325,23 @@ impl CausalSelfAttention {
 impl Block {
     /// `h + attn(ln1(h))`, then that plus `fc2(gelu(fc1(ln2(·))))`; `[B, T, d]` → same.
     pub fn forward(&self, h: Tensor<3>) -> Tensor<3> {
-        let h = h.clone() + self.attn.forward(self.ln1.forward(h));
-        let m = self.mlp.fc1.forward(self.ln2.forward(h.clone()));
-        h + self.mlp.fc2.forward(gelu(m))
+        self.forward_tapped(h, 0, &mut Taps::off())
+    }
+
+    /// [`Block::forward`] of block `i`, marking in `taps` its intermediates
+    /// `blocks.{i}.` `ln1.out`, the attention's ([`CausalSelfAttention::context_tapped`]),
+    /// `attn.out.out`, `ln2.out`, `mlp.fc1.out`, `mlp.gelu.out`, `mlp.fc2.out`, and its
+    /// output `blocks.{i}.out`.
+    pub fn forward_tapped(&self, h: Tensor<3>, i: usize, taps: &mut Taps) -> Tensor<3> {
+        let name = |s: &str| format!("blocks.{i}.{s}");
+        let a = taps.mark3(&name("ln1.out"), self.ln1.forward(h.clone()));
+        let o = self.attn.context_tapped(a, &name("attn."), taps);
+        let h = h + taps.mark3(&name("attn.out.out"), self.attn.out.forward(o));
+        let m = taps.mark3(&name("ln2.out"), self.ln2.forward(h.clone()));
+        let m = taps.mark3(&name("mlp.fc1.out"), self.mlp.fc1.forward(m));
+        let m = taps.mark3(&name("mlp.gelu.out"), gelu(m));
+        let m = taps.mark3(&name("mlp.fc2.out"), self.mlp.fc2.forward(m));
+        taps.mark3(&format!("blocks.{i}.out"), h + m)
     }
 }
 
@@ -324,15 +352,20 @@ impl Transformer {
         self.forward_tapped(x, &mut Taps::off())
     }
 
-    /// [`Transformer::forward`], marking the logits as `head.out` in `taps`.
+    /// [`Transformer::forward`], marking in `taps` every intermediate of
+    /// [`parity_common::replay::transformer_forward_names`] in forward order: `tok_emb.out`,
+    /// `pos_emb.out` (`[1, T, d]` here, PyTorch's `[T, d]` flattened alike), each block's
+    /// ([`Block::forward_tapped`]), `ln_f.out` and the logits `head.out`.
     pub fn forward_tapped(&self, x: Tensor<2, Int>, taps: &mut Taps) -> Tensor<3> {
         let [_, t] = x.dims();
         let positions = Tensor::<1, Int>::arange(0..t as i64, &x.device()).reshape([1, t]);
-        let mut h = self.tok_emb.forward(x) + self.pos_emb.forward(positions);
-        for block in &self.blocks {
-            h = block.forward(h);
+        let tok = taps.mark3("tok_emb.out", self.tok_emb.forward(x));
+        let mut h = tok + taps.mark3("pos_emb.out", self.pos_emb.forward(positions));
+        for (i, block) in self.blocks.iter().enumerate() {
+            h = block.forward_tapped(h, i, taps);
         }
-        taps.mark3("head.out", self.head.forward(self.ln_f.forward(h)))
+        let n = taps.mark3("ln_f.out", self.ln_f.forward(h));
+        taps.mark3("head.out", self.head.forward(n))
     }
 
     /// Every parameter in state_dict order ([`Model::params`]) with its layout.

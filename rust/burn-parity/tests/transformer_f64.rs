@@ -34,3 +34,8 @@ fn candle_side_settings_are_refused() {
 fn tokens_outside_the_vocabulary_are_refused() {
     transformer_cases::tokens_outside_the_vocabulary_are_refused("f64");
 }
+
+#[test]
+fn taps_name_every_module_output_in_forward_order() {
+    transformer_cases::taps_name_every_module_output_in_forward_order("f64");
+}

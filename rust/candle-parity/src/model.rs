@@ -208,8 +208,9 @@ impl Net {
     /// the replay ([`crate::replay`]): each quantity of
     /// [`parity_common::replay::forward_names`] but `loss` (MLP `fc{i}.out` before the
     /// activation and `relu{i}.out`; CNN `conv.out` `[batch, channels, length − kernel + 1]`
-    /// with the bias, `relu.out` before flattening, `fc.out`; transformer `head.out`, the
-    /// logits `[batch, T, vocab]`) is replaced by `h + tap`,
+    /// with the bias, `relu.out` before flattening, `fc.out`; transformer every named
+    /// intermediate of [`Transformer::forward_with`], from `tok_emb.out` to the logits
+    /// `head.out` `[batch, T, vocab]`) is replaced by `h + tap`,
     /// where `tap` is a `Var` of `h`'s shape, dtype and device holding −0.0.
     ///
     /// Adding −0.0 is the identity of IEEE 754 addition for every value, −0.0 included
@@ -293,10 +294,7 @@ impl Net {
                 let out = h.matmul(&fw.t()?)?.broadcast_add(fb)?;
                 at("fc.out", out)
             }
-            Model::Transformer { .. } => {
-                let logits = self.transformer()?.forward(x)?;
-                at("head.out", logits)
-            }
+            Model::Transformer { .. } => self.transformer()?.forward_with(x, at),
             Model::Own { .. } => bail!("an own model runs in candle_parity::own"),
         }
     }

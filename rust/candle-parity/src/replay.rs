@@ -8,9 +8,10 @@
 //! intermediate, which changes no value and yields the intermediates' gradients), the loss of
 //! [`model::loss`], `loss.backward()` and the optimizer step, skipped where
 //! `spec.fault.skips(k)` ([`RunOptimizer::update`]). The faults act where they act in
-//! `train`. For the transformer the one tapped intermediate is `head.out`, the logits
-//! `[B, T, V]`; a parameter a fused op leaves without a gradient is named in the `missing`
-//! list ([`NO_GRADIENT_FUSED`]).
+//! `train`. For the transformer the tapped intermediates are every module output and named
+//! attention op of [`crate::transformer::Transformer::forward_with`], `tok_emb.out` to the
+//! logits `head.out` `[B, T, V]`; a parameter or intermediate a fused op leaves without a
+//! gradient is named in the `missing` list ([`NO_GRADIENT_FUSED`]).
 //!
 //! The optimizer comes from [`Stepper::from_state`]: candle-nn's `SGD` for SGD; for AdamW
 //! the hand-written [`crate::optim::ManualAdamW`], started from the given moments with step
@@ -47,8 +48,9 @@ pub const NO_GRADIENT_FUSED: &str = "no gradient (cut off by a fused op without 
 /// parameter after the update, or as it was when the fault skips step k). A name candle
 /// cannot give is listed in the frame's `missing` metadata instead: for the MLP and CNN
 /// there is none; a transformer with a fused op (fused layer norm, last-dimension softmax)
-/// gives no `grad:<param>` for the parameters the fused op cuts off from the loss, listed
-/// with [`NO_GRADIENT_FUSED`] (their `after:<param>` is recorded, unchanged by the update).
+/// gives no `grad:<param>` for the parameters the fused op cuts off from the loss and no
+/// `grad:<intermediate>` for the intermediates before it, listed with [`NO_GRADIENT_FUSED`]
+/// (the parameters' `after:<param>` is recorded, unchanged by the update).
 ///
 /// The state's parameters are converted to the run dtype (float32 runs take the values as
 /// float32, float64 runs the values as they are, i.e. widened from a float32 state).

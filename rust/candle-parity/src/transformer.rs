@@ -203,6 +203,29 @@ impl Transformer {
     /// A shape other than `[B, T]` with T ≤ seq_len, or a candle error (for instance a fused
     /// layer norm in float64, which candle's CPU backend does not implement).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, &mut |_, h| Ok(h))
+    }
+
+    /// [`Transformer::forward`], calling `at(name, h)` on each named intermediate `h` as
+    /// soon as it is computed and continuing with what `at` returns (the identity in
+    /// [`Transformer::forward`], `h` plus a −0.0 tap in the replay). The names are
+    /// [`parity_common::replay::transformer_forward_names`], in this order: `tok_emb.out`
+    /// `[B, T, d]`, `pos_emb.out` `[T, d]`; per block `blocks.{i}.` `ln1.out`, `attn.q.out`,
+    /// `attn.k.out`, `attn.v.out` (each `[B, T, d]`, before the split into heads),
+    /// `attn.scores.out` (`(q·kᵀ)·(1/√dh)` before the mask, `[B, H, T, T]`),
+    /// `attn.softmax.out` (the weights after the mask and the softmax, `[B, H, T, T]`),
+    /// `attn.context.out` (`p·v` with the heads merged, `[B, T, d]`), `attn.out.out`,
+    /// `ln2.out`, `mlp.fc1.out` `[B, T, 4d]`, `mlp.gelu.out` `[B, T, 4d]`, `mlp.fc2.out`,
+    /// `blocks.{i}.out` (the residual stream after the block); then `ln_f.out` and
+    /// `head.out` (the logits).
+    ///
+    /// # Errors
+    /// As [`Transformer::forward`], or what `at` returns.
+    pub fn forward_with(
+        &self,
+        x: &Tensor,
+        at: &mut dyn FnMut(&str, Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let (_, t) = x.dims2()?;
         if t > self.cfg.seq_len {
             bail!(
@@ -211,15 +234,15 @@ impl Transformer {
             );
         }
         let pos = Tensor::arange(0i64, t as i64, x.device())?;
-        let mut h = self
-            .tok_emb
-            .forward(x)?
-            .broadcast_add(&self.pos_emb.forward(&pos)?)?;
-        for b in &self.blocks {
-            let a = b.ln1.forward(&h)?;
-            h = (h + b.out.forward(&self.heads(b, &a)?)?)?;
-            let m = b.ln2.forward(&h)?;
-            let m = b.fc1.forward(&m)?;
+        let tok = at("tok_emb.out", self.tok_emb.forward(x)?)?;
+        let mut h = tok.broadcast_add(&at("pos_emb.out", self.pos_emb.forward(&pos)?)?)?;
+        for (i, b) in self.blocks.iter().enumerate() {
+            let name = |s: &str| format!("blocks.{i}.{s}");
+            let a = at(&name("ln1.out"), b.ln1.forward(&h)?)?;
+            let o = self.heads(b, i, &a, at)?;
+            h = (h + at(&name("attn.out.out"), b.out.forward(&o)?)?)?;
+            let m = at(&name("ln2.out"), b.ln2.forward(&h)?)?;
+            let m = at(&name("mlp.fc1.out"), b.fc1.forward(&m)?)?;
             let m = match self.cfg.gelu {
                 // x·½·(1 + erf(x/√2)) from ops whose backward is exact.
                 GeluImpl::Erf => {
@@ -228,9 +251,12 @@ impl Transformer {
                 GeluImpl::GeluErf => m.gelu_erf()?,
                 GeluImpl::Tanh => m.gelu()?,
             };
-            h = (h + b.fc2.forward(&m)?)?;
+            let m = at(&name("mlp.gelu.out"), m)?;
+            let m = at(&name("mlp.fc2.out"), b.fc2.forward(&m)?)?;
+            h = at(&format!("blocks.{i}.out"), (h + m)?)?;
         }
-        Ok(self.head.forward(&self.ln_f.forward(&h)?)?)
+        let n = at("ln_f.out", self.ln_f.forward(&h)?)?;
+        at("head.out", self.head.forward(&n)?)
     }
 
     /// The causal self-attention of block `block` on its normalised input `a` `[B, T, d]`
@@ -241,27 +267,36 @@ impl Transformer {
     /// A block index out of range, or a shape other than `[B, T, d]`.
     pub fn attention(&self, block: usize, a: &Tensor) -> Result<Tensor> {
         match self.blocks.get(block) {
-            Some(b) => self.heads(b, a),
+            Some(b) => self.heads(b, block, a, &mut |_, h| Ok(h)),
             None => bail!("no block {block}"),
         }
     }
 
-    /// See [`Transformer::attention`]. The scale 1/√dh is computed in f64 and applied with
+    /// See [`Transformer::attention`]; `at` as in [`Transformer::forward_with`], called on
+    /// `blocks.{i}.attn.` `q.out`, `k.out`, `v.out`, `scores.out`, `softmax.out` and
+    /// `context.out` (block `i`). The scale 1/√dh is computed in f64 and applied with
     /// `Tensor * f64` (an `affine`, rounded once to the run dtype). The causal mask is a
     /// `where_cond` that takes −∞ where key j > query i and the score elsewhere (no 0/−∞
     /// mask is added): its backward passes the scores' gradient where the mask is 0 and none
     /// where it is 1.
-    fn heads(&self, b: &Block, a: &Tensor) -> Result<Tensor> {
+    fn heads(
+        &self,
+        b: &Block,
+        i: usize,
+        a: &Tensor,
+        at: &mut dyn FnMut(&str, Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let (bsz, t, d) = a.dims3()?;
         let (nh, dh) = (self.cfg.heads, self.cfg.head_dim());
+        let name = |s: &str| format!("blocks.{i}.attn.{s}");
         let split = |x: Tensor| -> Result<Tensor> {
             Ok(x.reshape((bsz, t, nh, dh))?.transpose(1, 2)?.contiguous()?)
         };
-        let q = split(b.q.forward(a)?)?;
-        let k = split(b.k.forward(a)?)?;
-        let v = split(b.v.forward(a)?)?;
+        let q = split(at(&name("q.out"), b.q.forward(a)?)?)?;
+        let k = split(at(&name("k.out"), b.k.forward(a)?)?)?;
+        let v = split(at(&name("v.out"), b.v.forward(a)?)?)?;
         let scale = 1.0 / (dh as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?;
+        let scores = at(&name("scores.out"), (q.matmul(&k.t()?)? * scale)?)?;
         let future: Vec<u8> = (0..t)
             .flat_map(|i| (0..t).map(move |j| u8::from(j > i)))
             .collect();
@@ -274,7 +309,11 @@ impl Transformer {
             SoftmaxImpl::Generic => candle_nn::ops::softmax(&scores, D::Minus1)?,
             SoftmaxImpl::LastDim => candle_nn::ops::softmax_last_dim(&scores)?,
         };
-        Ok(p.matmul(&v)?.transpose(1, 2)?.reshape((bsz, t, d))?)
+        let p = at(&name("softmax.out"), p)?;
+        at(
+            &name("context.out"),
+            p.matmul(&v)?.transpose(1, 2)?.reshape((bsz, t, d))?,
+        )
     }
 }
 

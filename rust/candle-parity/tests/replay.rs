@@ -7,7 +7,8 @@
 //!
 //! A parameter that training gives no gradient (a transformer's fused op without backward)
 //! must be absent from the replay too and named in its `missing` list, with its
-//! `after:<param>` recorded all the same.
+//! `after:<param>` recorded all the same; so must the gradients of the intermediates the
+//! fused op cuts off.
 
 mod common;
 
@@ -17,7 +18,7 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use candle_parity::model::Net;
 use common::*;
-use parity_common::replay::{intermediate_names, ReplayState};
+use parity_common::replay::{forward_names, intermediate_names, ReplayState};
 use parity_common::spec::RunSpec;
 use safetensors::Dtype;
 use serde_json::{json, Value};
@@ -102,14 +103,26 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
         .map(|p| format!("grad:{}", p.name))
         .filter(|g| !after.tensors.contains_key(g))
         .collect();
-    let missing: Vec<String> = no_grad
+    // The intermediates a fused op cuts off come first (the contract's order), then the
+    // parameters train gives no gradient.
+    let cut_off: Vec<String> = forward_names(&reference.model)
         .iter()
+        .filter(|n| *n != "loss")
+        .map(|n| format!("grad:{n}"))
+        .filter(|g| !frame.tensors.contains_key(g))
+        .collect();
+    let missing: Vec<String> = cut_off
+        .iter()
+        .chain(&no_grad)
         .map(|g| format!("{g}: {}", candle_parity::replay::NO_GRADIENT_FUSED))
         .collect();
     assert_eq!(frame.meta["missing"], missing.join("; "));
+    if no_grad.is_empty() {
+        assert!(cut_off.is_empty(), "{cut_off:?} without a fused op");
+    }
 
     let mut want = intermediate_names(&reference);
-    want.retain(|n| !no_grad.contains(n));
+    want.retain(|n| !no_grad.contains(n) && !cut_off.contains(n));
     want.sort();
     let mut got: Vec<String> = frame.tensors.keys().cloned().collect();
     got.sort();
@@ -376,15 +389,33 @@ fn transformer_replays_bit_for_bit() -> Result<()> {
         assert_eq!(r.frame.meta["missing"], "", "{dtype}");
         assert_eq!(r.frame.get("head.out").len(), T_BATCH * SEQ * VOCAB);
         assert_eq!(r.frame.get("grad:head.out").len(), T_BATCH * SEQ * VOCAB);
+        // 2 heads: the attention weights [B, H, T, T], the GELU's output [B, T, 4d].
+        assert_eq!(
+            r.frame.get("blocks.1.attn.softmax.out").len(),
+            T_BATCH * 2 * SEQ * SEQ
+        );
+        assert_eq!(
+            r.frame.get("grad:blocks.0.mlp.gelu.out").len(),
+            T_BATCH * SEQ * 4 * D_MODEL
+        );
         if dtype == "f32" {
             let (forward, _) = forward_from_state(&r)?;
             assert_eq!(bits(r.frame.get("head.out")), bits(&forward), "head.out");
         }
     }
-    for (model, cut_off) in [
-        // The fused softmax cuts q and k off; the fused layer norms everything but the head.
-        (transformer("composed", "last_dim", "tanh"), 6),
-        (transformer("fused", "generic", "erf"), 34),
+    for (model, cut_off, first) in [
+        // The fused softmax cuts q and k off (their parameters, outputs and the scores); the
+        // fused layer norms everything but the head (34 parameters, 28 intermediates).
+        (
+            transformer("composed", "last_dim", "tanh"),
+            6 + 6,
+            "grad:blocks.0.attn.q.out",
+        ),
+        (
+            transformer("fused", "generic", "erf"),
+            34 + 28,
+            "grad:tok_emb.out",
+        ),
     ] {
         let r = self_consistent(&case(model, "cross_entropy", adamw("candle", "f64")))?;
         let missing = &r.frame.meta["missing"];
@@ -393,6 +424,8 @@ fn transformer_replays_bit_for_bit() -> Result<()> {
             cut_off,
             "{missing}"
         );
+        assert!(missing.starts_with(&format!("{first}: ")), "{missing}");
+        assert!(!missing.contains("grad:head.out"), "{missing}");
         assert!(!missing.contains("grad:head.weight"), "{missing}");
         for (name, t) in &r.state.params {
             if missing.contains(&format!("grad:{name}:")) {

@@ -382,3 +382,48 @@ fn bad_token_fixtures_are_refused() -> Result<()> {
     assert!(refused(&tensors)?.contains("int64 [batches, batch, T]"));
     Ok(())
 }
+
+/// The replay's taps on the transformer: every name of `forward_names` but `loss`, in
+/// forward order, each with its PyTorch shape; the tapped logits are bit for bit the
+/// untapped ones, and every tap receives a gradient (with the composed ops).
+#[test]
+fn taps_name_every_module_output_in_forward_order() -> Result<()> {
+    let dir = TempDir::new()?;
+    let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
+    let (net, data) = Net::load(&spec, &Device::Cpu)?;
+    let (x, _) = data.batch(1)?;
+    let tapped = net.forward_tapped(&x)?;
+    let names: Vec<&str> = tapped.forward.iter().map(|(n, _)| n.as_str()).collect();
+    let mut want = parity_common::replay::forward_names(&spec.model);
+    assert_eq!(want.pop().as_deref(), Some("loss"));
+    assert_eq!(names, want);
+    assert_eq!(names[12], "blocks.0.mlp.gelu.out");
+    let dims = |n: &str| {
+        tapped
+            .forward
+            .iter()
+            .find(|(m, _)| m == n)
+            .unwrap()
+            .1
+            .dims()
+    };
+    let (b, t, d, h) = (T_BATCH, SEQ, D_MODEL, 2);
+    assert_eq!(dims("pos_emb.out"), [t, d]);
+    assert_eq!(dims("blocks.1.attn.scores.out"), [b, h, t, t]);
+    assert_eq!(dims("blocks.1.attn.softmax.out"), [b, h, t, t]);
+    assert_eq!(dims("blocks.0.mlp.gelu.out"), [b, t, 4 * d]);
+    assert_eq!(dims("head.out"), [b, t, VOCAB]);
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect())
+    };
+    assert_eq!(bits(&tapped.output)?, bits(&net.forward(&x)?)?);
+    let grads = tapped.output.sum_all()?.backward()?;
+    for (name, tap) in &tapped.taps {
+        assert!(grads.get(tap).is_some(), "no gradient at {name}");
+    }
+    Ok(())
+}

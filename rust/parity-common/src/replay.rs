@@ -164,8 +164,9 @@ impl ReplayState {
 /// of L layers `fc1.out`, `relu1.out`, …, `fcL.out` (each layer's output before its
 /// activation, then the activation's output; none after the last layer); for the 1-D CNN
 /// `conv.out` (`[batch, channels, length − kernel + 1]`, bias included), `relu.out` (same
-/// shape), `fc.out` (`[batch, classes]`); for the transformer only its logits `head.out`
-/// (`[batch, seq_len, vocab]`); for an own model its output `output` (its taps, named
+/// shape), `fc.out` (`[batch, classes]`); for the transformer every module output and
+/// named attention op ([`transformer_forward_names`]), the logits `head.out`
+/// (`[batch, seq_len, vocab]`) last; for an own model its output `output` (its taps, named
 /// after the PyTorch model's module paths when its forward pass runs, come before it: see
 /// [`crate::own::replay_names`]). The names follow the PyTorch model's module paths;
 /// `scripts/parity/localise/walk.py` defines the same list and the dataflow between them.
@@ -189,10 +190,54 @@ pub fn forward_names(model: &Model) -> Vec<String> {
             out.push(format!("{}.out", act(activation)));
             out.push("fc.out".into());
         }
-        Model::Transformer { .. } => out.push("head.out".into()),
+        Model::Transformer { blocks, .. } => out.extend(transformer_forward_names(*blocks)),
         Model::Own { .. } => out.push("output".into()),
     }
     out.push("loss".into());
+    out
+}
+
+/// The transformer's named intermediates, in forward order, for `blocks` blocks: each named
+/// `<module path>.out` after the PyTorch model's module paths (the parameters' prefixes),
+/// as a forward hook on that module would name its output, with the attention's inner ops
+/// named as modules of `attn`:
+///
+/// * `tok_emb.out` `[B, T, d]`, `pos_emb.out` `[T, d]` (their sum is block 0's input);
+/// * per block `blocks.{i}.`: `ln1.out`; `attn.q.out`, `attn.k.out`, `attn.v.out` (each
+///   `[B, T, d]`, before the split into heads); `attn.scores.out` (`(q·kᵀ)·(1/√dh)` before
+///   the causal mask, `[B, H, T, T]`); `attn.softmax.out` (the attention weights, mask and
+///   softmax applied, `[B, H, T, T]`); `attn.context.out` (weights·v, heads merged,
+///   `[B, T, d]`); `attn.out.out`; `ln2.out`; `mlp.fc1.out` `[B, T, 4d]`; `mlp.gelu.out`
+///   `[B, T, 4d]`; `mlp.fc2.out`; then `blocks.{i}.out`, the residual stream after the
+///   block;
+/// * `ln_f.out`, `head.out` (the logits `[B, T, V]`).
+///
+/// `scripts/parity/localise/walk.py` (`transformer_dataflow`) gives the same names with what
+/// each is computed from.
+pub fn transformer_forward_names(blocks: usize) -> Vec<String> {
+    let mut out = vec!["tok_emb.out".to_string(), "pos_emb.out".to_string()];
+    for i in 0..blocks {
+        out.extend(
+            [
+                "ln1",
+                "attn.q",
+                "attn.k",
+                "attn.v",
+                "attn.scores",
+                "attn.softmax",
+                "attn.context",
+                "attn.out",
+                "ln2",
+                "mlp.fc1",
+                "mlp.gelu",
+                "mlp.fc2",
+            ]
+            .iter()
+            .map(|m| format!("blocks.{i}.{m}.out")),
+        );
+        out.push(format!("blocks.{i}.out"));
+    }
+    out.extend(["ln_f.out".to_string(), "head.out".to_string()]);
     out
 }
 
@@ -249,7 +294,7 @@ pub fn replay_meta(step: u32, missing: &[(String, String)]) -> HashMap<String, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{ConvImpl, Model};
+    use crate::spec::{ConvImpl, GeluImpl, LayerNormImpl, Model, SoftmaxImpl};
 
     #[test]
     fn forward_names_follow_the_module_paths() {
@@ -281,5 +326,59 @@ mod tests {
             forward_names(&cnn),
             ["conv.out", "relu.out", "fc.out", "loss"]
         );
+    }
+
+    #[test]
+    fn transformer_names_follow_the_module_paths_in_forward_order() {
+        let tf = Model::Transformer {
+            vocab: 11,
+            d_model: 8,
+            heads: 2,
+            blocks: 2,
+            seq_len: 5,
+            layer_norm: LayerNormImpl::Composed,
+            softmax: SoftmaxImpl::Generic,
+            gelu: GeluImpl::Erf,
+        };
+        let names = forward_names(&tf);
+        let block = |i: usize| {
+            [
+                "ln1.out",
+                "attn.q.out",
+                "attn.k.out",
+                "attn.v.out",
+                "attn.scores.out",
+                "attn.softmax.out",
+                "attn.context.out",
+                "attn.out.out",
+                "ln2.out",
+                "mlp.fc1.out",
+                "mlp.gelu.out",
+                "mlp.fc2.out",
+            ]
+            .iter()
+            .map(move |s| format!("blocks.{i}.{s}"))
+            .chain([format!("blocks.{i}.out")])
+        };
+        let want: Vec<String> = ["tok_emb.out", "pos_emb.out"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(block(0))
+            .chain(block(1))
+            .chain(
+                ["ln_f.out", "head.out", "loss"]
+                    .iter()
+                    .map(|s| s.to_string()),
+            )
+            .collect();
+        assert_eq!(names, want);
+        assert_eq!(names.len(), 2 + 2 * 13 + 3);
+        assert_eq!(names[12], "blocks.0.mlp.gelu.out");
+        // Every parameter's module has its output among the names (the walk gives each
+        // parameter's gradient from its module's output gradient).
+        for p in tf.params() {
+            let module = p.name.rsplit_once('.').unwrap().0;
+            assert!(names.contains(&format!("{module}.out")), "{}", p.name);
+        }
     }
 }

@@ -6,7 +6,9 @@ intermediate under one naming scheme taken from the PyTorch model's module paths
 
 * forward, in order: ``fc1.out`` (a Linear layer's output, before its activation),
   ``relu1.out`` (the activation's output), …, the logits, then ``loss``; for the 1-D CNN
-  ``conv.out``, ``relu.out``, ``fc.out``, ``loss``;
+  ``conv.out``, ``relu.out``, ``fc.out``, ``loss``; for the transformer every module's output
+  and the attention's named ops, ``<module path>.out`` (:func:`transformer_dataflow`), the
+  logits ``head.out``, ``loss``;
 * backward, in the order autograd computes it: ``grad:<forward quantity>`` (d loss / d that
   tensor) from the logits back, each layer's ``grad:<param>`` after its output's gradient;
 * update: ``update:<param>`` = parameter after the step − parameter before, in state_dict
@@ -95,7 +97,7 @@ def forward_names(model: Mapping) -> list[str]:
     if model["family"] == "cnn1d":
         return ["conv.out", f"{act}.out", "fc.out", "loss"]
     if model["family"] == "transformer":
-        return ["head.out", "loss"]
+        return [d["name"] for d in transformer_dataflow(model)] + ["loss"]
     raise ValueError(f"unknown model family {model['family']!r}")
 
 
@@ -164,7 +166,9 @@ def quantities(model: Mapping, dataflow: Sequence[Mapping] | None = None) -> lis
     if model["family"] == "own":
         return own_quantities(params, dataflow or [])
     if model["family"] == "transformer":
-        return _transformer_quantities(params)
+        # Its dataflow has the form of an own model's: each parameter's gradient follows
+        # its module output's gradient, computed from it and that module's inputs.
+        return own_quantities(params, transformer_dataflow(model))
     layers = _layers(model)
     out: list[tuple[str, str, tuple[str, ...]]] = []
     previous: str | None = None
@@ -196,26 +200,46 @@ def quantities(model: Mapping, dataflow: Sequence[Mapping] | None = None) -> lis
     return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
 
 
-def _transformer_quantities(params: Sequence[str]) -> list[Quantity]:
-    """The transformer's coarse dataflow: its logits ``head.out`` and the loss, the logits'
-    gradient, then every parameter's gradient in reverse state_dict order (the order
-    backward reaches them) and every update. Its inner intermediates are not recorded, so
-    each parameter's gradient is taken as computed from the one before it in that order
-    (the gradient reaches a module only through the modules after it): the first that
-    differs is the culprit, the rest of the backward pass is downstream of it, and the
-    culprit's place in the list brackets the op (burn's GELU: between
-    ``grad:blocks.1.mlp.fc2.weight``, which agrees, and ``grad:blocks.1.mlp.fc1.bias``)."""
-    out = [
-        ("forward", "head.out", ()),
-        ("forward", "loss", ("head.out",)),
-        ("backward", "grad:head.out", ("head.out", "loss")),
-    ]
-    previous = "grad:head.out"
-    for p in reversed(params):
-        out.append(("backward", f"grad:{p}", (previous,)))
-        previous = f"grad:{p}"
-    out += [("update", f"update:{p}", (f"grad:{p}",)) for p in params]
-    return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
+def transformer_dataflow(model: Mapping, batch: int = 1) -> list[dict]:
+    """The transformer's named intermediates in forward order, each ``{"name", "inputs",
+    "shape"}`` (the form of an own model's ``dataflow``), for a batch of ``batch`` sequences;
+    the same names as ``parity_common::replay::transformer_forward_names`` (Rust).
+
+    Each is ``<module path>.out``, the module paths being the parameters' prefixes, as a
+    PyTorch forward hook on that module would name its output; the attention's inner ops are
+    named as modules of ``attn``. ``tok_emb.out`` ``[B, T, d]``, ``pos_emb.out`` ``[T, d]``;
+    per block ``blocks.{i}.``: ``ln1.out``, ``attn.q.out``, ``attn.k.out``, ``attn.v.out``
+    (``[B, T, d]``, before the split into heads), ``attn.scores.out`` ((q·kᵀ)·(1/√dh) before
+    the causal mask, ``[B, H, T, T]``), ``attn.softmax.out`` (the weights, mask and softmax
+    applied), ``attn.context.out`` (weights·v, heads merged, ``[B, T, d]``), ``attn.out.out``,
+    ``ln2.out``, ``mlp.fc1.out`` ``[B, T, 4d]``, ``mlp.gelu.out``, ``mlp.fc2.out``, and
+    ``blocks.{i}.out``, the residual stream after the block; then ``ln_f.out`` and
+    ``head.out`` (the logits ``[B, T, V]``). The residual stream is named only at block
+    ends: a layer norm or block output takes the stream's parts as its inputs (block 0's
+    input is ``tok_emb.out`` + ``pos_emb.out``)."""
+    b, t, d, heads = batch, model["seq_len"], model["d_model"], model["heads"]
+    out: list[dict] = []
+
+    def add(path: str, inputs, shape) -> str:
+        out.append({"name": f"{path}.out", "inputs": list(inputs), "shape": list(shape)})
+        return f"{path}.out"
+
+    stream = (add("tok_emb", (), (b, t, d)), add("pos_emb", (), (t, d)))
+    for i in range(model["blocks"]):
+        blk = f"blocks.{i}."
+        a = add(blk + "ln1", stream, (b, t, d))
+        q, k, v = (add(f"{blk}attn.{m}", (a,), (b, t, d)) for m in "qkv")
+        scores = add(blk + "attn.scores", (q, k), (b, heads, t, t))
+        weights = add(blk + "attn.softmax", (scores,), (b, heads, t, t))
+        context = add(blk + "attn.context", (weights, v), (b, t, d))
+        attn = add(blk + "attn.out", (context,), (b, t, d))
+        m = add(blk + "ln2", (*stream, attn), (b, t, d))
+        m = add(blk + "mlp.fc1", (m,), (b, t, 4 * d))
+        m = add(blk + "mlp.gelu", (m,), (b, t, 4 * d))
+        m = add(blk + "mlp.fc2", (m,), (b, t, d))
+        stream = (add(f"blocks.{i}", (*stream, attn, m), (b, t, d)),)
+    add("head", (add("ln_f", stream, (b, t, d)),), (b, t, model["vocab"]))
+    return out
 
 
 def shapes(
@@ -228,7 +252,7 @@ def shapes(
     if model["family"] == "own":
         out.update({d["name"]: tuple(d["shape"]) for d in dataflow or []})
     elif model["family"] == "transformer":
-        out["head.out"] = (batch, model["seq_len"], model["vocab"])
+        out.update({d["name"]: tuple(d["shape"]) for d in transformer_dataflow(model, batch)})
     elif model["family"] == "mlp":
         sizes = model["sizes"]
         for n in forward_names(model)[:-1]:

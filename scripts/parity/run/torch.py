@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -75,7 +75,8 @@ def forward(
     ``x``: ``[batch, *input]``; returns ``[batch, outputs]``. ``fault``: the run's fault
     setting, or None (see :func:`activation`). ``taps``, when given, receives every forward
     intermediate under its localisation name (``localise.forward_names``: ``fc1.out``,
-    ``relu1.out``, …; ``conv.out``, ``relu.out``, ``fc.out``) with ``retain_grad()`` called,
+    ``relu1.out``, …; ``conv.out``, ``relu.out``, ``fc.out``; the transformer's
+    ``tok_emb.out`` … ``head.out``, :func:`transformer`) with ``retain_grad()`` called,
     so its gradient is kept after ``backward``; the computation is the same either way.
     """
 
@@ -95,7 +96,7 @@ def forward(
                 h = tap(f"{act}{i}.out", activation(h, act, fault))
         return h
     if model["family"] == "transformer":
-        return tap("head.out", transformer(model, p, x))
+        return transformer(model, p, x, tap)
     if model["family"] == "cnn1d":
         h = tap("conv.out", F.conv1d(x, p["conv.weight"], p["conv.bias"]))
         h = tap(f"{act}.out", activation(h, act, fault)).flatten(1)
@@ -111,7 +112,12 @@ def _layer_norm(h: torch.Tensor, p: Mapping[str, torch.Tensor], name: str) -> to
     return F.layer_norm(h, (h.shape[-1],), p[f"{name}.weight"], p[f"{name}.bias"], LN_EPS)
 
 
-def transformer(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torch.Tensor):
+def transformer(
+    model: Mapping[str, Any],
+    p: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
+):
     """The transformer family (``parity_common::spec::Model::Transformer``) in functional
     form: token ids ``x`` ``[B, T]`` int64 → logits ``[B, T, vocab]``.
 
@@ -120,34 +126,64 @@ def transformer(model: Mapping[str, Any], p: Mapping[str, torch.Tensor], x: torc
     (``masked_fill``) and takes ``torch.softmax`` over the keys, then p·v; ``sdpa`` calls
     ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, PyTorch's fused path. GELU
     is ``F.gelu`` (exact erf), layer norm ``F.layer_norm`` (ε 1e-5).
+
+    ``tap(name, h)``, when given, is called on each named intermediate as it is computed and
+    returns it (``localise.transformer_dataflow`` lists the names: ``tok_emb.out`` …
+    ``head.out``); with ``sdpa`` the scores and weights (``attn.scores.out``,
+    ``attn.softmax.out``) stay inside the fused op and are not tapped (:data:`SDPA_HIDDEN`).
     """
+    tap = tap or (lambda _name, h: h)
     b_, t = x.shape
     d, heads = model["d_model"], model["heads"]
     dh = d // heads
     positions = torch.arange(t, device=x.device)
-    h = F.embedding(x, p["tok_emb.weight"]) + F.embedding(positions, p["pos_emb.weight"])
+    h = tap("tok_emb.out", F.embedding(x, p["tok_emb.weight"])) + tap(
+        "pos_emb.out", F.embedding(positions, p["pos_emb.weight"])
+    )
     causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
 
     def split(z: torch.Tensor) -> torch.Tensor:
         return z.view(b_, t, heads, dh).transpose(1, 2)
 
+    def lin(path: str, z: torch.Tensor, bias: bool = True) -> torch.Tensor:
+        b = p[f"{path}.bias"] if bias else None
+        return tap(f"{path}.out", F.linear(z, p[f"{path}.weight"], b))
+
     for i in range(model["blocks"]):
         blk = f"blocks.{i}."
-        a = _layer_norm(h, p, blk + "ln1")
-        q = split(F.linear(a, p[blk + "attn.q.weight"], p[blk + "attn.q.bias"]))
-        k = split(F.linear(a, p[blk + "attn.k.weight"]))  # no key bias
-        v = split(F.linear(a, p[blk + "attn.v.weight"], p[blk + "attn.v.bias"]))
+        a = tap(blk + "ln1.out", _layer_norm(h, p, blk + "ln1"))
+        q = split(lin(blk + "attn.q", a))
+        k = split(lin(blk + "attn.k", a, bias=False))  # no key bias
+        v = split(lin(blk + "attn.v", a))
         if model.get("attention", "explicit") == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
-            o = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1) @ v
-        o = o.transpose(1, 2).reshape(b_, t, d)
-        h = h + F.linear(o, p[blk + "attn.out.weight"], p[blk + "attn.out.bias"])
-        m = _layer_norm(h, p, blk + "ln2")
-        m = F.gelu(F.linear(m, p[blk + "mlp.fc1.weight"], p[blk + "mlp.fc1.bias"]))
-        h = h + F.linear(m, p[blk + "mlp.fc2.weight"], p[blk + "mlp.fc2.bias"])
-    return F.linear(_layer_norm(h, p, "ln_f"), p["head.weight"])
+            scores = tap(blk + "attn.scores.out", (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh)))
+            weights = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+            o = tap(blk + "attn.softmax.out", weights) @ v
+        o = tap(blk + "attn.context.out", o.transpose(1, 2).reshape(b_, t, d))
+        h = h + lin(blk + "attn.out", o)
+        m = tap(blk + "ln2.out", _layer_norm(h, p, blk + "ln2"))
+        m = tap(blk + "mlp.gelu.out", F.gelu(lin(blk + "mlp.fc1", m)))
+        h = tap(f"blocks.{i}.out", h + lin(blk + "mlp.fc2", m))
+    return tap("head.out", F.linear(tap("ln_f.out", _layer_norm(h, p, "ln_f")), p["head.weight"]))
+
+
+#: The transformer's intermediates PyTorch's fused attention (``attention: sdpa``) computes
+#: inside ``F.scaled_dot_product_attention``, where no tap reaches them (per block, with
+#: the ``blocks.{i}.`` prefix).
+SDPA_HIDDEN = ("attn.scores.out", "attn.softmax.out")
+
+
+def untapped(model: Mapping[str, Any]) -> list[str]:
+    """The replay quantities the PyTorch side cannot record for ``model``, each as
+    ``name: reason`` (a replay header's ``missing`` items): with ``attention: sdpa`` the
+    attention scores and weights of every block and their gradients; none otherwise."""
+    if model["family"] != "transformer" or model.get("attention", "explicit") != "sdpa":
+        return []
+    why = "inside F.scaled_dot_product_attention (attention: sdpa), one fused op"
+    names = [f"blocks.{i}.{n}" for i in range(model["blocks"]) for n in SDPA_HIDDEN]
+    return [f"{n}: {why}" for n in names] + [f"grad:{n}: {why}" for n in names]
 
 
 def activation(h: torch.Tensor, name: str, fault: Mapping[str, Any] | None = None) -> torch.Tensor:
@@ -394,4 +430,6 @@ def replay(
         missing = [f"grad:{n}: no gradient" for n, t in taps.items() if t.grad is None]
         missing += [f"grad:{n}: no gradient" for n in names if p[n].grad is None]
         header["missing"] = "; ".join(missing)
+    elif untapped(s["model"]):
+        header["missing"] = "; ".join(untapped(s["model"]))
     return out, header

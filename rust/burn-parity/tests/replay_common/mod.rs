@@ -483,10 +483,11 @@ pub fn recorded_moments_are_burns_first_step(dtype: &str) {
 }
 
 /// The transformer with SGD, Adam (L2 decay) and AdamW replays its training steps bit for bit
-/// (step 1 from zero moments, later steps from recorded ones); its one forward intermediate
-/// `head.out` is the logits `[batch 3, seq_len 5, vocab 11]`, and `grad:head.out` is
-/// (softmax − one-hot) / 15 per position, so each position's gradient sums to zero within
-/// rounding.
+/// (step 1 from zero moments, later steps from recorded ones), every intermediate of
+/// `forward_names` with its gradient included; its logits `head.out` are
+/// `[batch 3, seq_len 5, vocab 11]`, and `grad:head.out` is (softmax − one-hot) / 15 per
+/// position, so each position's gradient sums to zero within rounding; the attention
+/// weights `blocks.1.attn.softmax.out` `[3, 2 heads, 5, 5]` sum to one over the keys.
 pub fn transformer_replays_its_training_steps(dtype: &str) {
     let s = spec("tf-sgd", transformer(), "cross_entropy", sgd(), 3, dtype);
     self_consistent(&s, &[1, 3]);
@@ -510,6 +511,12 @@ pub fn transformer_replays_its_training_steps(dtype: &str) {
         );
         self_consistent(&s, &[2, 3])
     };
+    let weights = widen(&rep.tensors["blocks.1.attn.softmax.out"]);
+    assert_eq!(weights.len(), 3 * 2 * 5 * 5);
+    for row in weights.chunks_exact(5) {
+        let sum: f64 = row.iter().sum();
+        assert!((sum - 1.0).abs() <= 1e-6, "attention weights sum to {sum}");
+    }
     let logits = widen(&rep.tensors["head.out"]);
     let grad = widen(&rep.tensors["grad:head.out"]);
     assert_eq!((logits.len(), grad.len()), (3 * 5 * 11, 3 * 5 * 11));

@@ -305,3 +305,42 @@ pub fn tokens_outside_the_vocabulary_are_refused(dtype: &str) {
         assert!(msg.contains(&format!("{name} holds token {V}")), "{msg}");
     }
 }
+
+/// The replay's taps on the transformer: every name of `forward_names` but `loss`, in
+/// forward order, each with its PyTorch element count (`pos_emb.out` `[1, T, d]` here,
+/// `[T, d]` in PyTorch); the tapped logits are bit for bit the untapped ones, and every tap
+/// receives a gradient.
+pub fn taps_name_every_module_output_in_forward_order(dtype: &str) {
+    let spec = tiny("tf-taps", sgd(), 1, dtype);
+    let (net, _, dev) = load(&spec);
+    let tf = as_transformer(&net);
+    let x: Vec<i64> = (0..B * T).map(|i| ((i * 5 + 2) % V) as i64).collect();
+    let mut taps = Taps::on(&dev);
+    let tapped = tf.forward_tapped(tokens(&x, &dev), &mut taps);
+    let values = taps.values(spec.dtype).unwrap();
+    let names: Vec<&str> = values.iter().map(|(n, _)| n.as_str()).collect();
+    let mut want = parity_common::replay::forward_names(&spec.model);
+    assert_eq!(want.pop().as_deref(), Some("loss"));
+    assert_eq!(names, want);
+    assert_eq!(names[12], "blocks.0.mlp.gelu.out");
+    let len = |n: &str| {
+        values
+            .iter()
+            .find(|(m, _)| m == n)
+            .unwrap()
+            .1
+            .widened()
+            .len()
+    };
+    assert_eq!(len("pos_emb.out"), T * D);
+    assert_eq!(len("blocks.1.attn.scores.out"), B * HEADS * T * T);
+    assert_eq!(len("blocks.1.attn.softmax.out"), B * HEADS * T * T);
+    assert_eq!(len("blocks.0.mlp.gelu.out"), B * T * 4 * D);
+    assert_eq!(len("head.out"), B * T * V);
+    let untapped = bits(tf.forward(tokens(&x, &dev)), spec.dtype);
+    assert_eq!(bits(tapped.clone(), spec.dtype), untapped);
+    let grads = tapped.sum().backward();
+    for (name, g) in taps.grads(&grads, spec.dtype).unwrap() {
+        assert!(g.is_some(), "no gradient at {name}");
+    }
+}
