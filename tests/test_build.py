@@ -5,10 +5,14 @@ steps an own model's build uses too."""
 
 import logging
 import os
+import re
+import shutil
 import stat
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +149,60 @@ def test_the_shared_steps_lock_the_target_folder_and_check_the_copy(tmp_path):
     log_path = tmp_path / "cmd.log"
     assert runner_build.run_logged(["sh", "-c", "echo hi; exit 4"], LOG, log_path) == 4
     assert log_path.read_text() == "hi\n"
+
+
+#: A binary crate beside parity-common that prints what parity-common's ``lock_version``
+#: answers for a lock file that does not exist ("unknown" in the real code).
+TINY_BIN = textwrap.dedent(
+    """\
+    fn main() {
+        let v = parity_common::build_info::lock_version(std::path::Path::new("/nonexistent"), "x");
+        println!("{v}");
+    }
+    """
+)
+
+
+def tiny_checkout(root, rust_dir, marker):
+    """A workspace of parity-common (copied from this checkout, its ``"unknown"`` answer
+    replaced by ``marker``) and a binary crate printing that answer."""
+    (root / "tiny" / "src").mkdir(parents=True)
+    shutil.copytree(rust_dir / "parity-common", root / "parity-common")
+    info = root / "parity-common" / "src" / "build_info.rs"
+    info.write_text(info.read_text().replace('"unknown".into()\n}', f'"{marker}".into()\n}}', 1))
+    (root / "tiny" / "src" / "main.rs").write_text(TINY_BIN)
+    (root / "tiny" / "Cargo.toml").write_text(
+        '[package]\nname = "tiny"\nversion = "0.1.0"\nedition = "2021"\n\n'
+        '[dependencies]\nparity-common = { path = "../parity-common" }\n'
+    )
+    workspace = (rust_dir / "Cargo.toml").read_text()
+    members = 'members = ["parity-common", "tiny"]'
+    (root / "Cargo.toml").write_text(re.sub(r"members = \[[^\]]*\]", members, workspace))
+    shutil.copy(rust_dir / "Cargo.lock", root / "Cargo.lock")
+    return root / "Cargo.toml"
+
+
+def test_a_second_checkout_never_links_the_first_ones_parity_common(tmp_path):
+    """Real cargo: checkout B, whose files are older than checkout A's build in the shared
+    target folder, is built with its own source id and prints B's answer, not A's."""
+    rust_dir = Path(runner_build.__file__).resolve().parents[3] / "rust"
+    target = tmp_path / "target"
+    a = tiny_checkout(tmp_path / "a", rust_dir, "answer-a")
+    b = tiny_checkout(tmp_path / "b", rust_dir, "answer-b")
+    past = time.time() - 3600
+    for f in (tmp_path / "b").rglob("*"):
+        os.utime(f, (past, past))
+
+    def build_and_run(manifest, source_id):
+        env = dict(os.environ, PARITY_SOURCE_ID=source_id)
+        cmd = ["cargo", "build", "--release", "--quiet", "-p", "tiny"]
+        subprocess.run(
+            [*cmd, "--manifest-path", str(manifest), "--target-dir", str(target)],
+            env=env,
+            check=True,
+        )
+        exe = target / "release" / "tiny"
+        return subprocess.run([exe], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert build_and_run(a, "a") == "answer-a"
+    assert build_and_run(b, "b") == "answer-b"
