@@ -444,6 +444,35 @@ def test_a_transformer_backward_difference_is_the_gradient_behind_the_op():
     assert [n for n, x in v.items() if x == "differs"] == ["grad:blocks.1.mlp.fc1.out"]
 
 
+def test_a_gradient_the_candidate_never_received_is_the_culprit():
+    """candle's fused norm without a backward pass: every gradient before it is missing on
+    the candidate side only. The first such parameter gradient whose inputs agree is the
+    culprit (not the update it leaves unchanged), named with the runner's reason; each later
+    one differs too (no gradient flows from one parameter's into another's), and the updates
+    are downstream."""
+    order = [q.name for q in localise.quantities(TRANSFORMER)]
+    cut = order.index("grad:ln_f.out")
+    no_grad = [n for n in order[cut:] if n.startswith("grad:")]
+    rec = _records(TRANSFORMER, 2, changed={f"update:{n[5:]}" for n in no_grad})
+    for role in ("cand32", "cand64"):
+        for n in no_grad:
+            rec[role].pop(n, None)
+    missing = {n: "candle: no gradient reached it" for n in no_grad}
+    w = localise.walk(TRANSFORMER, 2, rec, missing, SETTINGS)
+    first_param = next(n for n in no_grad if f"update:{n[5:]}" in order)
+    assert (w.culprit, w.culprit_phase) == (first_param, "backward")
+    rows = {r["quantity"]: r for r in w.rows}
+    assert rows[first_param]["note"] == (
+        "culprit: no gradient in the candidate (candle: no gradient reached it)"
+    )
+    assert rows["grad:ln_f.out"]["verdict"] == "not recorded"
+    params = [n for n in no_grad if f"update:{n[5:]}" in order]
+    assert "grad:tok_emb.weight" in params
+    assert [n for n, r in rows.items() if r["verdict"] == "differs"] == params
+    assert rows["grad:tok_emb.weight"]["note"].startswith("differs while its inputs agree: ")
+    assert {rows[f"update:{n[5:]}"]["verdict"] for n in params} == {"downstream"}
+
+
 def test_attention_weights_inside_a_fused_op_are_looked_through():
     """PyTorch's sdpa records no scores or weights: not recorded, and a difference in the
     attention's output is judged against q, k and v."""

@@ -115,6 +115,9 @@ def test_the_published_llama_names_every_parameter_it_never_updates(llama_run):
         (llama_run / "results" / "own" / "llama_published" / "check-candle-cpu.json").read_text()
     )
     assert check["no_grad"] == PARAMS[:-1]
+    # The localisation: the first parameter gradient PyTorch has and candle never receives
+    # is the fused norm's own weight.
+    assert (row["culprit"], row["culprit_phase"]) == ("grad:model.norm.weight", "backward")
     # The float64 cell: candle's fused rms_norm has no float64 kernel.
     cells = summary(llama_run)
     assert any(

@@ -381,7 +381,7 @@ def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
         ("transformer_gelu_tanh", "main"): ("blocks.0.mlp.gelu.out", "forward"),
         ("transformer_adamw", "burn"): ("grad:blocks.1.mlp.fc1.out", "backward"),
         ("transformer_adamw", "burn_candle"): ("grad:blocks.1.mlp.fc1.out", "backward"),
-        ("transformer_fused", "main"): ("update:tok_emb.weight", "update"),
+        ("transformer_fused", "main"): ("grad:ln_f.weight", "backward"),
     }
     for key, (culprit, phase) in want.items():
         assert (rows[key]["culprit"], rows[key]["culprit_phase"]) == (culprit, phase), key

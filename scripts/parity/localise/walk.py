@@ -58,6 +58,8 @@ AGREES, DIFFERS, DOWNSTREAM, NOT_RECORDED = "agrees", "differs", "downstream", "
 
 #: Roles of the four replays: reference and candidate, float32 and float64.
 ROLES = ("ref32", "cand32", "ref64", "cand64")
+#: How a note names the float32 run of a role.
+ROLE_NAMES = {"ref32": "the reference", "cand32": "the candidate"}
 
 #: Columns of the localisation table (defined with the other tables, so the job of a
 #: skipped localisation writes its header without importing this module).
@@ -423,7 +425,7 @@ def walk(
     flat values, ``update:<p>`` included (:func:`derive_updates`). ``missing``: quantity →
     why a framework did not record it. ``dataflow``: an own model's intermediates (the
     reference's replay header, :func:`own_quantities`). Returns one row per quantity
-    (:data:`COLUMNS`).
+    (:data:`COLUMNS`); a parameter's gradient only one float32 run has differs.
     """
     qs = quantities(model, dataflow)
     shp = shapes(model, batch, dataflow)
@@ -445,6 +447,22 @@ def walk(
         row.update(order=q.order, phase=q.phase, quantity=q.name, note="")
         row["shape"] = "x".join(str(n) for n in shp[q.name]) or "1"
         absent = [r for r in ("ref32", "cand32") if q.name not in records.get(r, {})]
+        if len(absent) == 1 and f"update:{q.name[5:]}" in by_name and q.name.startswith("grad:"):
+            # A parameter's gradient that one side computed and the other never received
+            # (an op without a backward pass cuts the graph silently): a difference.
+            why = missing.get(q.name, f"absent from {absent[0]}")
+            inputs_differ = any(
+                verdict.get(i) in (DIFFERS, DOWNSTREAM) for i in effective(q.inputs)
+            )
+            v = DOWNSTREAM if inputs_differ else DIFFERS
+            row["note"] = f"no gradient in {ROLE_NAMES[absent[0]]} ({why})"
+            if v == DIFFERS:
+                lead = "culprit" if culprit is None else "differs while its inputs agree"
+                culprit = culprit or q
+                row["note"] = f"{lead}: {row['note']}"
+            verdict[q.name] = row["verdict"] = v
+            rows.append(row)
+            continue
         if absent or q.name in missing:
             verdict[q.name] = NOT_RECORDED
             row["verdict"] = NOT_RECORDED
