@@ -31,6 +31,7 @@ PROBE = {
         "i_small": {"values": [[2, 0]], "dtype": "int64"},
         "i_full": {"values": [[2, 0, 1], [1, 1, 0]], "dtype": "int64"},
         "h": {"values": [[[[1], [2]]]], "requires_grad": True},
+        "s_small": {"values": [[1, 2]], "requires_grad": True},
         "k": {"values": [[[[2]]]], "requires_grad": True},
     },
     "cases": {
@@ -70,6 +71,11 @@ PROBE = {
             "loss": {"sum": "y"},
             "compare": ["y", "g.grad"],
         },
+        # candle and burn: scatter_add needs index and src of x's shape outside dim
+        "scatter_add_smaller_index": {
+            "steps": [{"scatter_add": {"in": ["g", "i_small", "s_small"], "out": "y", "dim": 1}}],
+            "compare": ["y"],
+        },
         # candle: conv2d's backward with stride 3 over a height of 2 fails deep inside
         # ("shape mismatch in add"): a finding, no documented limit
         "conv2d_stride_crash": {
@@ -83,8 +89,9 @@ PROBE = {
 CANDLE_LIMITED = {
     "avg_pool_stride_backward": "avg_pool2d",
     "upsample_fraction_backward": "upsample_nearest1d",
+    "scatter_add_smaller_index": "scatter_add",
 }
-BURN_LIMITED = {"gather_smaller_index": "gather"}
+BURN_LIMITED = {"gather_smaller_index": "gather", "scatter_add_smaller_index": "scatter_add"}
 
 
 @pytest.fixture(scope="module")

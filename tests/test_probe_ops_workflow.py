@@ -170,6 +170,49 @@ def test_transposed_convolutions_with_a_bias(ops_rows):
         )
 
 
+def test_indexing_writes(ops_rows):
+    """scatter_add, scatter, index_add and index_put with both gradients: burn meets the
+    exact values; candle's index_add does, its scatter and scatter_add backward rules are
+    swapped (known bugs), it has no index_put that replaces rows, and neither Rust
+    framework takes a scatter index narrower than x outside dim (api_limits)."""
+    cases = {
+        "scatter_add_dim0": "s23.grad",
+        "scatter_add_dim1": "s42.grad",
+        "scatter_add_full_index": "s43.grad",
+        "scatter_dim0": "s23.grad",
+        "scatter_dim1": "s42.grad",
+        "index_add_dim0": "s33.grad",
+        "index_add_dim1": "s43.grad",
+        "index_put_rows": "s23.grad",
+        "index_put_accumulate": "s33.grad",
+    }
+    for case, grad in cases.items():
+        for dtype in ("f32", "f64"):
+            for q in ("y", "x.grad", grad):
+                r = row(ops_rows, "indexing_writes", case, q, "burn", dtype)
+                assert (r["reference"], r["verdict"]) == ("exact", "pass"), (case, q, dtype)
+    for dtype in ("f32", "f64"):
+        for case in ("index_add_dim0", "index_add_dim1", "index_put_accumulate"):
+            r = row(ops_rows, "indexing_writes", case, "x.grad", "candle", dtype)
+            assert r["verdict"] == "pass", (case, dtype)
+        for case in ("scatter_dim0", "scatter_add_full_index"):
+            assert row(ops_rows, "indexing_writes", case, "x.grad", "candle", dtype)["verdict"] == (
+                "known-bug"
+            )
+            assert row(ops_rows, "indexing_writes", case, "y", "candle", dtype)["verdict"] == (
+                "pass"
+            )
+        r = row(ops_rows, "indexing_writes", "scatter_add_dim0", "s23.grad", "candle", dtype)
+        assert r["verdict"] == "known-bug" and "shape mismatch in scatter" in r["note"]
+    r = row(ops_rows, "indexing_writes", "index_put_rows", "y", "candle")
+    assert r["verdict"] == "unsupported" and "index_put without accumulate" in r["note"]
+    for fw in ("candle", "burn"):
+        r = row(ops_rows, "indexing_writes", "scatter_add_smaller_index", "y", fw)
+        assert r["verdict"] == "unsupported" and "shape in every dimension but dim" in r["note"]
+    r = row(ops_rows, "indexing_writes", "scatter_add_smaller_index", "s22.grad", "torch")
+    assert (r["reference"], r["verdict"]) == ("exact", "pass")
+
+
 def test_a_documented_limit_is_unsupported_with_its_reason(ops_rows):
     """candle's max_pool2d backward with stride ≠ kernel (api_limits): unsupported, the note
     naming the reason and the source; accepted by check."""

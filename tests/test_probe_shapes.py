@@ -117,6 +117,20 @@ def test_index_ops_take_int64_indices():
     assert run("gather", [[2, 3], [2, 3]], [F, INT], dim=1) == ([2, 3], F)
 
 
+def test_indexing_writes_keep_the_target_shape():
+    assert run("scatter_add", [[4, 3], [2, 3], [2, 3]], [F, INT, F], dim=0) == ([4, 3], F)
+    assert run("scatter", [[4, 3], [4, 2], [4, 2]], [F, INT, F], dim=-1) == ([4, 3], F)
+    assert run("scatter_add", [[4, 3], [2, 2], [2, 2]], [F, INT, F], dim=0) == ([4, 3], F)
+    assert run("index_add", [[4, 3], [5], [4, 5]], [F, INT, F], dim=1) == ([4, 3], F)
+    assert run("index_put", [[4, 3], [2], [2, 3]], [F, INT, F]) == ([4, 3], F)
+    got = run("index_put", [[4, 3], [2], [2, 3]], [F, INT, F], [None, [3.0, 0.0], None])
+    assert got == ([4, 3], F)
+    with pytest.raises(shapes_common.ShapeError, match="index 4 is out of range"):
+        run("index_put", [[4, 3], [2], [2, 3]], [F, INT, F], [None, [4.0, 0.0], None])
+    with pytest.raises(shapes_common.ShapeError, match="index 3 is out of range"):
+        run("scatter", [[4, 3], [1, 3], [1, 3]], [F, INT, F], [None, [0, 1, 3], None], dim=1)
+
+
 @pytest.mark.parametrize(
     ("op", "shapes", "kinds", "given", "words"),
     [
@@ -160,6 +174,12 @@ def test_index_ops_take_int64_indices():
         ("index_select", [[5, 3], [2, 1]], [F, INT], {"dim": 0}, "rank 1"),
         ("gather", [[3, 4], [2, 5]], [F, INT], {"dim": 0}, "larger than x"),
         ("gather", [[3, 4], [2]], [F, INT], {"dim": 0}, "x's rank"),
+        ("scatter_add", [[4, 3], [2, 3], [2, 2]], [F, INT, F], {"dim": 0}, "src's shape [2, 2]"),
+        ("scatter", [[4, 3], [2, 4], [2, 4]], [F, INT, F], {"dim": 0}, "larger than x"),
+        ("scatter", [[4, 3], [2], [2]], [F, INT, F], {"dim": 0}, "x's rank"),
+        ("index_add", [[4, 3], [2], [4, 2]], [F, INT, F], {"dim": 0}, "shape [2, 3]"),
+        ("index_put", [[4, 3], [2], [2, 4]], [F, INT, F], {}, "shape [2, 3], got [2, 4]"),
+        ("index_put", [[4, 3], [2], [2, 3]], [F, F, F], {}, "must be int64, got float"),
         ("cross_entropy", [[4, 3], [3]], [F, INT], {}, "targets must have shape [4]"),
         ("mse", [[2, 3], [3, 2]], None, {}, "equal shapes"),
         ("relu", [[2]], [INT], {}, "must be float, got int64"),

@@ -656,6 +656,56 @@ def test_gather_values_and_backward(dim):
     close(ok(r, "x.grad"), grad)
 
 
+@pytest.mark.parametrize("op", ["scatter_add", "scatter"])
+def test_scatter_values_and_gradients_of_target_and_source(op):
+    x = np.arange(1.0, 13.0).reshape(3, 4)
+    idx = np.array([[2, 0, 1, 2], [0, 2, 0, 1]])  # distinct places per column
+    src = np.array([[1.0, -2.0, 3.0, 4.0], [5.0, 6.0, -7.0, 8.0]])
+    c = np.arange(1.0, 13.0).reshape(3, 4) ** 2
+    r = one_op(
+        op,
+        {"dim": 0},
+        [inp("x", x, True), inp("i", idx, dtype="int64"), inp("s", src, True), inp("c", c)],
+        ["y", "x.grad", "s.grad"],
+        weighted("y", "c"),
+    )
+    want, gx, gs = x.copy(), c.copy(), np.zeros(src.shape)
+    for a, b in np.ndindex(idx.shape):
+        place = (idx[a, b], b)
+        want[place] = want[place] + src[a, b] if op == "scatter_add" else src[a, b]
+        if op == "scatter":
+            gx[place] = 0.0
+        gs[a, b] = c[place]
+    close(ok(r, "y"), want)
+    close(ok(r, "x.grad"), gx)
+    close(ok(r, "s.grad"), gs)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_add_and_index_put_write_rows(accumulate):
+    x = np.arange(1.0, 13.0).reshape(4, 3)
+    rows = np.array([3, 1]) if not accumulate else np.array([2, 2])
+    v = np.array([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]])
+    c = np.arange(1.0, 13.0).reshape(4, 3) ** 2
+    ins = [inp("x", x, True), inp("i", rows, dtype="int64"), inp("v", v, True), inp("c", c)]
+    r = one_op(
+        "index_put", {"accumulate": accumulate}, ins, ["y", "x.grad", "v.grad"], weighted("y", "c")
+    )
+    want, gx = x.copy(), c.copy()
+    for k, row in enumerate(rows):
+        want[row] = want[row] + v[k] if accumulate else v[k]
+        if not accumulate:
+            gx[row] = 0.0
+    close(ok(r, "y"), want)
+    close(ok(r, "x.grad"), gx)
+    close(ok(r, "v.grad"), c[rows])
+    if accumulate:
+        r = one_op("index_add", {"dim": 0}, ins, ["y", "x.grad", "v.grad"], weighted("y", "c"))
+        close(ok(r, "y"), want)
+        close(ok(r, "x.grad"), c)
+        close(ok(r, "v.grad"), c[rows])
+
+
 def test_layout_changes_take_int64_ids_and_keep_them_int64():
     # ids = ids2.transpose(0, 1)[0]: strided int64 ids (probes/index_select_strided_ids.yaml).
     steps = [

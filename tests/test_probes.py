@@ -718,6 +718,10 @@ cases:
       - index_select: {in: [m, i], dim: 0, out: g2}
       - gather: {in: [m, t], dim: 0, out: g3}
       - gather: {in: [m, f8], dim: 0, out: g4}
+      - scatter_add: {in: [m, t, m], dim: 0, out: g5}
+      - scatter: {in: [m, f8, m], dim: 0, out: g6}
+      - index_add: {in: [m, i, m], dim: 0, out: g7}
+      - index_put: {in: [m, i, m], accumulate: true, out: g8}
       - bce_with_logits: {in: [m, a3], out: h1}
       - cross_entropy: {in: [m, i], out: h2}
       - nll: {in: [c5, i], reduction: none, out: h3}
@@ -753,6 +757,9 @@ def test_a_case_with_every_op_normalizes_for_the_runners(tmp_path):
     assert shapes["loss"] == ([3], "float")
     assert shapes["b4"] == ([3, 1, 2, 10, 10], "float")  # (4 − 1)·2 + 2 + 1 + 1 = 10
     assert shapes["f8"] == ([3, 3, 4], "int64")
+    steps = {s["out"]: s["op"] for s in p.case("all")["steps"]}
+    assert steps["g8"] == {"name": "index_put", "accumulate": True}
+    assert steps["g6"] == {"name": "scatter", "dim": 0}
     assert shapes["x.after_step"] == ([3, 1, 2, 4, 4], "float")
     assert p.case("sgd")["optimizer"]["nesterov"] is True
     spec = p.runner_spec("bf16", "cuda")

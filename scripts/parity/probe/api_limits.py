@@ -83,6 +83,39 @@ def _gather_index_shape(step: Step) -> bool:
     return any(n != m for i, (n, m) in enumerate(zip(x, idx, strict=True)) if i != d)
 
 
+def _scatter_src_shape(step: Step) -> bool:
+    x, _, src = step.shapes
+    d = step.args["dim"] % len(x)
+    return any(n != m for i, (n, m) in enumerate(zip(x, src, strict=True)) if i != d)
+
+
+CANDLE_TENSOR = "https://docs.rs/crate/candle-core/0.11.0/source/src/tensor.rs"
+_SCATTER_CONDITION = "index and src shape ≠ x's shape outside dim"
+
+
+def _scatter_limits(op: str) -> tuple[Limit, Limit]:
+    return (
+        Limit(
+            op,
+            "candle",
+            _SCATTER_CONDITION,
+            f"candle's Tensor::{op} needs src to have x's shape in every dimension but dim "
+            '(scatter_checks refuses it up front: "shape mismatch in scatter (self, src)")',
+            f"{CANDLE_TENSOR}#1610",
+            _scatter_src_shape,
+        ),
+        Limit(
+            op,
+            "burn",
+            _SCATTER_CONDITION,
+            "burn's Tensor::scatter needs the index to have the input's shape in every "
+            "dimension but dim (its documented note; TensorCheck::scatter panics otherwise)",
+            f"{BURN_TENSOR}/base.rs#1946",
+            _scatter_src_shape,
+        ),
+    )
+
+
 LIMITS: tuple[Limit, ...] = (
     Limit(
         "avg_pool2d",
@@ -129,6 +162,8 @@ LIMITS: tuple[Limit, ...] = (
         f"{BURN_TENSOR}/base.rs#1896",
         _gather_index_shape,
     ),
+    *_scatter_limits("scatter_add"),
+    *_scatter_limits("scatter"),
 )
 
 

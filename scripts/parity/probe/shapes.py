@@ -60,9 +60,12 @@ from parity.probe.shapes_index import (
     cross_entropy,
     embedding,
     gather,
+    index_add,
+    index_put,
     index_select,
     mse,
     nll,
+    scatter,
 )
 from parity.probe.shapes_layout import (
     broadcast_to,
@@ -116,6 +119,10 @@ OPS: dict[str, Callable[..., Shape]] = {
     "embedding": embedding,
     "index_select": index_select,
     "gather": gather,
+    "scatter_add": scatter,
+    "scatter": scatter,
+    "index_add": index_add,
+    "index_put": index_put,
     "bce_with_logits": bce_with_logits,
     "cross_entropy": cross_entropy,
     "nll": nll,
@@ -125,7 +132,7 @@ OPS: dict[str, Callable[..., Shape]] = {
 #: (least, most) input tensors per op; every other op takes one.
 ARITY: dict[str, tuple[int, int]] = {
     **dict.fromkeys(["linear", "conv_transpose1d", "conv_transpose2d"], (2, 3)),
-    "layer_norm": (3, 3),
+    **dict.fromkeys(["layer_norm", "scatter_add", "scatter", "index_add", "index_put"], (3, 3)),
     **dict.fromkeys(
         [
             "conv1d", "conv2d", "matmul", "add",
@@ -142,6 +149,7 @@ INTEGER_INPUTS: dict[str, tuple[int, ...]] = {
     "embedding": (0,),
     "index_select": (1,),
     "gather": (1,),
+    **dict.fromkeys(["scatter_add", "scatter", "index_add", "index_put"], (1,)),
     "cross_entropy": (1,),
     "nll": (1,),
 }

@@ -1,5 +1,6 @@
 """Shape rules of the index ops and losses of the probe language: ``embedding``,
-``index_select`` and ``gather`` (int64 indices, range-checked where their values are
+``index_select`` and ``gather``, the indexing writes ``scatter_add``, ``scatter``,
+``index_add`` and ``index_put`` (int64 indices, range-checked where their values are
 known), and the losses (``bce_with_logits``, ``cross_entropy`` and ``nll`` with int64 class
 targets, ``mse``).
 """
@@ -52,6 +53,55 @@ def gather(args, shapes, values=None) -> Shape:
     if x:
         check_index_values("index", (values or [None, None])[1], x[d])
     return list(idx)
+
+
+def scatter(args, shapes, values=None) -> Shape:
+    """``scatter`` and ``scatter_add``: ``[x, index, src]`` → x's shape. ``index`` has
+    ``src``'s shape (PyTorch reads only an index-shaped corner of a larger ``src``; the probe
+    language asks for equal shapes) and x's rank, no larger than x except along ``dim``."""
+    x, idx, src = shapes
+    d = dim_index(args["dim"], len(x))
+    if list(idx) != list(src):
+        raise ShapeError(f"scatter's index {list(idx)} must have src's shape {list(src)}")
+    if len(idx) != len(x):
+        raise ShapeError(f"scatter's index {list(idx)} must have x's rank ({len(x)})")
+    for i, (n, m) in enumerate(zip(x, idx, strict=True)):
+        if i != d and m > n:
+            raise ShapeError(
+                f"scatter's index {list(idx)} is larger than x {list(x)} along dim {i} "
+                f"(only dim {d} may differ)"
+            )
+    if x:
+        check_index_values("index", (values or [None, None])[1], x[d])
+    return list(x)
+
+
+def index_add(args, shapes, values=None) -> Shape:
+    """``[x, index (1-D), src]`` → x's shape; ``src`` is x's shape with ``dim``'s size
+    ``len(index)``."""
+    x, idx, src = shapes
+    d = dim_index(args["dim"], len(x))
+    check_rank(idx, 1, "index_add's index")
+    want = [*x[:d], idx[0], *x[d + 1 :]] if x else [idx[0]]
+    if list(src) != want:
+        raise ShapeError(f"index_add's src must have shape {want}, got {list(src)}")
+    if x:
+        check_index_values("index", (values or [None, None])[1], x[d])
+    return list(x)
+
+
+def index_put(args, shapes, values=None) -> Shape:
+    """``[x, index (1-D), values]`` → x's shape; ``values`` is
+    ``[len(index), *x.shape[1:]]`` (the rows ``index`` of dimension 0)."""
+    x, idx, vals = shapes
+    if not x:
+        raise ShapeError("index_put's x must have at least one dimension")
+    check_rank(idx, 1, "index_put's index")
+    want = [idx[0], *x[1:]]
+    if list(vals) != want:
+        raise ShapeError(f"index_put's values must have shape {want}, got {list(vals)}")
+    check_index_values("index", (values or [None, None])[1], x[0])
+    return list(x)
 
 
 def bce_with_logits(args, shapes, values=None) -> Shape:

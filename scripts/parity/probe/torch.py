@@ -195,6 +195,10 @@ OPS: dict[str, Callable[[Inputs, Args], torch.Tensor]] = {
     "embedding": lambda x, a: F.embedding(x[0], x[1]),
     "index_select": lambda x, a: torch.index_select(x[0], a["dim"], x[1]),
     "gather": lambda x, a: torch.gather(x[0], a["dim"], x[1]),
+    "scatter_add": lambda x, a: torch.scatter_add(x[0], a["dim"], x[1], x[2]),
+    "scatter": lambda x, a: torch.scatter(x[0], a["dim"], x[1], x[2]),
+    "index_add": lambda x, a: torch.index_add(x[0], a["dim"], x[1], x[2]),
+    "index_put": lambda x, a: torch.index_put(x[0], (x[1],), x[2], accumulate=a["accumulate"]),
     # losses
     "bce_with_logits": lambda x, a: F.binary_cross_entropy_with_logits(x[0], x[1]),
     "cross_entropy": lambda x, a: F.cross_entropy(x[0], x[1], reduction=a["reduction"]),
@@ -208,6 +212,7 @@ INTEGER_INPUTS: dict[str, tuple[int, ...]] = {
     "embedding": (0,),
     "index_select": (1,),
     "gather": (1,),
+    **dict.fromkeys(["scatter_add", "scatter", "index_add", "index_put"], (1,)),
     "cross_entropy": (1,),
     "nll": (1,),
 }
@@ -256,9 +261,11 @@ def check_indices(name: str, inputs: Inputs, op: Mapping[str, Any]) -> None:
         index, size, what = inputs[1], inputs[0].shape[1], "classes"
         index = index[index != -100]
     else:
-        x, index = inputs
+        x, index = inputs[:2]
         if x.dim() == 0:
             return
+        if name == "index_put":
+            op = {**op, "dim": 0}
         dim = op["dim"] % x.dim() if -x.dim() <= op["dim"] < x.dim() else None
         if dim is None:
             return

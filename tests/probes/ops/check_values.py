@@ -607,6 +607,82 @@ def op_gather(args, ins):
     return np.take_along_axis(sub, ii, axis=d), vjp
 
 
+def _scatter_grid(args, x, idx, src, op):
+    d = norm_dim(args["dim"], x.ndim)
+    need(idx.shape == src.shape, f"{op} index must have src's shape")
+    need(idx.ndim == x.ndim, f"{op} index must have the input's rank")
+    need(
+        all(idx.shape[k] <= x.shape[k] for k in range(x.ndim) if k != d),
+        f"{op} index larger than the input off the scattered dimension",
+    )
+    check_index(idx, x.shape[d], op)
+    grid = list(np.indices(idx.shape))
+    grid[d] = idx.astype(int)
+    return tuple(grid)
+
+
+def op_scatter(add: bool):
+    """scatter_add (add: x + src at the indexed places) or scatter (write src there; the
+    places must be distinct)."""
+
+    def op(args, ins):
+        x, idx, src = ins
+        grid = _scatter_grid(args, x, idx, src, "scatter_add" if add else "scatter")
+        out = x.copy()
+        if add:
+            np.add.at(out, grid, src)
+        else:
+            flat = np.ravel_multi_index(grid, x.shape).ravel()
+            need(len(set(flat.tolist())) == flat.size, "scatter writes one place twice")
+            out[grid] = src
+
+        def vjp(g):
+            gx = g.copy()
+            if not add:
+                gx[grid] = 0.0
+            return [gx, None, g[grid]]
+
+        return out, vjp
+
+    return op
+
+
+def op_index_add(args, ins):
+    x, idx, src = ins
+    d = norm_dim(args["dim"], x.ndim)
+    need(idx.ndim == 1, "index_add index must be 1-D")
+    want = (*x.shape[:d], idx.shape[0], *x.shape[d + 1 :])
+    need(src.shape == want, "index_add src must have x's shape with dim's size len(index)")
+    check_index(idx, x.shape[d], "index_add")
+    ii = idx.astype(int)
+    out = x.copy()
+    np.add.at(np.moveaxis(out, d, 0), ii, np.moveaxis(src, d, 0))
+    return out, lambda g: [g.copy(), None, np.take(g, ii, axis=d)]
+
+
+def op_index_put(args, ins):
+    x, idx, vals = ins
+    acc = args.get("accumulate", False)
+    need(x.ndim >= 1 and idx.ndim == 1, "index_put takes a 1-D index into dimension 0")
+    need(vals.shape == (idx.shape[0], *x.shape[1:]), "index_put values shape")
+    check_index(idx, x.shape[0], "index_put")
+    ii = idx.astype(int)
+    out = x.copy()
+    if acc:
+        np.add.at(out, ii, vals)
+    else:
+        need(len(set(ii.tolist())) == ii.size, "index_put replaces one row twice")
+        out[ii] = vals
+
+    def vjp(g):
+        gx = g.copy()
+        if not acc:
+            gx[ii] = 0.0
+        return [gx, None, g[ii]]
+
+    return out, vjp
+
+
 def reduce_loss(per, reduction, count):
     """(value, scale of the incoming gradient) for a loss reduction."""
     if reduction == "none":
@@ -713,6 +789,10 @@ OPS: dict[str, Callable] = {
     "embedding": op_embedding,
     "index_select": op_index_select,
     "gather": op_gather,
+    "scatter_add": op_scatter(True),
+    "scatter": op_scatter(False),
+    "index_add": op_index_add,
+    "index_put": op_index_put,
     "cross_entropy": op_nll_like(True),
     "nll": op_nll_like(False),
     "mse": op_mse,

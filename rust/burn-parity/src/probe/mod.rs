@@ -40,6 +40,8 @@
 //! | `sort`, `argsort` | `sort` / `sort_descending`, `argsort` / `argsort_descending` (burn documents its sort as unstable) |
 //! | `embedding` | `tensor::module::embedding(weight, indices)`: burn takes `[batch, seq]` indices only (other ranks unsupported) |
 //! | `index_select`, `gather` | `select(dim, Tensor<1, Int>)`, `gather(dim, Tensor<D, Int>)` |
+//! | `scatter_add`, `scatter` | `scatter(dim, Tensor<D, Int>, src, IndexingUpdateOp::Add / Assign)` |
+//! | `index_add`, `index_put` | `select_assign(dim, Tensor<1, Int>, src, Add)`; `index_put` along dimension 0, `Assign` or (accumulate) `Add` |
 //! | `bce_with_logits` | `nn::loss::BinaryCrossEntropyLoss` with `logits: true` (integer targets) |
 //! | `cross_entropy` mean | `nn::loss::CrossEntropyLoss` (`logits: true`, no weights, padding or smoothing) |
 //! | `cross_entropy` sum / none | unsupported: `CrossEntropyLoss::forward` only takes the mean |

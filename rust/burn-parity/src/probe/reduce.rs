@@ -4,7 +4,7 @@
 use anyhow::anyhow;
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction as BurnReduction};
 use burn::tensor::module::embedding;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor};
 use parity_common::probe_spec::{Op, Reduction};
 
 use super::args::{same_shape, Args};
@@ -72,6 +72,35 @@ pub(crate) fn apply(op: &Op, x: &mut Args, dev: &Device) -> Step<Value> {
             let d = dim(*d, a.rank())?;
             let index = x.int("index")?;
             Value::from(each_rank!(a, t => Dyn::from(t.gather(d, index.to("gather", "index")?))))
+        }
+        Op::ScatterAdd { dim: d } | Op::Scatter { dim: d } => {
+            let a = x.float("input")?;
+            let d = dim(*d, a.rank())?;
+            let (index, src) = (x.int("index")?, x.float("src")?);
+            let update = match op {
+                Op::ScatterAdd { .. } => IndexingUpdateOp::Add,
+                _ => IndexingUpdateOp::Assign,
+            };
+            Value::from(each_rank!(a, t => {
+                let u = src.like(&t, "scatter", "src")?;
+                Dyn::from(t.scatter(d, index.to("scatter", "index")?, u, update))
+            }))
+        }
+        Op::IndexAdd { .. } | Op::IndexPut { .. } => {
+            let a = x.float("input")?;
+            let (d, update) = match op {
+                Op::IndexAdd { dim: d } => (dim(*d, a.rank())?, IndexingUpdateOp::Add),
+                Op::IndexPut { accumulate: true } => (0, IndexingUpdateOp::Add),
+                _ => (0, IndexingUpdateOp::Assign),
+            };
+            let index = x
+                .int("index")?
+                .to::<Tensor<1, Int>>("select_assign", "index")?;
+            let src = x.float("src")?;
+            Value::from(each_rank!(a, t => {
+                let u = src.like(&t, "select_assign", "src")?;
+                Dyn::from(t.select_assign(d, index, u, update))
+            }))
         }
         Op::CrossEntropy { reduction } => {
             if *reduction != Reduction::Mean {

@@ -42,6 +42,8 @@
 //! | `sort`, `argsort` | `Tensor::sort_last_dim`, `arg_sort_last_dim` (U32 indices; the CPU kernel is Rust's stable `sort_by`, though candle documents its sort as unstable; a strided input is candle's `RequiresContiguous` error); unsupported along any other dimension |
 //! | `embedding` | `candle_nn::Embedding::new(weight, d).forward(indices)` |
 //! | `index_select`, `gather` | `Tensor::index_select`, `gather` |
+//! | `scatter_add`, `scatter`, `index_add` | `Tensor::scatter_add`, `scatter`, `index_add` |
+//! | `index_put` | `Tensor::index_add` along dimension 0 (accumulate); unsupported without accumulate |
 //! | `bce_with_logits` | `candle_nn::loss::binary_cross_entropy_with_logit` |
 //! | `cross_entropy`, `nll`, `mse` | `candle_nn::loss::cross_entropy`, `nll`, `mse`; unsupported with reduction sum or none (they return the mean only) |
 //! | loss `sum`, `sum_squares`, `weighted_sum` | `sum_all`, `sqr().sum_all()`, `mul(w).sum_all()` |

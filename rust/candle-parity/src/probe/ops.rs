@@ -342,6 +342,18 @@ pub(super) fn apply(op: &Op, x: &[&Tensor]) -> Step<Tensor> {
         Op::Embedding => candle_nn::Embedding::new(x[1].clone(), x[1].dim(1)?).forward(a)?,
         Op::IndexSelect { dim: d } => a.index_select(x[1], dim(*d, rank)?)?,
         Op::Gather { dim: d } => a.gather(x[1], dim(*d, rank)?)?,
+        Op::ScatterAdd { dim: d } => a.scatter_add(x[1], x[2], dim(*d, rank)?)?,
+        Op::Scatter { dim: d } => a.scatter(x[1], x[2], dim(*d, rank)?)?,
+        Op::IndexAdd { dim: d } => a.index_add(x[1], x[2], dim(*d, rank)?)?,
+        Op::IndexPut { accumulate } => {
+            if !accumulate {
+                return unsupported(
+                    "index_put without accumulate: candle 0.11.0 has no index_put or \
+                     select_assign that replaces rows (Tensor::index_add only adds)",
+                );
+            }
+            a.index_add(x[1], x[2], 0)?
+        }
         Op::BceWithLogits => candle_nn::loss::binary_cross_entropy_with_logit(a, x[1])?,
         Op::CrossEntropy { reduction } => {
             mean_only("candle_nn::loss::cross_entropy", *reduction)?;

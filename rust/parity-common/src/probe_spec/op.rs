@@ -381,6 +381,36 @@ pub enum Op {
         /// Dimension.
         dim: i64,
     },
+    /// `[x, index (int64, src's shape), src]`: x with `src` added at the positions `index`
+    /// names along `dim` (out[index[i][j]][j] += src[i][j] for dim 0, and so on); repeated
+    /// indices add up. Gradients: x's is the output's, src's the output's gathered at `index`.
+    ScatterAdd {
+        /// Dimension.
+        dim: i64,
+    },
+    /// `[x, index (int64, src's shape), src]`: x with `src` written at the positions `index`
+    /// names along `dim` (out[index[i][j]][j] = src[i][j] for dim 0). Indices must not
+    /// repeat (PyTorch leaves which write wins undefined). Gradients: x's is the output's
+    /// with the written positions zeroed, src's the output's gathered at `index`.
+    Scatter {
+        /// Dimension.
+        dim: i64,
+    },
+    /// `[x, index (int64, 1-D), src]`: x with the slices of `src` added to the slices
+    /// `index` of `dim` (src: x's shape with dim's size len(index)); repeated indices add up.
+    /// Gradients: x's is the output's, src's the output's slices `index` of `dim`.
+    IndexAdd {
+        /// Dimension.
+        dim: i64,
+    },
+    /// `[x, index (int64, 1-D), values]`: x with the rows `index` of dimension 0 replaced by
+    /// `values` (`[len(index), ...x's shape[1..]]`), or `values` added to them
+    /// (`accumulate`; repeated indices then add up). Without `accumulate` indices must not
+    /// repeat. PyTorch's `index_put` with one index tensor, burn's `select_assign`.
+    IndexPut {
+        /// Add instead of replace.
+        accumulate: bool,
+    },
     // ----- losses -----
     /// Mean binary cross-entropy of `[logits, targets]` (a scalar).
     BceWithLogits,
@@ -406,7 +436,11 @@ impl Op {
     pub fn arity(&self) -> (usize, usize) {
         match self {
             Op::Linear | Op::ConvTranspose1d { .. } | Op::ConvTranspose2d { .. } => (2, 3),
-            Op::LayerNorm { .. } => (3, 3),
+            Op::LayerNorm { .. }
+            | Op::ScatterAdd { .. }
+            | Op::Scatter { .. }
+            | Op::IndexAdd { .. }
+            | Op::IndexPut { .. } => (3, 3),
             Op::Conv1d { .. }
             | Op::Conv2d { .. }
             | Op::Matmul
@@ -443,6 +477,10 @@ impl Op {
             Op::Embedding => &[0],
             Op::IndexSelect { .. }
             | Op::Gather { .. }
+            | Op::ScatterAdd { .. }
+            | Op::Scatter { .. }
+            | Op::IndexAdd { .. }
+            | Op::IndexPut { .. }
             | Op::CrossEntropy { .. }
             | Op::Nll { .. } => &[1],
             _ => &[],

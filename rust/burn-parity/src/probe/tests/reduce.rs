@@ -365,3 +365,87 @@ fn probe_indexing_and_losses() {
     assert_eq!(values(&out[9][1], &[3]), [0.0, 4.0, 6.0]);
     unsupported(&out[10][0], "takes Tensor<D, Int>");
 }
+
+#[test]
+fn probe_indexing_writes_give_both_gradients() {
+    let write = |name: &str, ins: &[&str], op: Json, src: &str| {
+        case(
+            name,
+            vec![step("y", ins, op)],
+            "y",
+            &["y", "x.grad", &format!("{src}.grad")],
+        )
+    };
+    let s = spec(
+        vec![
+            input("x", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], true),
+            int_input("i", &[1, 3], &[1.0, 0.0, 1.0]),
+            input("s", &[1, 3], &[10.0, 20.0, 30.0], true),
+            int_input("cols", &[2], &[2.0, 2.0]),
+            input("c", &[2, 2], &[1.0, 2.0, 3.0, 4.0], true),
+            int_input("row", &[1], &[1.0]),
+            input("v", &[1, 3], &[7.0, 8.0, 9.0], true),
+        ],
+        vec![
+            write(
+                "scatter_add",
+                &["x", "i", "s"],
+                json!({"name": "scatter_add", "dim": 0}),
+                "s",
+            ),
+            write(
+                "scatter",
+                &["x", "i", "s"],
+                json!({"name": "scatter", "dim": 0}),
+                "s",
+            ),
+            write(
+                "index_add",
+                &["x", "cols", "c"],
+                json!({"name": "index_add", "dim": 1}),
+                "c",
+            ),
+            write(
+                "index_put",
+                &["x", "row", "v"],
+                json!({"name": "index_put", "accumulate": false}),
+                "v",
+            ),
+        ],
+    );
+    let out = run_all(&s);
+    // scatter_add: x + src at (1, 0), (0, 1), (1, 2); a sum loss: every gradient 1.
+    close(
+        &values(&out[0][0], &[2, 3]),
+        &[1.0, 22.0, 3.0, 14.0, 5.0, 36.0],
+    );
+    close(&values(&out[0][1], &[2, 3]), &[1.0; 6]);
+    close(&values(&out[0][2], &[1, 3]), &[1.0; 3]);
+    // scatter writes there instead: x's gradient is 0 at the written places.
+    close(
+        &values(&out[1][0], &[2, 3]),
+        &[1.0, 20.0, 3.0, 10.0, 5.0, 30.0],
+    );
+    close(
+        &values(&out[1][1], &[2, 3]),
+        &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0],
+    );
+    close(&values(&out[1][2], &[1, 3]), &[1.0; 3]);
+    // index_add: both columns of c added into column 2.
+    close(
+        &values(&out[2][0], &[2, 3]),
+        &[1.0, 2.0, 6.0, 4.0, 5.0, 13.0],
+    );
+    close(&values(&out[2][1], &[2, 3]), &[1.0; 6]);
+    close(&values(&out[2][2], &[2, 2]), &[1.0; 4]);
+    // index_put: row 1 replaced by v.
+    close(
+        &values(&out[3][0], &[2, 3]),
+        &[1.0, 2.0, 3.0, 7.0, 8.0, 9.0],
+    );
+    close(
+        &values(&out[3][1], &[2, 3]),
+        &[1.0, 1.0, 1.0, 0.0, 0.0, 0.0],
+    );
+    close(&values(&out[3][2], &[1, 3]), &[1.0; 3]);
+}
