@@ -17,6 +17,7 @@ Prints, on this machine:
     .venv/bin/python bench/own_model.py
 """
 
+import re
 import shutil
 import time
 
@@ -42,6 +43,10 @@ def main():
     shutil.copytree(
         REPO / "examples" / "tiny_llama", example, ignore=shutil.ignore_patterns("target")
     )
+    for manifest in example.glob("*/Cargo.toml"):  # the copy's parity-common: this checkout's
+        text = manifest.read_text(encoding="utf-8")
+        ours = f'parity-common = {{ path = "{REPO / "rust" / "parity-common"}"'
+        manifest.write_text(re.sub(r'parity-common = \{ path = "[^"]*"', ours, text))
     config = yaml.safe_load((example / "config.yaml").read_text(encoding="utf-8"))
     config["only"] = [EXPERIMENT]
     config["experiments"] = {EXPERIMENT: config["experiments"][EXPERIMENT]}
