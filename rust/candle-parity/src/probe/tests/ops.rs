@@ -1,7 +1,8 @@
 //! Each op against hand-computed values (forward and gradient), in float64 on the CPU.
 //! Where candle's result differs from PyTorch's, the test asserts what candle does and says
-//! what PyTorch gives. Over 500 lines: one test per op family of the probe contract, each
-//! with its hand-computed values; splitting them by family would scatter the helpers.
+//! what PyTorch gives. Over 500 lines since the pooling, transposed-convolution bias and
+//! indexing-write tests joined it: one test per op family, each with its hand-computed
+//! values; due to be split by family (the helpers live in `super`).
 
 use super::*;
 
