@@ -41,18 +41,24 @@ def index_select(args, shapes, values=None) -> Shape:
 def gather(args, shapes, values=None) -> Shape:
     """``index``'s shape; same rank as ``x``, no larger except along ``dim``."""
     x, idx = shapes
-    d = dim_index(args["dim"], len(x))
+    _check_dim_index("gather", x, idx, dim_index(args["dim"], len(x)), values)
+    return list(idx)
+
+
+def _check_dim_index(op, x, idx, d, values) -> None:
+    """An index along ``dim`` ``d`` (gather, scatter): x's rank, no larger than ``x``
+    except along ``d``, its values (input 1) in range of ``x``'s size there; else
+    :class:`ShapeError` naming ``op``."""
     if len(idx) != len(x):
-        raise ShapeError(f"gather's index {list(idx)} must have x's rank ({len(x)})")
+        raise ShapeError(f"{op}'s index {list(idx)} must have x's rank ({len(x)})")
     for i, (n, m) in enumerate(zip(x, idx, strict=True)):
         if i != d and m > n:
             raise ShapeError(
-                f"gather's index {list(idx)} is larger than x {list(x)} along dim {i} "
+                f"{op}'s index {list(idx)} is larger than x {list(x)} along dim {i} "
                 f"(only dim {d} may differ)"
             )
     if x:
         check_index_values("index", (values or [None, None])[1], x[d])
-    return list(idx)
 
 
 def scatter(args, shapes, values=None) -> Shape:
@@ -63,16 +69,7 @@ def scatter(args, shapes, values=None) -> Shape:
     d = dim_index(args["dim"], len(x))
     if list(idx) != list(src):
         raise ShapeError(f"scatter's index {list(idx)} must have src's shape {list(src)}")
-    if len(idx) != len(x):
-        raise ShapeError(f"scatter's index {list(idx)} must have x's rank ({len(x)})")
-    for i, (n, m) in enumerate(zip(x, idx, strict=True)):
-        if i != d and m > n:
-            raise ShapeError(
-                f"scatter's index {list(idx)} is larger than x {list(x)} along dim {i} "
-                f"(only dim {d} may differ)"
-            )
-    if x:
-        check_index_values("index", (values or [None, None])[1], x[d])
+    _check_dim_index("scatter", x, idx, d, values)
     return list(x)
 
 
