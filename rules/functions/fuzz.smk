@@ -4,8 +4,9 @@
 
 def fuzz_settings():
     """The ``fuzz`` config block with every default filled in (ops: every op the
-    generator supports), and ``releases``: the release fuzzed of each framework, its
-    primary one (known bugs of other releases only do not cover its findings)."""
+    generator supports), and ``releases``: framework → the releases fuzzed, every one of
+    ``<framework>.versions`` (``fuzz.releases: all``, the default) or its primary one
+    (``primary``); a finding is matched with the known bugs of its own release."""
     from parity.fuzz.generate import SUPPORTED_OPS
 
     given = config.get("fuzz") or {}
@@ -17,6 +18,7 @@ def fuzz_settings():
         "dtypes": ["f32"],
         "shrinks_per_class": 2,
         "known_bugs": "probes",
+        "releases": "all",
         **{k: v for k, v in given.items() if v is not None},
     }
     unknown = sorted(set(settings["ops"]) - set(SUPPORTED_OPS))
@@ -25,16 +27,27 @@ def fuzz_settings():
             "invalid config (nothing was run):\n  config: fuzz.ops: the fuzzer does not "
             f"generate {', '.join(unknown)}; it generates {', '.join(SUPPORTED_OPS)}"
         )
+    which = settings["releases"]
     settings["releases"] = {
-        fw: versions.primary(config, fw) for fw in settings["frameworks"]
+        fw: (
+            versions.configured(config)[fw]
+            if which == "all"
+            else [versions.primary(config, fw)]
+        )
+        for fw in settings["frameworks"]
     }
     return settings
 
 
 def fuzz_binaries():
-    """The Rust runners the fuzz job starts: one per framework of ``fuzz.frameworks``,
-    in that order."""
-    return [runner_binary(fw, "cpu") for fw in fuzz_settings()["frameworks"]]
+    """The Rust runners the fuzz job starts: one per framework of ``fuzz.frameworks`` and
+    release fuzzed, in that order (``parity.fuzz.job.targets``)."""
+    settings = fuzz_settings()
+    return [
+        runner_binary(fw, "cpu", release)
+        for fw in settings["frameworks"]
+        for release in settings["releases"][fw]
+    ]
 
 
 def fuzz_known_folder():

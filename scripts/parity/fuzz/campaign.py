@@ -2,7 +2,7 @@
 
 :func:`campaign` is what the ``fuzz`` job runs; everything it needs to run the frameworks
 is a ``check.Runners``. Findings are merged when their minimal cases are the same *layout
-class*: op, framework, dtype, kind and per input the route's step kinds (the minimal case
+class*: op, framework, release, dtype, kind and per input the route's step kinds (the minimal case
 kept is the smallest of the class, by ``shrink.size``); each names every generated case
 it came from.
 """
@@ -23,7 +23,8 @@ log = logging.getLogger("fuzz")
 class Finding:
     """A minimal failing case: ``op``, ``framework``, ``dtype``, ``kind``, the failures of
     that signature on the minimal case (their quantities, values and PyTorch's), the
-    generated cases it was shrunk from, and the candidates shrinking ran."""
+    generated cases it was shrunk from, the candidates shrinking ran, and the framework's
+    ``release`` it fails in ("" where the campaign names none)."""
 
     op: str
     framework: str
@@ -35,9 +36,10 @@ class Finding:
     shrink_runs: int = 0
     #: Every failure of the minimal case, of every framework (for the probe's known_bug).
     all_failures: list[check.Failure] = field(default_factory=list)
-    #: (framework, quantity) whose values differed between two runs of the minimal case
-    #: (a read outside the tensor's memory): no values are recorded for them.
-    unstable: set[tuple[str, str]] = field(default_factory=set)
+    #: (framework, release, quantity) whose values differed between two runs of the
+    #: minimal case (a read outside the tensor's memory): no values are recorded for them.
+    unstable: set[tuple[str, str, str]] = field(default_factory=set)
+    release: str = ""
 
     @property
     def layout(self) -> tuple[tuple[str, ...], ...]:
@@ -47,7 +49,7 @@ class Finding:
     @property
     def key(self) -> tuple:
         """The layout class findings are merged by."""
-        return (self.op, self.framework, self.dtype, self.kind, self.layout)
+        return (self.op, self.framework, self.release, self.dtype, self.kind, self.layout)
 
 
 @dataclass
@@ -60,7 +62,8 @@ class Campaign:
     cases: int
     failing_cases: int
     seconds: dict[str, float]
-    #: (op, framework, dtype, kind) → generated cases failing that way (before shrinking).
+    #: (op, framework, release, dtype, kind) → generated cases failing that way (before
+    #: shrinking).
     failing_by_signature: dict[tuple, int] = field(default_factory=dict)
 
 
@@ -70,13 +73,13 @@ def _batches(items: Sequence, n: int):
 
 
 def unstable(first: Sequence[check.Failure], second: Sequence[check.Failure]) -> set:
-    """(framework, quantity) of the failures whose values or verdict differ between two
-    runs of the same case."""
-    seen = {(f.framework, f.quantity): (f.verdict, f.values) for f in second}
+    """(framework, release, quantity) of the failures whose values or verdict differ
+    between two runs of the same case."""
+    seen = {(f.framework, f.release, f.quantity): (f.verdict, f.values) for f in second}
     return {
-        (f.framework, f.quantity)
+        (f.framework, f.release, f.quantity)
         for f in first
-        if seen.get((f.framework, f.quantity)) != (f.verdict, f.values)
+        if seen.get((f.framework, f.release, f.quantity)) != (f.verdict, f.values)
     }
 
 
@@ -84,7 +87,7 @@ def campaign(
     seed: int,
     ops: Sequence[str],
     cases_per_op: int,
-    frameworks: Sequence[str],
+    frameworks: Sequence[check.Target | str],
     dtypes: Sequence[str],
     runners: check.Runners,
     batch: int = 400,
@@ -92,11 +95,13 @@ def campaign(
     rounds: int = 60,
 ) -> Campaign:
     """Run a campaign: ``cases_per_op`` cases of each op of ``ops`` from ``seed``, checked
-    in batches of ``batch`` cases against every framework in every dtype; the control on
-    the same cases; then per failing case and signature (framework, dtype, kind), at most
-    ``shrinks_per_class`` shrinks per (op, signature, original routes' step kinds), each
-    of at most ``rounds`` rounds, run against that framework and dtype only; the minimal
-    case then runs twice with every framework (its failures, and which are unstable)."""
+    in batches of ``batch`` cases against every target of ``frameworks`` (a framework's
+    release, ``check.Target``, or a bare framework name) in every dtype; the control on
+    the same cases; then per failing case and signature (framework, release, dtype, kind),
+    at most ``shrinks_per_class`` shrinks per (op, signature, original routes' step kinds),
+    each of at most ``rounds`` rounds, run against that target and dtype only; the minimal
+    case then runs twice with every target (its failures, and which are unstable)."""
+    frameworks = check.targets(frameworks)
     t0 = time.monotonic()
     cases = generate.generate(seed, ops, cases_per_op)
     by_name = dict(cases)
@@ -122,14 +127,14 @@ def campaign(
     for name in failing:
         case = by_name[name]
         for sig in sorted({f.signature for f in failures[name]}):
-            fw, dtype, kind = sig
+            fw, release, dtype, kind = sig
             klass = (case.op, sig, tuple(tuple(i.route.kinds()) for i in case.inputs))
             if tried.get(klass, 0) >= shrinks_per_class:
                 continue
             tried[klass] = tried.get(klass, 0) + 1
 
-            def checker(named, fw=fw, dtype=dtype):
-                return check.run_check(named, runners, [fw], [dtype])
+            def checker(named, fw=fw, release=release, dtype=dtype):
+                return check.run_check(named, runners, [check.Target(fw, release)], [dtype])
 
             small, ran = shrink.shrink(name, case, sig, checker, rounds)
             final, again = (
@@ -143,7 +148,17 @@ def campaign(
                 log.warning("%s: the shrunk case no longer fails (%s); skipped", name, sig)
                 continue
             found = Finding(
-                case.op, fw, dtype, kind, small, kept, [name], ran, final, unstable(final, again)
+                case.op,
+                fw,
+                dtype,
+                kind,
+                small,
+                kept,
+                [name],
+                ran,
+                final,
+                unstable(final, again),
+                release,
             )
             old = merged.get(found.key)
             if old is None:
@@ -155,7 +170,9 @@ def campaign(
                 merged[found.key] = keep
             log.info("%s %s → %s %s", name, sig, found.layout, shrink.size(small))
     t2 = time.monotonic()
-    findings = sorted(merged.values(), key=lambda f: (f.op, f.framework, f.kind, f.layout))
+    findings = sorted(
+        merged.values(), key=lambda f: (f.op, f.framework, f.kind, f.layout, f.release)
+    )
     return Campaign(
         findings,
         {n: v for n, v in control.items() if v},

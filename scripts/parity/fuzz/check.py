@@ -1,7 +1,8 @@
 """The differential check: a batch of fuzz cases run in PyTorch (float64 and the run
-dtypes, in this process) and in candle and burn (one runner invocation per framework and
-dtype for the whole batch), each row judged by ``parity.probe.judge.judge_probe_row``
-against PyTorch in the same dtype with the float64-referenced rule; each failing row is a
+dtypes, in this process) and in candle and burn (one runner invocation per :class:`Target`,
+a framework's release, and dtype for the whole batch), each row judged by
+``parity.probe.judge.judge_probe_row`` against PyTorch in the same dtype with the
+float64-referenced rule; each failing row is a
 :class:`Failure`, its ``judgement.Judgement`` with where it was found.
 
 A case *fails* for a framework when a quantity's verdict is ``fail`` or ``non-finite``
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,12 +42,29 @@ FAILING = frozenset(
 )
 
 
+class Target(NamedTuple):
+    """What one runner binary runs: a ``framework`` at a ``release`` ("" where the
+    campaign does not say which)."""
+
+    framework: str
+    release: str = ""
+
+    def label(self) -> str:
+        """``candle 0.11.1`` (the framework alone without a release)."""
+        return f"{self.framework} {self.release}".strip()
+
+
+def targets(given: Sequence[Target | str | Sequence[str]]) -> list[Target]:
+    """Targets from ``Target``s, bare framework names or (framework, release) pairs."""
+    return [Target(t) if isinstance(t, str) else Target(*t) for t in given]
+
+
 @dataclass(frozen=True)
 class Failure(Judgement):
-    """One failing (framework, dtype, quantity) of a case: the probe judgement of that row
-    (``verdict``, ``worst``, ``where``, ``tolerance``, and its note or the framework's
-    error as ``message``) with the failure's ``kind``; ``values``/``reference`` the
-    framework's and PyTorch's values in the run dtype (None for an error),
+    """One failing (framework, release, dtype, quantity) of a case: the probe judgement of
+    that row (``verdict``, ``worst``, ``where``, ``tolerance``, and its note or the
+    framework's error as ``message``) with the failure's ``kind``; ``values``/``reference``
+    the framework's and PyTorch's values in the run dtype (None for an error),
     ``reference64`` PyTorch float64's."""
 
     framework: str = ""
@@ -55,11 +74,12 @@ class Failure(Judgement):
     values: tuple | None = None
     reference: tuple | None = None
     reference64: tuple | None = None
+    release: str = ""
 
     @property
-    def signature(self) -> tuple[str, str, str]:
-        """(framework, dtype, kind): what shrinking keeps."""
-        return (self.framework, self.dtype, self.kind)
+    def signature(self) -> tuple[str, str, str, str]:
+        """(framework, release, dtype, kind): what shrinking keeps."""
+        return (self.framework, self.release, self.dtype, self.kind)
 
 
 #: A checker: named cases → failures by name (every name present, [] when it passes).
@@ -81,10 +101,11 @@ def kind_of(op: str, quantity: str, verdict: str) -> str:
 
 @dataclass
 class Runners:
-    """How to run each framework: Rust runner binaries by framework (``candle``,
-    ``burn``), threads, a logger and the runners' log file (or None)."""
+    """How to run each framework: Rust runner binaries by :class:`Target` (a bare
+    framework name stands for its target without a release), threads, a logger and the
+    runners' log file (or None)."""
 
-    binaries: Mapping[str, str]
+    binaries: Mapping[Target | str, str]
     threads: int = 1
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("fuzz"))
     log_path: str | None = None
@@ -97,15 +118,18 @@ class Runners:
         quiet.setLevel(logging.WARNING)
         return {p.name: probe_torch.run(p, dtype, "cpu", self.threads, quiet) for p in probes}
 
-    def rust(self, probes: Sequence[Probe], framework: str, dtype: str) -> dict[str, list[Outcome]]:
-        """One runner invocation for every probe: outcomes by probe name."""
+    def rust(
+        self, probes: Sequence[Probe], target: Target | str, dtype: str
+    ) -> dict[str, list[Outcome]]:
+        """One invocation of ``target``'s runner for every probe: outcomes by probe name."""
         from parity.probe import rust as rust_probe
 
+        (target,) = targets([target])
         quiet = logging.getLogger("fuzz.quiet")
         quiet.setLevel(logging.WARNING)
-        binary = self.binaries[framework]
+        binary = self.binaries.get(target) or self.binaries[target.framework]
         rows = rust_probe.run_batch(
-            probes, framework, dtype, "cpu", binary, self.threads, quiet, self.log_path
+            probes, target.framework, dtype, "cpu", binary, self.threads, quiet, self.log_path
         )
         return {name: outcomes for name, outcomes, _ in rows}
 
@@ -118,9 +142,11 @@ def judge(
     outcomes: Sequence[Outcome],
     reference: Sequence[Outcome],
     reference64: Sequence[Outcome],
+    release: str = "",
 ) -> list[Failure]:
-    """The failures of one framework's ``outcomes`` of ``probe`` (its one case), against
-    PyTorch in ``dtype`` and in float64 (same order: ``Probe.quantities``)."""
+    """The failures of one framework's (at ``release``) ``outcomes`` of ``probe`` (its one
+    case), against PyTorch in ``dtype`` and in float64 (same order:
+    ``Probe.quantities``)."""
     out = []
     for o, r, r64 in zip(outcomes, reference, reference64, strict=True):
         if r.status != OK:
@@ -144,6 +170,7 @@ def judge(
                 values=vals,
                 reference=tuple(float(v) for v in r.values),
                 reference64=None if r64.status != OK else tuple(float(v) for v in r64.values),
+                release=release,
             )
         )
     return out
@@ -152,31 +179,32 @@ def judge(
 def run_check(
     cases: Sequence[tuple[str, Case]],
     runners: Runners,
-    frameworks: Sequence[str],
+    frameworks: Sequence[Target | str],
     dtypes: Sequence[str],
 ) -> dict[str, list[Failure]]:
-    """Run named ``cases`` in PyTorch (float64 and ``dtypes``) and every framework of
-    ``frameworks`` in ``dtypes``; the failures of each case by name. Raises
-    ``probes.ProbeError`` for a case that is no valid probe and ``RunnerError`` when a
-    runner fails outside any case."""
+    """Run named ``cases`` in PyTorch (float64 and ``dtypes``) and every target of
+    ``frameworks`` (:class:`Target`, or a bare framework name) in ``dtypes``; the failures
+    of each case by name. Raises ``probes.ProbeError`` for a case that is no valid probe
+    and ``RunnerError`` when a runner fails outside any case."""
     if not cases:
         return {}
     probes = [to_probe(n, c) for n, c in cases]
     ops = {n: c.op for n, c in cases}
     torch = {d: runners.torch(probes, d) for d in sorted({"f64", *dtypes})}
     found: dict[str, list[Failure]] = {n: [] for n, _ in cases}
-    for fw in frameworks:
+    for target in targets(frameworks):
         for dtype in dtypes:
-            got = runners.rust(probes, fw, dtype)
+            got = runners.rust(probes, target, dtype)
             for p in probes:
                 found[p.name] += judge(
                     p,
                     ops[p.name],
-                    fw,
+                    target.framework,
                     dtype,
                     got[p.name],
                     torch[dtype][p.name],
                     torch["f64"][p.name],
+                    target.release,
                 )
     return found
 

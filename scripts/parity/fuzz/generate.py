@@ -1,31 +1,37 @@
 """Seeded generation of fuzz cases: one op, random valid shapes and arguments, and per
 input a random layout route to its logical values.
 
-A :class:`Case` is plain data: the op, its YAML arguments, per float input a logical
-shape, a :class:`Route` and the *stored* values (the leaf the route starts from), and the
-integer weights of the loss ``weighted_sum(y, w)``. :func:`to_doc` writes it as a probe
-document in the v2 YAML form (one case named ``case``), so a finding is directly a probe
-file; :func:`to_probe` parses that document with ``loader.parse`` (validation, shape
-inference). Validity of shapes and arguments is decided by ``probe_shapes.infer``.
+A :class:`Case` is plain data: the op, its YAML arguments, per input a logical shape, a
+:class:`Route`, the *stored* values (the leaf the route starts from) and its kind (float,
+or int64 for indices and class targets), and the integer weights of the loss
+``weighted_sum(y, w)`` (none for an op with an int64 output: then only ``y`` is compared).
+The ops' generators are in ``generators`` (one per op of the probe language).
+:func:`to_doc` writes it as a probe document in the v2 YAML form (one case named
+``case``), so a finding is directly a probe file; :func:`to_probe` parses that document
+with ``loader.parse`` (validation, shape inference). Validity of shapes and arguments is
+decided by ``probe_shapes.infer``.
 
-Values are small integers (multiples of 1/8 for a few ops), so products and sums are
-exact in float32 wherever the op is exact. Same seed → same cases, byte for byte.
+Values are small integers (multiples of 1/8 for a few ops; see :func:`random_values`), so
+products and sums are exact in float32 wherever the op is exact. Same seed → same cases,
+byte for byte.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from parity.fuzz.generators import GENERATORS, SEED_ORDER
+from parity.fuzz.generators_index import UNIQUE_INDEX, index_values, repeats_a_write
 from parity.probe import format as probes
 from parity.probe import ops as probe_ops
 from parity.probe import shapes as probe_shapes
 from parity.probe.loader import parse
-from parity.probe.shapes_common import ShapeError
+from parity.probe.shapes_common import FLOAT, INT64, ShapeError
 
 #: A layout step: (op, YAML arguments), applied forward from the stored leaf.
 LayoutStep = tuple[str, dict]
@@ -44,13 +50,18 @@ class Route:
 
 @dataclass(frozen=True)
 class Input:
-    """One float input: its logical ``shape``, ``route`` and the stored leaf's
-    ``stored_shape`` and flat ``stored`` float64 values."""
+    """One input: its logical ``shape``, ``route`` and the stored leaf's ``stored_shape``
+    and flat ``stored`` float64 values; ``dtype`` ``"float"`` (the run's dtype) or
+    ``"int64"`` (indices, class targets: integer values, no gradient); ``grad`` whether
+    its gradient is computed and compared (not for int64 inputs nor bce_with_logits'
+    targets)."""
 
     shape: tuple[int, ...]
     route: Route
     stored_shape: tuple[int, ...]
     stored: tuple[float, ...]
+    dtype: str = FLOAT
+    grad: bool = True
 
     def logical(self) -> np.ndarray:
         """The op's input values (float64, ``shape``): the route applied to the leaf."""
@@ -174,7 +185,9 @@ def _inverse_step(rng, kind: str, out: tuple[int, ...]):
 # ----- values -----------------------------------------------------------------------------
 
 #: Ops whose inputs get distinct values (no ties: maxima and sorting have one answer).
-DISTINCT = frozenset({"max", "min", "max_pool2d"})
+DISTINCT = frozenset(
+    {"max", "min", "max_pool2d", "max_pool1d", "argmax", "argmin", "sort", "argsort"}
+)
 #: Ops whose inputs get multiples of 1/8 in [-2, 2] (smooth functions: values small).
 EIGHTHS = frozenset(
     {
@@ -188,14 +201,27 @@ EIGHTHS = frozenset(
         "log_softmax",
         "layer_norm",
         "bce_with_logits",
+        "rms_norm",
+        "cross_entropy",
     }
 )
 
 
 def random_values(rng, op: str, n: int, position: int) -> np.ndarray:
-    """``n`` float64 values for input ``position`` of ``op``: small integers in −3…3,
-    distinct integers for :data:`DISTINCT` ops, eighths for :data:`EIGHTHS` ops, and a
-    divisor of ±1, ±2, ±4, ±1/2 for ``div``'s second input."""
+    """``n`` float64 values for float input ``position`` of ``op``: small integers in
+    −3…3, distinct integers for :data:`DISTINCT` ops, eighths for :data:`EIGHTHS` ops, a
+    divisor of ±1, ±2, ±4, ±1/2 for ``div``'s second input, powers of two ¼…8 for ``log``
+    (exact gradients 1/x), squares of ½…3 for ``sqrt`` (exact roots), even integers for
+    ``maximum``/``minimum``'s first input and odd ones for its second (never a tie: the
+    gradient of a tie is a convention), 0 or 1 for ``bce_with_logits``' targets."""
+    if position == 1 and op == "bce_with_logits":
+        return rng.integers(0, 2, size=n).astype(np.float64)
+    if op == "log":
+        return 2.0 ** rng.integers(-2, 4, size=n)
+    if op == "sqrt":
+        return (rng.integers(1, 7, size=n) / 2.0) ** 2
+    if op in ("maximum", "minimum"):
+        return 2.0 * rng.integers(-3, 4, size=n) + position
     if op in DISTINCT:
         return rng.permutation(n).astype(np.float64) - n // 2
     if op in EIGHTHS:
@@ -207,126 +233,21 @@ def random_values(rng, op: str, n: int, position: int) -> np.ndarray:
 
 # ----- ops --------------------------------------------------------------------------------
 
-
-def _d(rng, lo=1, hi=6) -> int:
-    return int(rng.integers(lo, hi + 1))
-
-
-def _shape(rng, lo_rank=1, hi_rank=4) -> list[int]:
-    return [_d(rng) for _ in range(int(rng.integers(lo_rank, hi_rank + 1)))]
-
-
-def _conv(rng, spatial: int, transpose: bool):
-    g = int(rng.choice([1, 1, 1, 2]))
-    b, cin, cout = _d(rng, 1, 3), g * _d(rng, 1, 3), g * _d(rng, 1, 3)
-    ks = [_d(rng, 1, 4) for _ in range(spatial)]
-    ls = [_d(rng, 1, 6) for _ in range(spatial)]
-    args = {
-        "stride": int(rng.integers(1, 4)),
-        "padding": int(rng.integers(0, 3)),
-        "dilation": int(rng.integers(1, 3)),
-        "groups": g,
-    }
-    if transpose:
-        args["output_padding"] = int(rng.integers(0, 2))
-        return [[b, cin, *ls], [cin, cout // g, *ks]], args
-    return [[b, cin, *ls], [cout, cin // g, *ks]], args
-
-
-def _matmul(rng):
-    batch = [_d(rng, 1, 4) for _ in range(int(rng.integers(0, 3)))]
-    m, k, n = _d(rng), _d(rng), _d(rng)
-    return [[*batch, m, k], [*batch, k, n]], {}
-
-
-def _linear(rng):
-    x = _shape(rng, 1, 3)
-    out = _d(rng)
-    shapes = [x, [out, x[-1]]]
-    if rng.random() < 0.5:
-        shapes.append([out])
-    return shapes, {}
-
-
-def _unary(rng):
-    return [_shape(rng)], {}
-
-
-def _binary(rng):
-    s = _shape(rng)
-    return [s, list(s)], {}
-
-
-def _dim_op(rng):
-    s = _shape(rng)
-    return [s], {"dim": int(rng.integers(-len(s), len(s)))}
-
-
-def _softmax(rng):
-    shapes, args = _dim_op(rng)
-    args["candle"] = "fused" if args["dim"] == -1 and rng.random() < 0.5 else "slow"
-    return shapes, args
-
-
-def _reduce(rng):
-    s = _shape(rng)
-    r = len(s)
-    pick = rng.random()
-    args: dict[str, Any] = {"keepdim": bool(rng.random() < 0.5)}
-    if pick < 0.5:
-        args["dim"] = int(rng.integers(-r, r))
-    elif pick < 0.8 and r > 1:
-        args["dim"] = sorted(int(d) for d in rng.choice(r, size=2, replace=False))
-    return [s], args
-
-
-def _pool(rng):
-    k = int(rng.integers(1, 4))
-    args = {
-        "kernel": k,
-        "stride": int(rng.integers(1, 4)),
-        "padding": int(rng.integers(0, k // 2 + 1)),
-    }
-    return [[_d(rng, 1, 3), _d(rng, 1, 3), _d(rng), _d(rng)]], args
-
-
-def _layer_norm(rng):
-    x = _shape(rng, 1, 3)
-    return [x, [x[-1]], [x[-1]]], {"candle": str(rng.choice(["fused", "slow"]))}
-
-
-def _upsample1d(rng):
-    return [[_d(rng, 1, 3), _d(rng, 1, 3), _d(rng)]], {"size": _d(rng)}
-
-
-def _upsample2d(rng):
-    return [[_d(rng, 1, 3), _d(rng, 1, 3), _d(rng), _d(rng)]], {"size": [_d(rng), _d(rng)]}
-
-
-#: op → f(rng) → (input shapes, YAML arguments), not yet validated.
-GENERATORS: dict[str, Callable] = {
-    "conv1d": lambda rng: _conv(rng, 1, False),
-    "conv2d": lambda rng: _conv(rng, 2, False),
-    "conv_transpose1d": lambda rng: _conv(rng, 1, True),
-    "conv_transpose2d": lambda rng: _conv(rng, 2, True),
-    "matmul": _matmul,
-    "linear": _linear,
-    "layer_norm": _layer_norm,
-    "softmax": _softmax,
-    "log_softmax": _dim_op,
-    "max_pool2d": _pool,
-    "avg_pool2d": _pool,
-    "upsample_nearest1d": _upsample1d,
-    "upsample_nearest2d": _upsample2d,
-    **dict.fromkeys(["relu", "abs", "sigmoid", "tanh", "silu", "exp"], _unary),
-    **dict.fromkeys(["add", "sub", "mul", "div"], _binary),
-    **dict.fromkeys(["sum", "mean", "max", "min"], _reduce),
-}
 #: Every op the generator supports (config ``fuzz.ops`` defaults to these), sorted.
 SUPPORTED_OPS = tuple(sorted(GENERATORS))
-#: Ops whose inputs after the first are weights (their gradients: "weight gradient").
+#: Ops whose inputs after the first are weights (their gradients: "weight gradient"); of
+#: embedding, input 1 (its input 0 is the int64 index).
 WEIGHTED_OPS = frozenset(
-    {"conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "linear", "layer_norm"}
+    {
+        "conv1d",
+        "conv2d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "linear",
+        "layer_norm",
+        "rms_norm",
+        "embedding",
+    }
 )
 
 
@@ -342,15 +263,28 @@ def out_shape(op: str, args: dict, shapes: Sequence[Sequence[int]]) -> tuple[int
     return tuple(out)
 
 
-def degenerate(op: str, inputs: Sequence[Input]) -> bool:
-    """Whether the inputs make ``op`` ill-conditioned, where rounding differences are
-    amplified beyond the float64-referenced rule's floor: layer_norm of a row whose values
-    are all equal (variance 0: the gradient is rounding noise scaled by 1/√eps), which a
-    broadcast route along the last dimension produces."""
-    if op != "layer_norm" or inputs[0].shape[-1] < 2:
-        return False
-    x = inputs[0].logical()
-    return bool(np.any(np.all(x == x[..., :1], axis=-1)))
+def degenerate(op: str, inputs: Sequence[Input], args: dict | None = None) -> bool:
+    """Whether the inputs make ``op`` ill-conditioned or its answer a convention, where
+    the frameworks may differ without a bug: layer_norm of a row whose values are all
+    equal (variance 0: the gradient is rounding noise scaled by 1/√eps), which a broadcast
+    route along the last dimension produces; rms_norm of a row of zeros (the same, 1/√eps);
+    a tie along the dimension of a sort or of argmax/argmin (which index comes first is a
+    convention; a broadcast route makes ties); an index of scatter or index_put (without
+    accumulate) that writes a position twice (the result depends on the order of the
+    writes)."""
+    args = args or {}
+    if op == "layer_norm" and inputs[0].shape[-1] >= 2:
+        x = inputs[0].logical()
+        return bool(np.any(np.all(x == x[..., :1], axis=-1)))
+    if op == "rms_norm":
+        return bool(np.any(np.all(inputs[0].logical() == 0, axis=-1)))
+    if op in ("sort", "argsort", "argmax", "argmin"):
+        x = np.moveaxis(inputs[0].logical(), args["dim"] % len(inputs[0].shape), -1)
+        s = np.sort(x, axis=-1)
+        return bool(np.any(s[..., 1:] == s[..., :-1]))
+    if op in UNIQUE_INDEX:
+        return repeats_a_write(op, args, inputs[1].logical())
+    return False
 
 
 def make_case(rng: np.random.Generator, op: str, tries: int = 200) -> Case:
@@ -366,12 +300,24 @@ def make_case(rng: np.random.Generator, op: str, tries: int = 200) -> Case:
         if out is None:
             continue
         inputs = []
+        ints = probe_shapes.INTEGER_INPUTS.get(op, ())
         for i, s in enumerate(shapes):
-            route, stored_shape = random_route(rng, s)
-            vals = random_values(rng, op, math.prod(stored_shape), i)
-            inputs.append(Input(tuple(s), route, stored_shape, tuple(float(v) for v in vals)))
-        if degenerate(op, inputs):
+            if i in ints and op in UNIQUE_INDEX:
+                route, stored_shape = Route(), tuple(s)
+            else:
+                route, stored_shape = random_route(rng, s)
+            if i in ints:
+                vals = index_values(rng, op, args, shapes, stored_shape)
+            else:
+                vals = random_values(rng, op, math.prod(stored_shape), i)
+            stored = tuple(float(v) for v in vals)
+            kind = INT64 if i in ints else FLOAT
+            grad = i not in ints and not (op == "bce_with_logits" and i == 1)
+            inputs.append(Input(tuple(s), route, stored_shape, stored, kind, grad))
+        if degenerate(op, inputs, args):
             continue
+        if op in probe_shapes.INTEGER_OUTPUT:
+            return Case(op, args, tuple(inputs), out, ())
         weights = rng.integers(-2, 3, size=math.prod(out)).astype(np.float64)
         return Case(op, args, tuple(inputs), out, tuple(float(w) for w in weights))
     raise ValueError(f"no valid {op} case in {tries} draws")
@@ -379,11 +325,11 @@ def make_case(rng: np.random.Generator, op: str, tries: int = 200) -> Case:
 
 def generate(seed: int, ops: Sequence[str], cases_per_op: int) -> list[tuple[str, Case]]:
     """``cases_per_op`` cases of every op in ``ops``, named ``fuzz_{op}_{i:04d}``, from one
-    numpy Generator seeded with ``seed`` per op (adding an op leaves the others' cases as
-    they were)."""
+    numpy Generator per op seeded with ``[seed, generators.SEED_ORDER.index(op)]`` (adding
+    an op leaves the others' cases as they were)."""
     out = []
     for op in ops:
-        rng = np.random.default_rng([seed, SUPPORTED_OPS.index(op) if op in SUPPORTED_OPS else 0])
+        rng = np.random.default_rng([seed, SEED_ORDER.index(op) if op in SEED_ORDER else 0])
         out += [(f"fuzz_{op}_{i:04d}", make_case(rng, op)) for i in range(cases_per_op)]
     return out
 
@@ -402,43 +348,45 @@ def input_name(i: int) -> str:
 
 def to_doc(case: Case, description: str = "") -> dict:
     """The case as a probe document (v2 YAML form, plain data): inputs ``x0``… (stored
-    leaves, ``requires_grad``) and ``w`` (loss weights), one case ``case`` whose steps
-    are each input's route then the op (out ``y``), loss ``weighted_sum: [y, w]``,
-    compared ``y`` and every input's gradient."""
+    leaves; ``requires_grad`` where ``Input.grad``, ``dtype: int64`` for integer inputs)
+    and ``w`` (loss weights), one case ``case`` whose steps are each input's route then the
+    op (out ``y``), loss ``weighted_sum: [y, w]``, compared ``y`` and the gradient of every
+    input with ``grad``. An op with an int64 output has no loss and compares ``y`` only."""
     inputs: dict[str, Any] = {}
     steps: list[dict] = []
     names = []
     for i, inp in enumerate(case.inputs):
         name = input_name(i)
-        inputs[name] = {
-            "shape": list(inp.stored_shape),
-            "values": [_num(v) for v in inp.stored],
-            "requires_grad": True,
-        }
+        inputs[name] = {"shape": list(inp.stored_shape), "values": [_num(v) for v in inp.stored]}
+        if inp.dtype == INT64:
+            inputs[name]["dtype"] = INT64
+        elif inp.grad:
+            inputs[name]["requires_grad"] = True
         at = name
         for j, (op, a) in enumerate(inp.route.steps):
             out = f"{name}_{j + 1}"
             steps.append({op: {"in": at, **a, "out": out}})
             at = out
         names.append(at)
-    inputs["w"] = {"shape": list(case.out_shape), "values": [_num(v) for v in case.weights]}
+    scored = case.op not in probe_shapes.INTEGER_OUTPUT
+    if scored:
+        inputs["w"] = {"shape": list(case.out_shape), "values": [_num(v) for v in case.weights]}
     steps.append({case.op: {"in": names if len(names) > 1 else names[0], **case.args, "out": "y"}})
     routes = "; ".join(
         f"{input_name(i)}: {' → '.join(inp.route.kinds()) or 'contiguous'}"
         for i, inp in enumerate(case.inputs)
     )
+    body: dict[str, Any] = {"steps": steps}
+    if scored:
+        body["loss"] = {"weighted_sum": ["y", "w"]}
+    grads = [f"{input_name(i)}.grad" for i, inp in enumerate(case.inputs) if inp.grad]
+    body["compare"] = ["y", *(grads if scored else [])]
     return {
         "description": description
         or f"Fuzz case: {case.op} on logical shapes "
         f"{[list(i.shape) for i in case.inputs]} through layout routes ({routes}).",
         "inputs": inputs,
-        "cases": {
-            "case": {
-                "steps": steps,
-                "loss": {"weighted_sum": ["y", "w"]},
-                "compare": ["y", *[f"{input_name(i)}.grad" for i in range(len(case.inputs))]],
-            }
-        },
+        "cases": {"case": body},
     }
 
 

@@ -23,16 +23,17 @@ from parity.fuzz.campaign import Campaign
 from parity.fuzz.generate import dump
 from parity.fuzz.report import (
     COLUMNS,
-    burn_source,
-    candle_source,
     classify,
     known_bug_cases,
     layout_text,
     markdown,
     probe_doc,
     probe_name,
+    releases_of,
     values_text,
 )
+from parity.fuzz.repro import candle_source
+from parity.fuzz.repro_burn import burn_source
 from parity.probe import loader
 
 #: What the job writes, by the rule's output names.
@@ -54,23 +55,25 @@ def write_findings(
     whole and every file atomically; returns the table rows (:data:`report.COLUMNS`, the
     ``probe`` and ``repro`` cells naming the files where they end up). ``known``: the probes
     whose ``known_bug`` entries findings are matched with (a folder or a list of probe
-    files), for the releases fuzzed (``settings["releases"]``, framework → release;
-    ``report.known_bug_cases``). Every probe file is read back with ``loader.load`` (a
+    files), each finding with the entries that name its release (``report.classify``;
+    ``settings["releases"]``, framework → the releases run, go into the probe files'
+    ``versions``). Every probe file is read back with ``loader.load`` (a
     ``ProbeError`` is a bug here, and nothing is published then)."""
     probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
-    known = known_bug_cases(known, settings.get("releases"))
+    known = known_bug_cases(known)
+    ran = {fw: releases_of(settings, fw) for fw in settings.get("frameworks", [])}
     rows = []
     with atomic_dir(probe_dir) as probe_tmp, atomic_dir(repro_dir) as repro_tmp:
         for i, f in enumerate(result.findings):
             name = probe_name(f, i)
-            doc, header = probe_doc(f, name, seed)
+            doc, header = probe_doc(f, name, seed, ran)
             written = probe_tmp / f"{name}.yaml"
             written.write_text(header + dump(doc), encoding="utf-8")
             loader.load(written)
             src = candle_source(f, name) if f.framework == "candle" else burn_source(f, name)
             torch_lines = "".join(
                 f"// PyTorch {x.dtype}: {x.quantity} = {values_text(x.reference)}\n"
-                f"// {f.framework} {x.dtype}: {x.quantity} = "
+                f"// {f.framework} {f.release} {x.dtype}: {x.quantity} = "
                 f"{values_text(x.values) if x.values else x.message}\n"
                 for x in f.failures
             )
@@ -80,6 +83,7 @@ def write_findings(
                 {
                     "op": f.op,
                     "framework": f.framework,
+                    "release": f.release,
                     "dtype": f.dtype,
                     "kind": f.kind,
                     "layout": layout_text(f),
@@ -87,7 +91,7 @@ def write_findings(
                     "shapes": " ".join(str(list(x.shape)) for x in f.case.inputs),
                     "args": " ".join(f"{k}={v}" for k, v in f.case.args.items()),
                     "failing_cases": result.failing_by_signature.get(
-                        (f.op, f.framework, f.dtype, f.kind), 0
+                        (f.op, f.framework, f.release, f.dtype, f.kind), 0
                     ),
                     "sources": " ".join(f.sources),
                     "known_bug": " ".join(same) or "new",
@@ -106,6 +110,17 @@ def write_findings(
     return rows
 
 
+def targets(settings: Mapping) -> list[check.Target]:
+    """Every (framework, release) a campaign runs: each framework of
+    ``settings["frameworks"]`` at each of its ``settings["releases"]`` (in order), or
+    without a release where none are named."""
+    return [
+        check.Target(fw, r)
+        for fw in settings["frameworks"]
+        for r in (releases_of(settings, fw) or [""])
+    ]
+
+
 def fuzz(
     settings: Mapping,
     binaries: Sequence[str],
@@ -118,24 +133,27 @@ def fuzz(
     """Run one campaign and write what it found.
 
     ``settings`` is the rule's ``fuzz`` param (config ``fuzz`` resolved: ``seed``, ``ops``,
-    ``cases_per_op``, ``frameworks``, ``dtypes``, ``shrinks_per_class``, ``releases``);
-    ``binaries`` the Rust runners, one per framework of ``settings["frameworks"]`` in its
-    order; ``known`` the probe files whose known bugs findings are matched with;
+    ``cases_per_op``, ``frameworks``, ``dtypes``, ``shrinks_per_class``, ``releases``:
+    framework → the releases to run, default none named); ``binaries`` the Rust runners,
+    one per (framework, release) of :func:`targets`, in its order; ``known`` the probe
+    files whose known bugs findings are matched with;
     ``outputs`` the paths of :data:`OUTPUTS` (the findings table's CSV and Markdown, the
     summary JSON, the probe-file and reproduction folders); ``log_path`` the runners' log.
-    The summary (``settings``, case counts, findings and new ones, the control's failing
-    quantities per case, wall times in seconds, threads, machine) is written last. Returns
-    it. Raises what the runners raise (``probe.rust.RunnerError``), and ``ValueError`` when
-    ``binaries`` do not match the frameworks; nothing is written then.
+    The summary (``settings``, case counts, findings and new ones, findings per framework
+    release, the control's failing quantities per case, wall times in seconds, threads,
+    machine) is written last. Returns it. Raises what the runners raise
+    (``probe.rust.RunnerError``), and ``ValueError`` when ``binaries`` do not match the
+    targets; nothing is written then.
     """
-    binary_of = dict(zip(settings["frameworks"], binaries, strict=True))
+    runs = targets(settings)
+    binary_of = dict(zip(runs, binaries, strict=True))
     runners = check.Runners(binary_of, threads, log, log_path)
     t0 = time.monotonic()
     result = campaign.campaign(
         settings["seed"],
         settings["ops"],
         settings["cases_per_op"],
-        settings["frameworks"],
+        runs,
         settings["dtypes"],
         runners,
         shrinks_per_class=settings["shrinks_per_class"],
@@ -156,6 +174,10 @@ def fuzz(
         "failing_cases": result.failing_cases,
         "findings": len(rows),
         "new": sum(1 for r in rows if r["known_bug"] == "new"),
+        "findings_by_release": {
+            t.label(): sum(1 for r in rows if (r["framework"], r["release"]) == tuple(t))
+            for t in runs
+        },
         "control_failures": {
             n: [f.quantity for f in v] for n, v in result.control_failures.items()
         },

@@ -2,17 +2,22 @@
 
 Each round builds every one-step simplification of the case (in this order: an input made
 contiguous, one layout step dropped from a route, an argument set to its simplest value
-(stride 1, padding 0, dilation 1, output_padding 0, keepdim false, no bias), a size-1
-dimension removed, a dimension made one smaller — alone, and together with one dimension of
-the same size of each other input, in every such choice, for sizes that must agree such
-as matmul's k), keeps those
-that are valid (``generate.out_shape``) and strictly smaller (:func:`size`), runs them all
-in one batch through the checker, and takes the first that still has the failure's
-signature (framework, dtype, kind). It stops when no candidate keeps it, or after
+(stride 1, padding 0, dilation 1, output_padding 0, keepdim false, ceil_mode false,
+count_include_pad true, descending false; one side of a ``pad`` step 0, or its first pair
+dropped; no bias), a size-1 dimension removed, a dimension made one smaller — alone, and
+together with one dimension of the same size of each other input, in every such choice,
+for sizes that must agree such as matmul's k), keeps those that are valid
+(``generate.out_shape``) and strictly smaller (:func:`size`), runs them all in one batch
+through the checker, and takes the first that still has the failure's
+signature (framework, release, dtype, kind). It stops when no candidate keeps it, or after
 ``rounds`` rounds.
 
 Logical input values survive every step (sliced where a dimension shrinks); the loss
-weights are kept while the output shape is, else made 1, 2, 3, 1, 2, 3, …
+weights are kept while the output shape is, else made 1, 2, 3, 1, 2, 3, … An integer input
+keeps its kind, and its values stay valid: where a dimension they index shrinks, each is
+taken modulo the new size (``generators_index.index_bound``); a candidate whose index then
+writes a position twice (scatter, index_put without accumulate), or whose sort now has a
+tie, is dropped (``generate.degenerate``).
 """
 
 from __future__ import annotations
@@ -25,10 +30,23 @@ from dataclasses import replace
 import numpy as np
 
 from parity.fuzz.check import Checker, Failure
-from parity.fuzz.generate import Case, Input, Route, apply_route, out_shape
+from parity.fuzz.generate import Case, Input, Route, apply_route, degenerate, out_shape
+from parity.fuzz.generators_index import index_bound
+from parity.probe.shapes import INTEGER_INPUTS
 
-#: Argument → its simplest value (tried in this order).
-SIMPLEST = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0, "keepdim": False}
+#: Argument → its simplest value (tried in this order; ``pad``'s padding pairs apart).
+SIMPLEST = {
+    "stride": 1,
+    "padding": 0,
+    "dilation": 1,
+    "output_padding": 0,
+    "keepdim": False,
+    "ceil_mode": False,
+    "count_include_pad": True,
+    "descending": False,
+}
+#: Ops with an optional last input (a bias) that shrinking drops.
+OPTIONAL_BIAS = {"linear": 3, "conv_transpose1d": 3, "conv_transpose2d": 3}
 #: Filler of the elements a narrow leaves out.
 FILLER = 5.0
 
@@ -40,6 +58,10 @@ def size(case: Case) -> tuple[int, int, int, int]:
     logical = sum(math.prod(i.shape) for i in case.inputs)
     stored = sum(math.prod(i.stored_shape) for i in case.inputs)
     args = sum(1 for k, v in SIMPLEST.items() if k in case.args and case.args[k] != v)
+    if case.op == "pad":
+        args = sum(1 for pair in case.args["padding"] for v in pair if v) + len(
+            case.args["padding"]
+        )
     return (steps, logical, stored, args + len(case.inputs))
 
 
@@ -96,24 +118,35 @@ def _constant(x: np.ndarray, axis: int) -> bool:
 
 
 def _weights(case: Case, out: tuple[int, ...]) -> tuple[float, ...]:
-    if tuple(out) == tuple(case.out_shape):
+    if tuple(out) == tuple(case.out_shape) or not case.weights:
         return case.weights
     return tuple(float(i % 3 + 1) for i in range(math.prod(out)))
 
 
 def _rebuild(case: Case, logicals: Sequence[np.ndarray], routes: Sequence[Route], args=None):
-    """A case of the same op from new logical values, routes and arguments, or None when
-    it is not valid."""
+    """A case of the same op from new logical values, routes and arguments (inputs of the
+    kinds of ``case``'s first ones), or None when it is not valid. Integer values are
+    taken modulo the size they index."""
     args = case.args if args is None else args
-    out = out_shape(case.op, args, [list(v.shape) for v in logicals])
+    shapes = [list(v.shape) for v in logicals]
+    try:
+        out = out_shape(case.op, args, shapes)
+    except (TypeError, KeyError, IndexError):  # an argument of the wrong form for the op
+        return None
     if out is None:
         return None
+    ints = INTEGER_INPUTS.get(case.op, ())
     inputs = []
-    for v, r in zip(logicals, routes, strict=True):
+    for i, (v, r) in enumerate(zip(logicals, routes, strict=True)):
+        if i in ints:
+            v = np.mod(v, index_bound(case.op, args, shapes))
         inp = restore(r, v) if r.steps else restore(Route(), v)
         if inp is None:
             inp = restore(Route(), v)
-        inputs.append(inp)
+        was = case.inputs[i]
+        inputs.append(replace(inp, dtype=was.dtype, grad=was.grad))
+    if degenerate(case.op, inputs, args):
+        return None
     return Case(case.op, dict(args), tuple(inputs), out, _weights(case, out))
 
 
@@ -130,10 +163,20 @@ def candidates(case: Case) -> list[Case]:
                 shorter = Route(r.steps[:j] + r.steps[j + 1 :])
                 out.append(_rebuild(case, logicals, [*routes[:i], shorter, *routes[i + 1 :]]))
     for k, v in SIMPLEST.items():
-        if k in case.args and case.args[k] != v:
+        if k in case.args and case.args[k] != v and case.op != "pad":
             out.append(_rebuild(case, logicals, routes, {**case.args, k: v}))
-    if case.op == "linear" and len(logicals) == 3:
-        out.append(_rebuild(case, logicals[:2], routes[:2]))
+    if case.op == "pad":
+        pairs = case.args["padding"]
+        for j, pair in enumerate(pairs):
+            for side in (0, 1):
+                if pair[side]:
+                    fewer = [list(p) for p in pairs]
+                    fewer[j][side] = 0
+                    out.append(_rebuild(case, logicals, routes, {"padding": fewer}))
+        if len(pairs) > 1:
+            out.append(_rebuild(case, logicals, routes, {"padding": pairs[1:]}))
+    if len(logicals) == OPTIONAL_BIAS.get(case.op):
+        out.append(_rebuild(case, logicals[:-1], routes[:-1]))
     for i, v in enumerate(logicals):
         for d, n in enumerate(v.shape):
             if n == 1 and v.ndim > 1:
