@@ -40,8 +40,12 @@ def test_every_generated_case_loads_and_its_shapes_infer():
         (c,) = p.cases
         shapes = p.quantity_shapes(c)
         assert shapes["y"][0] == list(case.out_shape)
+        scored = case.op not in probe_shapes.INTEGER_OUTPUT
         for i, inp in enumerate(case.inputs):
-            assert shapes[f"x{i}.grad"][0] == list(inp.stored_shape)
+            if inp.grad and scored:
+                assert shapes[f"x{i}.grad"][0] == list(inp.stored_shape)
+            else:
+                assert f"x{i}.grad" not in shapes
             assert inp.logical().shape == inp.shape
             assert all(1 <= n <= 6 for n in inp.shape)
             kinds.update(inp.route.kinds())
@@ -117,7 +121,7 @@ def fake_checker(calls):
 def test_shrinking_reaches_the_known_minimal_form():
     calls = []
     small, ran = shrink.shrink(
-        "m", _broadcast_matmul(), ("candle", "f32", check.FORWARD), fake_checker(calls)
+        "m", _broadcast_matmul(), ("candle", "", "f32", check.FORWARD), fake_checker(calls)
     )
     x0, x1 = small.inputs
     assert x0.route.kinds() == ["broadcast_to"] and x1.route.kinds() == []
@@ -136,7 +140,7 @@ def test_shrinking_reaches_the_known_minimal_form():
 
 def test_shrinking_a_case_that_never_fails_the_same_way_keeps_it():
     case = _broadcast_matmul()
-    small, _ = shrink.shrink("m", case, ("burn", "f32", check.FORWARD), fake_checker([]))
+    small, _ = shrink.shrink("m", case, ("burn", "", "f32", check.FORWARD), fake_checker([]))
     assert small == case
 
 
@@ -152,6 +156,7 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
         values=tuple([0.0] * 24),
         reference=tuple([1.0] * 24),
         reference64=tuple([1.0] * 24),
+        release="0.11.0",
     )
     err = check.Failure(
         "framework-error",
@@ -160,10 +165,15 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
         dtype="f32",
         quantity="x1.grad",
         kind=check.ERROR,
+        release="0.11.0",
     )
     findings = [
-        campaign.Finding("matmul", "candle", "f32", check.FORWARD, case, [fail], ["a", "b"]),
-        campaign.Finding("matmul", "candle", "f32", check.ERROR, case, [err], ["c"]),
+        campaign.Finding(
+            "matmul", "candle", "f32", check.FORWARD, case, [fail], ["a", "b"], release="0.11.0"
+        ),
+        campaign.Finding(
+            "matmul", "candle", "f32", check.ERROR, case, [err], ["c"], release="0.11.0"
+        ),
     ]
     result = campaign.Campaign(findings, {}, 3, 3, {"total": 1.0})
     (tmp_path / "probes").mkdir()
@@ -176,7 +186,7 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
         tmp_path / "f.md",
         tmp_path / "probes",
         tmp_path / "repro",
-        {"ops": ["matmul"]},
+        {"ops": ["matmul"], "frameworks": ["candle"], "releases": {"candle": ["0.11.0"]}},
     )
     assert len(rows) == 2
     for r in rows:
@@ -193,14 +203,16 @@ def test_written_probe_files_load_and_name_the_framework_values(tmp_path):
     # The repository's matmul probe records a broadcast left batch: the forward finding
     # (x0 broadcast → transpose) is related, not the same layout.
     assert rows[0]["known_bug"] == "new" and "matmul_broadcast:broadcast_left" in rows[0]["related"]
-    assert "| matmul | candle | f32 | forward |" in (tmp_path / "f.md").read_text()
+    md = (tmp_path / "f.md").read_text()
+    assert "| matmul | candle | 0.11.0 | f32 | forward |" in md
+    assert "frameworks candle 0.11.0;" in md and "(candle 0.11.0: 2)" in md
     # each folder is replaced whole: an earlier campaign's probe file is gone
     assert sorted(p.name for p in (tmp_path / "probes").iterdir()) == sorted(
         Path(r["probe"]).name for r in rows
     )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".old-"))]
     with open(tmp_path / "f.csv", newline="", encoding="utf-8") as f:
-        assert f.readline().startswith("op,framework,dtype,kind,layout")
+        assert f.readline().startswith("op,framework,release,dtype,kind,layout")
 
 
 def test_the_fuzz_job_writes_every_output_atomically_and_the_summary_last(tmp_path):
@@ -231,6 +243,7 @@ def test_the_fuzz_job_writes_every_output_atomically_and_the_summary_last(tmp_pa
         "failing_cases",
         "findings",
         "new",
+        "findings_by_release",
         "control_failures",
         "seconds",
         "threads",
