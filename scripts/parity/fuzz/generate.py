@@ -351,7 +351,9 @@ def to_doc(case: Case, description: str = "") -> dict:
     leaves; ``requires_grad`` where ``Input.grad``, ``dtype: int64`` for integer inputs)
     and ``w`` (loss weights), one case ``case`` whose steps are each input's route then the
     op (out ``y``), loss ``weighted_sum: [y, w]``, compared ``y`` and the gradient of every
-    input with ``grad``. An op with an int64 output has no loss and compares ``y`` only."""
+    input with ``grad``. A scalar ``y`` (a loss op, a reduction over every dimension) is the
+    loss itself, ``sum: y`` (a weight of rank 0 adds nothing, and burn holds no rank-0
+    tensor); an op with an int64 output has no loss and compares ``y`` only."""
     inputs: dict[str, Any] = {}
     steps: list[dict] = []
     names = []
@@ -369,7 +371,8 @@ def to_doc(case: Case, description: str = "") -> dict:
             at = out
         names.append(at)
     scored = case.op not in probe_shapes.INTEGER_OUTPUT
-    if scored:
+    weighted = scored and len(case.out_shape) > 0
+    if weighted:
         inputs["w"] = {"shape": list(case.out_shape), "values": [_num(v) for v in case.weights]}
     steps.append({case.op: {"in": names if len(names) > 1 else names[0], **case.args, "out": "y"}})
     routes = "; ".join(
@@ -378,7 +381,7 @@ def to_doc(case: Case, description: str = "") -> dict:
     )
     body: dict[str, Any] = {"steps": steps}
     if scored:
-        body["loss"] = {"weighted_sum": ["y", "w"]}
+        body["loss"] = {"weighted_sum": ["y", "w"]} if weighted else {"sum": "y"}
     grads = [f"{input_name(i)}.grad" for i, inp in enumerate(case.inputs) if inp.grad]
     body["compare"] = ["y", *(grads if scored else [])]
     return {

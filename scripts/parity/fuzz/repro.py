@@ -130,11 +130,14 @@ def _candle_tail(c: Case) -> list[str]:
     if c.op in probe_shapes.INTEGER_OUTPUT:
         return [*lines, "    Ok(())", "}"]
     w = ", ".join(f32_lit(v) for v in c.weights)
-    lines += [
-        f"    let w = Tensor::from_vec(vec![{w}], {_tuple(c.out_shape)}, &dev)?;",
-        "    let loss = (&y * &w)?.sum_all()?;",
-        "    let grads = loss.backward()?;",
-    ]
+    if c.out_shape:
+        lines += [
+            f"    let w = Tensor::from_vec(vec![{w}], {_tuple(c.out_shape)}, &dev)?;",
+            "    let loss = (&y * &w)?.sum_all()?;",
+        ]
+    else:
+        lines.append("    let loss = y.sum_all()?; // a scalar y is the loss")
+    lines.append("    let grads = loss.backward()?;")
     for i, inp in enumerate(c.inputs):
         if inp.grad and inp.dtype != INT64:
             n = input_name(i)

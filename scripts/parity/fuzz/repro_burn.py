@@ -42,15 +42,17 @@ def burn_source(f: Finding, name: str) -> str:
     lines.append(f"    let y = {burn_call(c)};")
     lines.append('    println!("y = {}", y);')
     if c.op not in probe_shapes.INTEGER_OUTPUT:
-        rank = max(len(c.out_shape), 1)
         w = ", ".join(f32_lit(v) for v in c.weights)
-        lines += [
-            (
-                f"    let w = Tensor::<{rank}>::from_data(TensorData::new(vec![{w}], "
-                f"{list(c.out_shape) or [1]}), &dev);"
-            ),
-            "    let grads = (y.clone() * w).sum().backward();",
-        ]
+        if c.out_shape:
+            lines += [
+                (
+                    f"    let w = Tensor::<{len(c.out_shape)}>::from_data(TensorData::new("
+                    f"vec![{w}], {list(c.out_shape)}), &dev);"
+                ),
+                "    let grads = (y.clone() * w).sum().backward();",
+            ]
+        else:
+            lines.append("    let grads = y.clone().sum().backward(); // a scalar y is the loss")
         for i, inp in enumerate(c.inputs):
             if inp.grad and inp.dtype != INT64:
                 n = input_name(i)

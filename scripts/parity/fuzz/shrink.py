@@ -4,20 +4,20 @@ Each round builds every one-step simplification of the case (in this order: an i
 contiguous, one layout step dropped from a route, an argument set to its simplest value
 (stride 1, padding 0, dilation 1, output_padding 0, keepdim false, ceil_mode false,
 count_include_pad true, descending false; one side of a ``pad`` step 0, or its first pair
-dropped; no bias), a size-1 dimension removed, a dimension made one smaller — alone, and
-together with one dimension of the same size of each other input, in every such choice,
-for sizes that must agree such as matmul's k), keeps those that are valid
-(``generate.out_shape``) and strictly smaller (:func:`size`), runs them all in one batch
-through the checker, and takes the first that still has the failure's
-signature (framework, release, dtype, kind). It stops when no candidate keeps it, or after
-``rounds`` rounds.
+dropped; a ``narrow`` step's start 0 or length 1; no bias), a size-1 dimension removed, a
+dimension made one smaller — alone, and together with one dimension of the same size of
+each other input, in every such choice, for sizes that must agree such as matmul's k),
+keeps those that are valid (``generate.out_shape``) and strictly smaller (:func:`size`),
+runs them all in one batch through the checker, and takes the first that still has the
+failure's signature (framework, release, dtype, kind). It stops when no candidate keeps
+it, or after ``rounds`` rounds.
 
 Logical input values survive every step (sliced where a dimension shrinks); the loss
 weights are kept while the output shape is, else made 1, 2, 3, 1, 2, 3, … An integer input
 keeps its kind, and its values stay valid: where a dimension they index shrinks, each is
 taken modulo the new size (``generators_index.index_bound``); a candidate whose index then
 writes a position twice (scatter, index_put without accumulate), or whose sort now has a
-tie, is dropped (``generate.degenerate``).
+tie, is dropped (``generate.degenerate``). A ``reshape`` whose input shrank flattens it.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def size(case: Case) -> tuple[int, int, int, int]:
     logical = sum(math.prod(i.shape) for i in case.inputs)
     stored = sum(math.prod(i.stored_shape) for i in case.inputs)
     args = sum(1 for k, v in SIMPLEST.items() if k in case.args and case.args[k] != v)
+    if case.op == "narrow":
+        args += (case.args["start"] != 0) + (case.args["length"] != 1)
     if case.op == "pad":
         args = sum(1 for pair in case.args["padding"] for v in pair if v) + len(
             case.args["padding"]
@@ -129,6 +131,8 @@ def _rebuild(case: Case, logicals: Sequence[np.ndarray], routes: Sequence[Route]
     taken modulo the size they index."""
     args = case.args if args is None else args
     shapes = [list(v.shape) for v in logicals]
+    if case.op == "reshape" and math.prod(args["shape"]) != math.prod(shapes[0]):
+        args = {"shape": [math.prod(shapes[0])]}  # the input shrank: flatten it
     try:
         out = out_shape(case.op, args, shapes)
     except (TypeError, KeyError, IndexError):  # an argument of the wrong form for the op
@@ -175,6 +179,10 @@ def candidates(case: Case) -> list[Case]:
                     out.append(_rebuild(case, logicals, routes, {"padding": fewer}))
         if len(pairs) > 1:
             out.append(_rebuild(case, logicals, routes, {"padding": pairs[1:]}))
+    if case.op == "narrow":
+        for k, v in (("start", 0), ("length", 1)):
+            if case.args[k] != v:
+                out.append(_rebuild(case, logicals, routes, {**case.args, k: v}))
     if len(logicals) == OPTIONAL_BIAS.get(case.op):
         out.append(_rebuild(case, logicals[:-1], routes[:-1]))
     for i, v in enumerate(logicals):
