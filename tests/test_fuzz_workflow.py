@@ -1,9 +1,9 @@
-"""End-to-end: a short real fuzz campaign (conv1d and matmul, candle) through the
-workflow's `fuzz` target finds candle 0.11.0's conv1d faults (kernel gradient; forward
-through a transposed kernel) and its stride-0 batched-matmul fault, with a clean
-control; then the probes target, pointed at the written probe files, reproduces every
-finding (verdict known-bug; fail where
-the framework's values vary between runs and none are recorded)."""
+"""End-to-end: a short real fuzz campaign (conv1d and matmul, candle; the test config's one
+release, 0.11.0) through the workflow's `fuzz` target finds candle 0.11.0's conv1d faults
+(kernel gradient; forward through a transposed kernel) and its stride-0 batched-matmul
+fault, with a clean control; then the probes target, pointed at the written probe files,
+reproduces every finding in its release (verdict known-bug; fail where the framework's
+values vary between runs and none are recorded)."""
 
 import csv
 import json
@@ -45,7 +45,12 @@ def test_rediscovers_the_known_candle_faults_with_a_clean_control(fuzz_run):
     workdir, rows = fuzz_run
     summary = json.loads((workdir / "results/fuzz/summary.json").read_text())
     assert summary["control_failures"] == {}
-    found = {(r["op"], r["kind"], r["layout"]) for r in rows if r["framework"] == "candle"}
+    assert summary["settings"]["releases"] == {"candle": ["0.11.0"]}
+    found = {
+        (r["op"], r["kind"], r["layout"])
+        for r in rows
+        if (r["framework"], r["release"]) == ("candle", "0.11.0")
+    }
     assert ("conv1d", "weight gradient", "x0: contiguous; x1: contiguous") in found
     assert ("conv1d", "forward", "x0: contiguous; x1: transpose") in found
     assert ("matmul", "forward", "x0: broadcast_to; x1: contiguous") in found
@@ -71,11 +76,14 @@ def test_every_written_probe_reproduces_through_the_probes_target(fuzz_run):
         verdicts = {
             t["quantity"]: t["verdict"]
             for t in table
-            if (t["probe"], t["framework"], t["dtype"]) == (probe, r["framework"], "f32")
+            if (t["probe"], t["framework"], t["version"], t["dtype"])
+            == (probe, r["framework"], r["release"], "f32")
         }
         bug = loader.load(folder / f"{probe}.yaml").case("case")["known_bug"]
         for q in r["quantities"].split():
             # Values that differ between runs are not recorded: their verdict is fail.
             recorded = q in bug.get(r["framework"], {}).get("cpu", {})
+            versions = loader.load(folder / f"{probe}.yaml").case("case")["known_bug_versions"]
+            recorded &= r["release"] in versions.get(r["framework"], [r["release"]])
             want = "known-bug" if recorded else "fail"
             assert verdicts[q] == want, (probe, q, verdicts)
