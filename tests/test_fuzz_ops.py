@@ -155,7 +155,7 @@ def test_shrinking_keeps_indices_valid_down_to_the_smallest_case(op):
     assert [i.dtype for i in small.inputs] == [i.dtype for i in case.inputs]
     if op == "pad":
         assert small.args["padding"] == [[0, 0]]
-        assert small.inputs[0].shape == (1,)
+        assert all(n == 1 for n in small.inputs[0].shape)
     else:
         # Every dimension down to 1; the index 0 (the only valid one).
         assert all(n == 1 for i in small.inputs for n in i.shape)

@@ -83,7 +83,8 @@ def _narrowed_kernel_conv2d() -> Case:
     w = shrink.restore(
         Route((("narrow", {"dim": 1, "start": 1, "length": 1}),)), np.ones((1, 1, 1, 1))
     )
-    return Case("conv2d", {"stride": 1}, (_inp([1, 1, 2, 2], [1, 2, 3, 4]), w), (1, 1, 2, 2))
+    x = _inp([1, 1, 2, 2], [1, 2, 3, 4])
+    return Case("conv2d", {"stride": 1}, (x, w), (1, 1, 2, 2), (1.0, 2.0, 3.0, 4.0))
 
 
 def test_a_finding_is_matched_with_the_known_bugs_of_its_own_release():

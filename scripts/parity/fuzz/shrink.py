@@ -199,11 +199,19 @@ def candidates(case: Case) -> list[Case]:
             alone[i] = np.take(v, range(n - 1), axis=d)
             out.append(_rebuild(case, alone, routes))
             others = [j for j, w in enumerate(logicals) if j != i and n in w.shape]
-            choices = [[e for e, m in enumerate(logicals[j].shape) if m == n] for j in others]
-            for pick in itertools.islice(itertools.product(*choices), 16) if others else ():
+            # An index op's inputs agree pairwise (scatter's index and src, not x): each
+            # other input may also keep its size there.
+            keep_one = [None] if case.op in INTEGER_INPUTS else []
+            choices = [
+                [e for e, m in enumerate(logicals[j].shape) if m == n] + keep_one for j in others
+            ]
+            for pick in itertools.islice(itertools.product(*choices), 32 if keep_one else 16):
+                if not others:
+                    break
                 coupled = [*alone]
                 for j, e in zip(others, pick, strict=True):
-                    coupled[j] = np.take(logicals[j], range(n - 1), axis=e)
+                    if e is not None:
+                        coupled[j] = np.take(logicals[j], range(n - 1), axis=e)
                 out.append(_rebuild(case, coupled, routes))
     seen, keep = set(), []
     base = size(case)
