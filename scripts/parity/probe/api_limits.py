@@ -83,6 +83,11 @@ def _gather_index_shape(step: Step) -> bool:
     return any(n != m for i, (n, m) in enumerate(zip(x, idx, strict=True)) if i != d)
 
 
+def _squeeze_not_one(step: Step) -> bool:
+    x = step.shapes[0]
+    return bool(x) and x[step.args["dim"] % len(x)] != 1
+
+
 def _scatter_src_shape(step: Step) -> bool:
     x, _, src = step.shapes
     d = step.args["dim"] % len(x)
@@ -161,6 +166,16 @@ LIMITS: tuple[Limit, ...] = (
         "dimension but dim (its documented note; TensorCheck::gather panics otherwise)",
         f"{BURN_TENSOR}/base.rs#1896",
         _gather_index_shape,
+    ),
+    Limit(
+        "squeeze",
+        "burn",
+        "dim's size ≠ 1",
+        "burn's Tensor::squeeze_dim drops the dimension, which must have size 1 (its documented "
+        '"Panics: If the size in the squeezed dimension is not 1"; PyTorch keeps the tensor as '
+        "it is)",
+        f"{BURN_TENSOR}/base.rs#813",
+        _squeeze_not_one,
     ),
     *_scatter_limits("scatter_add"),
     *_scatter_limits("scatter"),
