@@ -161,3 +161,20 @@ def test_shrinking_keeps_indices_valid_down_to_the_smallest_case(op):
         assert all(n == 1 for i in small.inputs for n in i.shape)
         ints = probe_shapes.INTEGER_INPUTS[op]
         assert [small.inputs[i].stored for i in ints] == [(0.0,)] * len(ints)
+
+
+def test_no_pooling_window_holds_only_padding():
+    """PyTorch 2.15's max_pool1d corrupts the heap on a window of padding only (this case
+    aborted the fuzz job: "free(): invalid next size"); the generator makes none."""
+    crash = {"kernel": 2, "stride": 2, "padding": 1, "ceil_mode": True, "dilation": 2}
+    assert generate.empty_window("max_pool1d", crash, (1, 3, 1))
+    assert not generate.empty_window("max_pool1d", {**crash, "dilation": 1}, (1, 3, 1))
+    assert generate.degenerate("max_pool1d", [_inp_of((1, 3, 1))], crash)
+    pools = ["max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"]
+    for case in _cases(pools, 40, 21):
+        assert not generate.empty_window(case.op, case.args, case.inputs[0].shape)
+
+
+def _inp_of(shape):
+    n = int(np.prod(shape))
+    return generate.Input(tuple(shape), generate.Route(), tuple(shape), (0.0,) * n)

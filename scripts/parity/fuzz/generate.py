@@ -271,7 +271,7 @@ def degenerate(op: str, inputs: Sequence[Input], args: dict | None = None) -> bo
     a tie along the dimension of a sort or of argmax/argmin (which index comes first is a
     convention; a broadcast route makes ties); an index of scatter or index_put (without
     accumulate) that writes a position twice (the result depends on the order of the
-    writes)."""
+    writes); a pooling window over padding only (:func:`empty_window`)."""
     args = args or {}
     if op == "layer_norm" and inputs[0].shape[-1] >= 2:
         x = inputs[0].logical()
@@ -284,6 +284,34 @@ def degenerate(op: str, inputs: Sequence[Input], args: dict | None = None) -> bo
         return bool(np.any(s[..., 1:] == s[..., :-1]))
     if op in UNIQUE_INDEX:
         return repeats_a_write(op, args, inputs[1].logical())
+    if op in POOLS:
+        return empty_window(op, args, inputs[0].shape)
+    return False
+
+
+#: The pooling ops (:func:`empty_window`).
+POOLS = frozenset({"max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"})
+
+
+def empty_window(op: str, args: dict, shape: Sequence[int]) -> bool:
+    """Whether a window of pooling ``op`` (YAML ``args``) over an input of ``shape`` holds
+    no input element, only padding (dilation, or ceil mode's last window, can make one):
+    its maximum is −∞ and its average 0/0 in PyTorch, and PyTorch 2.15's max_pool1d
+    corrupts the heap on one (kernel 2, stride 2, padding 1, dilation 2, ceil mode over a
+    length of 1: "free(): invalid next size", found by this fuzzer), so no case has one."""
+    a = probe_ops.op_args(op, args)
+    spatial = 1 if op.endswith("1d") else 2
+    out = probe_shapes.infer(op, a, [list(shape)])[0]
+    for i in range(spatial):
+        k, s, p = (
+            a[x] if isinstance(a[x], int) else a[x][i] for x in ("kernel", "stride", "padding")
+        )
+        dil = a.get("dilation", 1)
+        dil = dil if isinstance(dil, int) else dil[i]
+        size = shape[2 + i]
+        for o in range(out[2 + i]):
+            if not any(0 <= o * s - p + j * dil < size for j in range(k)):
+                return True
     return False
 
 
