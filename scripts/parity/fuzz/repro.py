@@ -87,7 +87,9 @@ def candle_source(f: Finding, name: str) -> str:
     c = f.case
     lines = [
         *header(name, CANDLE_UNCOVERED, c.op, "candle"),
-        "use candle_core::{Device, Module, Tensor, Var};",
+        "use candle_core::{Device, Module, Tensor, Var};"
+        if ".forward(" in candle_call(c)
+        else "use candle_core::{Device, Tensor, Var};",
         "",
         "fn main() -> candle_core::Result<()> {",
         "    let dev = Device::Cpu;",
