@@ -31,7 +31,9 @@ def burn_source(f: Finding, name: str) -> str:
     c = f.case
     lines = [
         *header(name, BURN_UNCOVERED, c.op, "burn"),
-        "use burn::tensor::{Device, Int, Tensor, TensorData};",
+        "use burn::tensor::{Device, Int, Tensor, TensorData};"
+        if any(i.dtype == INT64 for i in c.inputs)
+        else "use burn::tensor::{Device, Tensor, TensorData};",
         "",
         "fn main() {",
         "    #[allow(deprecated)] // burn 0.22 deprecates ndarray; the study measured it",
