@@ -113,25 +113,77 @@ def table(rows, columns) -> str:
     return "\n".join(out)
 
 
-def bare_snakefile(jobs: int) -> str:
-    """A Snakefile of ``jobs`` no-op rules (each a shell ``touch`` of one file — a ``run:``
-    job costs a Snakemake process of its own here; ``all`` needs them all):
-    Snakemake's own cost of a DAG of that many jobs, without any of this workflow's code."""
-    rules = [f"rule all:\n    input: [f'out/{{i}}' for i in range({jobs - 1})]\n"]
-    rules += [
-        f"rule r{i}:\n    output: 'out/{i}'\n    shell: 'touch {{output}}'\n"
-        for i in range(jobs - 1)
-    ]
+MIRROR_PROBE = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import OutputSettings, ResourceSettings, ConfigSettings
+
+snakefile, workdir, configfile = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    wf = api.workflow(
+        resource_settings=ResourceSettings(cores=1),
+        config_settings=ConfigSettings(configfiles=[configfile]),
+        snakefile=snakefile,
+        workdir=workdir,
+    )
+    workflow = wf.dag().workflow_api._workflow
+    workflow._prepare_dag(forceall=True, ignore_incomplete=False, lock_warn_only=True)
+    workflow._build_dag()
+    jobs = []
+    for job in workflow.dag.jobs:
+        out = [str(f) for f in job.output] + [str(f) for f in job.log]
+        out += [str(job.benchmark)] if job.benchmark else []
+        jobs.append({"input": sorted({str(f) for f in job.input}), "output": out,
+                     "target": job.rule.name == "all"})
+    print(json.dumps(jobs))
+"""
+
+
+def mirror_snakefile(jobs: list[dict]) -> str:
+    """A Snakefile with one rule per job of a real DAG (``jobs``: each job's ``input`` and
+    ``output`` paths, logs and benchmark files counted as outputs, as
+    :func:`mirror_workflow` reads them), the same files and edges, each job a shell
+    ``touch`` of its outputs: Snakemake's own cost of this DAG, without any of this
+    workflow's code (no config, no input or params functions, no plan)."""
+    target = [f for j in jobs if j["target"] for f in j["input"]]
+    rules = [f"rule all:\n    input: {target!r}\n"]
+    for i, job in enumerate(j for j in jobs if not j["target"]):
+        rules.append(
+            f"rule j{i}:\n    input: {job['input']!r}\n    output: {job['output']!r}\n"
+            "    shell: 'touch {output}'\n"
+        )
     return "\n".join(rules)
 
 
-def bare_workflow(jobs: int, folder: Path) -> tuple[list[str], Path]:
-    """:func:`bare_snakefile` of ``jobs`` jobs made and run once in ``folder`` (made afresh:
-    an earlier run's folder is removed first). Returns its no-op rerun command and folder,
-    for :func:`interleaved_medians`."""
+def mirror_workflow(workdir: Path, configfile: Path, folder: Path) -> tuple[list[str], Path]:
+    """The bare twin of the real workflow in ``workdir`` (run with ``configfile``): the
+    same jobs and files (:func:`mirror_snakefile`), made and run once in ``folder`` (made
+    afresh), inputs that no job makes created empty first when relative. Returns its no-op
+    rerun command and folder, for :func:`interleaved_medians`. Raises RuntimeError when
+    Snakemake cannot build the real DAG."""
+    import json
+
+    _, out = wall(
+        [
+            sys.executable,
+            "-c",
+            MIRROR_PROBE,
+            str(REPO / "Snakefile"),
+            str(workdir),
+            str(configfile),
+        ],
+        cwd=workdir,
+    )
+    jobs = json.loads(out.strip().splitlines()[-1])
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    (folder / "Snakefile").write_text(bare_snakefile(jobs))
+    made = {f for j in jobs for f in j["output"]}
+    for f in {f for j in jobs for f in j["input"]} - made:
+        if not os.path.isabs(f):
+            Path(folder, f).parent.mkdir(parents=True, exist_ok=True)
+            Path(folder, f).touch()
+    (folder / "Snakefile").write_text(mirror_snakefile(jobs))
     wall([SNAKEMAKE, "--cores", "2", "--quiet", "all"], cwd=folder)
     return [SNAKEMAKE, "--cores", "1"], folder
 
