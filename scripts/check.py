@@ -4,11 +4,11 @@ sealed record says or not current, and name each one no record covers."""
 
 import sys
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.report.check import check
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 bad = check(
     sm.input.summary,
     log,

@@ -1,10 +1,10 @@
 """Snakemake job: the detection and false-alarm tables and figure (see parity.detection.table)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.detection.table import detection
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 detection(
     sm.params.detection,
     sm.output.csv,

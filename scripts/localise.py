@@ -1,10 +1,10 @@
 """Snakemake job: localise one comparison, or skip it (see parity.localise.job)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.localise.job import localise
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 localise(
     sm.params.job,
     sm.input.perstep,

@@ -1,13 +1,13 @@
 """Snakemake job: one optimizer-defaults table from the frameworks' own printouts, and its
 sealed record (parity.report.sealed)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.render import tables
 from parity.report import sealed
 from parity.run import defaults
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 made_from = sealed.read_inputs(sm.input)
 rows = defaults.read(list(sm.input))
 tables.write_csv(sm.output.csv, rows, defaults.COLUMNS)

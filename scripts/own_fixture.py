@@ -1,10 +1,10 @@
 """Snakemake job: an own model's fixture, from the PyTorch model's own initialisation
 (see parity.own.fixture)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.own import fixture
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 tensors = fixture.write(sm.output[0], sm.params.settings)
 log.info("wrote %s: %s", sm.output[0], {k: list(v.shape) for k, v in tensors.items()})

@@ -4,13 +4,13 @@ it holds it (see parity.probe.batch; the interpreter is parity.probe.torch)."""
 
 import torch
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.probe import batch as probe_batch
 from parity.probe import torch as probe_torch
 from parity.probe.format import Probe
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 w = sm.wildcards
 batch = probe_batch.Batch("torch", w.dtype, w.device)
 probes = [Probe(**p) for p in sm.params.probes]

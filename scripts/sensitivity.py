@@ -1,10 +1,10 @@
 """Snakemake job: the learning-rate sensitivity search (see parity.detection.sensitivity)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.detection.sensitivity import sensitivity
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 sensitivity(
     sm.params.settings,
     sm.input.reference,

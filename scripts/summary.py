@@ -1,10 +1,10 @@
 """Snakemake job: the summary of every comparison (see parity.report.summary.summary)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 from parity.report.summary import summary
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+log = job_start(sm)
 rows = summary(
     list(sm.input),
     sm.params.unsupported,
