@@ -1,9 +1,11 @@
 """The cold default workflow on this machine, the Rust builds included, broken down per
 rule from the `benchmark:` files: a fresh working folder and a fresh cargo target folder.
 
-Also printed: when the first useful result, the A3 headline table
-(``results/tables/a3_adamw/split-cpu.md``), appeared, in seconds from the start, and each
-build's wall time and start and end offsets (from its benchmark file), so
+Also printed: the CPU time of the whole run (Snakemake, its jobs and their children, from
+``getrusage``; on N cores the wall time cannot be below CPU ÷ N), when the first useful
+result, the A3 headline table (``results/tables/a3_adamw/split-cpu.md``), appeared, in
+seconds from the start, and each build's wall time and start and end offsets (from its
+benchmark file), so
 the figures show whether the builds ran one at a time and what ran beside them.
 
     .venv/bin/python bench/cold_workflow.py [--cores N] [--keep DIR]
@@ -16,6 +18,7 @@ outputs with another run's; the cargo target folder is DIR/target.
 import argparse
 import csv
 import os
+import resource
 import shutil
 import tempfile
 import threading
@@ -106,6 +109,8 @@ def main():
             stop.set()
             watcher.join()
         total = time.perf_counter() - start
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = usage.ru_utime + usage.ru_stime
         per_rule = defaultdict(list)
         for tsv in Path(tmp, "results/benchmarks").rglob("*.tsv"):
             rule = job_group(tsv.relative_to(Path(tmp, "results/benchmarks")))
@@ -125,7 +130,7 @@ def main():
         for rule, s in sorted(per_rule.items(), key=lambda kv: -sum(kv[1]))
     ]
     print(machine())
-    print(f"cold default workflow, {args.cores} cores: {total:.0f} s wall")
+    print(f"cold default workflow, {args.cores} cores: {total:.0f} s wall, {cpu:.0f} s CPU")
     headline = f"{found[0]:.0f} s" if found else "never"
     print(f"{HEADLINE} appeared after {headline}")
     if builds:
