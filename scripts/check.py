@@ -5,10 +5,13 @@ sealed record says or not current, and name each one no record covers."""
 import sys
 
 from parity.core.fileio import job_start
-from parity.report.check import check
 
 sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
 log = job_start(sm)
+
+from parity.report.check import check
+
 bad = check(
     sm.input.summary,
     log,

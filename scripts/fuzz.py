@@ -2,9 +2,12 @@
 summary, one probe file and one reproduction per finding (see parity.fuzz.job.fuzz)."""
 
 from parity.core.fileio import job_start
-from parity.fuzz.job import OUTPUTS, fuzz
 
 sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
 log = job_start(sm)
+
+from parity.fuzz.job import OUTPUTS, fuzz
+
 outputs = {k: sm.output[k] for k in OUTPUTS}
 fuzz(sm.params.fuzz, sm.input.binaries, sm.input.known, outputs, sm.threads, log, sm.log[0])

@@ -2,11 +2,14 @@
 its sealed record (parity.report.sealed)."""
 
 from parity.core.fileio import job_start
+
+sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
 from parity.report import sealed
 from parity.report.pages import provenance
 
-sm = snakemake  # noqa: F821
-log = job_start(sm)
 made_from = sealed.read_inputs(sm.input)
 rows = provenance(list(sm.input), sm.output.csv, sm.output.md)
 sealed.seal_page(

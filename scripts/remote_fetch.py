@@ -3,9 +3,12 @@
 from pathlib import Path
 
 from parity.core.fileio import job_start
-from parity.remote.fetch import remote_fetch
 
 sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
 log = job_start(sm)
+
+from parity.remote.fetch import remote_fetch
+
 basedir = str(Path(sm.scriptdir).parent)  # the workflow folder: this checkout
 remote_fetch(sm.params.job, sm.output.manifest, log, basedir)

@@ -1,10 +1,13 @@
 """Snakemake job: the learning-rate sensitivity search (see parity.detection.sensitivity)."""
 
 from parity.core.fileio import job_start
-from parity.detection.sensitivity import sensitivity
 
 sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
 log = job_start(sm)
+
+from parity.detection.sensitivity import sensitivity
+
 sensitivity(
     sm.params.settings,
     sm.input.reference,

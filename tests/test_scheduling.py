@@ -14,6 +14,7 @@ the first comparison's own jobs lowers its CPU priority (resource ``nice``, appl
 ``parity.core.fileio.job_start``).
 """
 
+import ast
 import json
 import os
 import subprocess
@@ -163,3 +164,27 @@ def test_job_start_refuses_to_raise_the_cpu_priority(tmp_path):
 
     with pytest.raises(ValueError, match="nice=-1"):
         job_start(_Job(tmp_path / "job.log", nice=-1))
+
+
+def test_every_job_script_lowers_its_priority_before_any_heavy_import():
+    """The imports are most of a short job's CPU (torch alone about 2.7 s here): a script
+    that imported first would run them at full priority beside a build."""
+    light = {"os", "sys", "pathlib", "parity.core.fileio"}
+    scripts = sorted((REPO / "scripts").glob("*.py"))
+    assert len(scripts) > 20
+    for path in scripts:
+        if path.name in ("build.py", "build_own.py"):
+            continue
+        body = ast.parse(path.read_text()).body
+        calls = [
+            n for n in body if "job_start(" in ast.unparse(n) and not isinstance(n, ast.ImportFrom)
+        ]
+        assert calls, f"{path.name} does not call job_start"
+        before = [n for n in body if n.lineno < calls[0].lineno]
+        heavy = [
+            ast.unparse(n)
+            for n in before
+            if (isinstance(n, ast.ImportFrom) and n.module not in light)
+            or (isinstance(n, ast.Import) and not {a.name for a in n.names} <= light)
+        ]
+        assert heavy == [], f"{path.name} imports {heavy} before job_start"
