@@ -175,7 +175,8 @@ def mirror_workflow(workdir: Path, configfile: Path, folder: Path) -> tuple[list
         ],
         cwd=workdir,
     )
-    jobs = json.loads(out.strip().splitlines()[-1])
+    # wall() returns stdout then stderr: the job list is the one line that is a JSON array
+    jobs = json.loads(next(line for line in out.splitlines() if line.startswith("[{")))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     made = {f for j in jobs for f in j["output"]}
