@@ -130,38 +130,60 @@ with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
     workflow = wf.dag().workflow_api._workflow
     workflow._prepare_dag(forceall=True, ignore_incomplete=False, lock_warn_only=True)
     workflow._build_dag()
-    jobs = []
+    rules, jobs = {}, []
     for job in workflow.dag.jobs:
+        rule = job.rule
+        if rule.name not in rules:
+            rules[rule.name] = {
+                "output": [str(f) for f in rule.output],
+                "log": [str(f) for f in rule.log],
+                "benchmark": str(rule.benchmark) if rule.benchmark else None,
+            }
         out = [str(f) for f in job.output] + [str(f) for f in job.log]
-        out += [str(job.benchmark)] if job.benchmark else []
-        jobs.append({"input": sorted({str(f) for f in job.input}), "output": out,
-                     "target": job.rule.name == "all"})
-    print(json.dumps(jobs))
+        jobs.append({
+            "rule": rule.name,
+            "wildcards": sorted(job.wildcards_dict.items()),
+            "input": sorted({str(f) for f in job.input}),
+            "output": out + ([str(job.benchmark)] if job.benchmark else []),
+        })
+    print(json.dumps({"rules": rules, "jobs": jobs}))
 """
 
 
-def mirror_snakefile(jobs: list[dict]) -> str:
-    """A Snakefile with one rule per job of a real DAG (``jobs``: each job's ``input`` and
-    ``output`` paths, logs and benchmark files counted as outputs, as
-    :func:`mirror_workflow` reads them), the same files and edges, each job a shell
-    ``touch`` of its outputs: Snakemake's own cost of this DAG, without any of this
-    workflow's code (no config, no input or params functions, no plan)."""
-    target = [f for j in jobs if j["target"] for f in j["input"]]
-    rules = [f"rule all:\n    input: {target!r}\n"]
-    for i, job in enumerate(j for j in jobs if not j["target"]):
-        rules.append(
-            f"rule j{i}:\n    input: {job['input']!r}\n    output: {job['output']!r}\n"
-            "    shell: 'touch {output}'\n"
-        )
-    return "\n".join(rules)
+def mirror_snakefile(found: dict) -> str:
+    """The bare twin of a real DAG (``found``: its rules' output, log and benchmark
+    patterns, wildcard constraints inlined as Snakemake resolved them, and each job's rule,
+    wildcards and input files, as :func:`mirror_workflow` reads them): the same rules with
+    the same patterns, so Snakemake matches the same files against the same rules, each job
+    a shell ``touch`` of its outputs and log, its inputs looked up in a table by rule and
+    wildcards. What it leaves out is this workflow's own code: the config, its schema and
+    plan, the probe files, the input, params and priority functions."""
+    inputs: dict[str, dict] = {}
+    for job in found["jobs"]:
+        inputs.setdefault(job["rule"], {})[repr(tuple(map(tuple, job["wildcards"])))] = job["input"]
+    lines = [f"INPUTS = {inputs!r}", ""]
+    for name, rule in found["rules"].items():
+        if name == "all":
+            (target,) = inputs["all"].values()
+            lines += [f"rule all:\n    input: {target!r}\n"]
+            continue
+        lines += [
+            f"rule {name}:",
+            f"    input: lambda wc: INPUTS[{name!r}][repr(tuple(sorted(wc.items())))]",
+            f"    output: {rule['output']!r}",
+        ]
+        lines += [f"    log: {rule['log']!r}"] if rule["log"] else []
+        lines += [f"    benchmark: {rule['benchmark']!r}"] if rule["benchmark"] else []
+        lines += ["    shell: 'touch {output} {log}'", ""]
+    return "\n".join(lines)
 
 
 def mirror_workflow(workdir: Path, configfile: Path, folder: Path) -> tuple[list[str], Path]:
     """The bare twin of the real workflow in ``workdir`` (run with ``configfile``): the
-    same jobs and files (:func:`mirror_snakefile`), made and run once in ``folder`` (made
-    afresh), inputs that no job makes created empty first when relative. Returns its no-op
-    rerun command and folder, for :func:`interleaved_medians`. Raises RuntimeError when
-    Snakemake cannot build the real DAG."""
+    same rules, jobs and files (:func:`mirror_snakefile`), made and run once in ``folder``
+    (made afresh), inputs that no job makes created empty first when relative. Returns its
+    no-op rerun command and folder, for :func:`interleaved_medians`. Raises RuntimeError
+    when Snakemake cannot build the real DAG or the twin's."""
     import json
 
     _, out = wall(
@@ -175,16 +197,16 @@ def mirror_workflow(workdir: Path, configfile: Path, folder: Path) -> tuple[list
         ],
         cwd=workdir,
     )
-    # wall() returns stdout then stderr: the job list is the one line that is a JSON array
-    jobs = json.loads(next(line for line in out.splitlines() if line.startswith("[{")))
+    # wall() returns stdout then stderr: the DAG is the one line that is a JSON object
+    found = json.loads(next(line for line in out.splitlines() if line.startswith('{"rules"')))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    made = {f for j in jobs for f in j["output"]}
-    for f in {f for j in jobs for f in j["input"]} - made:
+    made = {f for j in found["jobs"] for f in j["output"]}
+    for f in {f for j in found["jobs"] for f in j["input"]} - made:
         if not os.path.isabs(f):
             Path(folder, f).parent.mkdir(parents=True, exist_ok=True)
             Path(folder, f).touch()
-    (folder / "Snakefile").write_text(mirror_snakefile(jobs))
+    (folder / "Snakefile").write_text(mirror_snakefile(found))
     wall([SNAKEMAKE, "--cores", "2", "--quiet", "all"], cwd=folder)
     return [SNAKEMAKE, "--cores", "1"], folder
 
