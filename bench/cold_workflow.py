@@ -97,8 +97,6 @@ def main():
                     str(REPO / "Snakefile"),
                     "--directory",
                     tmp,
-                    "--configfile",
-                    str(REPO / "config.yaml"),
                     "--cores",
                     str(args.cores),
                 ],

@@ -119,11 +119,12 @@ from pathlib import Path
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import OutputSettings, ResourceSettings, ConfigSettings
 
-snakefile, workdir, configfile = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+snakefile, workdir = Path(sys.argv[1]), Path(sys.argv[2])
+configfiles = [Path(p) for p in sys.argv[3:]]
 with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
     wf = api.workflow(
         resource_settings=ResourceSettings(cores=1),
-        config_settings=ConfigSettings(configfiles=[configfile]),
+        config_settings=ConfigSettings(configfiles=configfiles),
         snakefile=snakefile,
         workdir=workdir,
     )
@@ -178,8 +179,9 @@ def mirror_snakefile(found: dict) -> str:
     return "\n".join(lines)
 
 
-def mirror_workflow(workdir: Path, configfile: Path, folder: Path) -> tuple[list[str], Path]:
-    """The bare twin of the real workflow in ``workdir`` (run with ``configfile``): the
+def mirror_workflow(workdir: Path, configfile: Path | None, folder: Path) -> tuple[list[str], Path]:
+    """The bare twin of the real workflow in ``workdir`` (run with ``configfile`` merged
+    over config.yaml, or config.yaml alone when None): the
     same rules, jobs and files (:func:`mirror_snakefile`), made and run once in ``folder``
     (made afresh), inputs that no job makes created empty first when relative. Returns its
     no-op rerun command and folder, for :func:`interleaved_medians`. Raises RuntimeError
@@ -193,7 +195,7 @@ def mirror_workflow(workdir: Path, configfile: Path, folder: Path) -> tuple[list
             MIRROR_PROBE,
             str(REPO / "Snakefile"),
             str(workdir),
-            str(configfile),
+            *([str(configfile)] if configfile else []),
         ],
         cwd=workdir,
     )

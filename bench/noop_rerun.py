@@ -7,7 +7,8 @@ is what this workflow adds to Snakemake's own cost of its DAG. Both are timed in
 `snakemake --version` (``common.interleaved_medians``). Needs the default workflow's
 results to be complete: run `snakemake --cores 8` first, or pass ``--workdir`` the folder
 of a finished run (``bench/cold_workflow.py --keep DIR``), which is run with
-``--directory DIR --configfile config.yaml`` as that benchmark ran it.
+``--directory DIR`` (the Snakefile reads this checkout's config.yaml by its absolute path,
+so no ``--configfile``: naming it again would read and merge it twice).
 
 Also printed: what of the rerun is not the workflow's own doing. Snakemake imports every
 installed executor plugin when it runs a workflow (not for `--version`), and the Slurm
@@ -80,11 +81,9 @@ if __name__ == "__main__":
     parser.add_argument("--workdir", type=lambda p: __import__("pathlib").Path(p).resolve())
     args = parser.parse_args()
     workdir = args.workdir or REPO
-    config = REPO / "config.yaml"
     base = [SNAKEMAKE]
     if args.workdir:
         base += ["--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
-        base += ["--configfile", str(config)]
     _, out = wall([*base, "--cores", "1", "-n"], cwd=workdir)
     if "Nothing to be done" not in out:
         raise SystemExit(f"the default workflow in {workdir} is not complete; run it first")
@@ -93,7 +92,7 @@ if __name__ == "__main__":
         {
             "version": ([SNAKEMAKE, "--version"], REPO),
             "noop": ([*base, "--cores", "1"], workdir),
-            "bare": mirror_workflow(workdir, config, WORK / "bare-noop"),
+            "bare": mirror_workflow(workdir, None, WORK / "bare-noop"),
         }
     )
     version, noop, bare = medians["version"], medians["noop"], medians["bare"]
