@@ -54,7 +54,7 @@ from snakemake.utils import validate
 start = time.perf_counter()
 with open(sys.argv[1] + "/config.yaml", encoding="utf-8") as f:
     config = yaml.load(f, Loader=yaml.CSafeLoader)
-validate(config, sys.argv[1] + "/schemas/config.schema.yaml")
+validate(config, sys.argv[1] + "/schemas/config.schema.json")
 from parity.plan.plan import Plan
 from parity.probe.plan import ProbePlan
 Plan(config)
