@@ -2,10 +2,10 @@
 """Writes schemas/config.schema.json from schemas/config.schema.yaml, the source (with its
 comments), so that Snakemake reads the config schema as JSON on every start.
 
-Snakemake's ``validate`` loads a YAML schema with yte's pure-Python YAML parser: 0.16 s
-for this schema on a 2-core AMD EPYC (0.09 s with yte and PyYAML already imported),
-against 0.5 ms for the same schema as JSON, on
-every run and every dry run (docs/performance.md, "The no-op rerun").
+Snakemake's ``validate`` loads a YAML schema with yte's pure-Python YAML parser: 0.09 s
+for this schema on a 2-core AMD EPYC (yte and PyYAML already imported), against 0.5 ms for
+the same schema as JSON, on every run and every dry run (docs/performance.md, "The no-op
+rerun").
 
     python scripts/dev/schema_json.py           # rewrite schemas/config.schema.json
     python scripts/dev/schema_json.py --check   # exit 1 when the file is not current
