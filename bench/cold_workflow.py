@@ -1,13 +1,27 @@
-"""The cold default workflow on this machine, the candle build included, broken down per
+"""The cold default workflow on this machine, the Rust builds included, broken down per
 rule from the `benchmark:` files: a fresh working folder and a fresh cargo target folder.
 
-    .venv/bin/python bench/cold_workflow.py [--cores N]
+Also printed: the CPU time of the whole run (Snakemake, its jobs and their children, from
+``getrusage``; on N cores the wall time cannot be below CPU ÷ N), when the first useful
+result, the A3 headline table (``results/tables/a3_adamw/split-cpu.md``), appeared, in
+seconds from the start, and each build's wall time and start and end offsets (from its
+benchmark file), so
+the figures show whether the builds ran one at a time and what ran beside them.
+
+    .venv/bin/python bench/cold_workflow.py [--cores N] [--keep DIR]
+
+``--keep DIR`` runs in DIR (made afresh, it must not exist) and leaves it, with its
+results, for a later benchmark (``noop_rerun.py --workdir DIR``) or a comparison of the
+outputs with another run's; the cargo target folder is DIR/target.
 """
 
 import argparse
 import csv
 import os
+import resource
+import shutil
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -24,34 +38,86 @@ def job_group(path: Path) -> str:
     return top
 
 
+#: The first useful result of the default run (rules/common.smk FIRST_COMPARISON).
+HEADLINE = Path("results/tables/a3_adamw/split-cpu.md")
+
+
+def watch(path: Path, start: float, stop: threading.Event, found: list) -> None:
+    """Poll every 0.5 s for ``path``; append the seconds since ``start`` when it appears."""
+    while not stop.is_set():
+        if path.exists():
+            found.append(time.perf_counter() - start)
+            return
+        stop.wait(0.5)
+
+
+def build_rows(workdir: Path, t0: float) -> list[dict]:
+    """One row per build job: its wall time (benchmark file) and its start and end as
+    offsets in seconds from the workflow's start ``t0`` (epoch seconds): Snakemake writes
+    the benchmark file when the job ends."""
+    rows = []
+    folder = Path(workdir, "results/benchmarks/build")
+    for tsv in sorted(folder.rglob("*.tsv"), key=lambda p: p.stat().st_mtime):
+        with open(tsv, encoding="utf-8") as f:
+            seconds = float(next(csv.DictReader(f, delimiter="\t"))["s"])
+        ended = tsv.stat().st_mtime - t0
+        rows.append(
+            {
+                "build": str(tsv.relative_to(folder).with_suffix("")),
+                "wall (s)": f"{seconds:.0f}",
+                "started at (s)": f"{ended - seconds:.0f}",
+                "ended at (s)": f"{ended:.0f}",
+            }
+        )
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--keep", type=Path, help="run in this new folder and leave it")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="parity-cold-") as tmp:
+    if args.keep is not None and args.keep.exists():
+        raise SystemExit(f"--keep {args.keep}: already exists; give a new folder")
+    tmp = str(args.keep.resolve()) if args.keep else tempfile.mkdtemp(prefix="parity-cold-")
+    os.makedirs(tmp, exist_ok=True)
+    try:
         env = dict(os.environ, CARGO_TARGET_DIR=str(Path(tmp) / "target"))
+        found: list[float] = []
+        stop = threading.Event()
+        t0 = time.time()
         start = time.perf_counter()
-        wall(
-            [
-                SNAKEMAKE,
-                "--snakefile",
-                str(REPO / "Snakefile"),
-                "--directory",
-                tmp,
-                "--configfile",
-                str(REPO / "config.yaml"),
-                "--cores",
-                str(args.cores),
-            ],
-            cwd=tmp,
-            env=env,
-        )
+        watcher = threading.Thread(target=watch, args=(Path(tmp, HEADLINE), start, stop, found))
+        watcher.start()
+        try:
+            wall(
+                [
+                    SNAKEMAKE,
+                    "--snakefile",
+                    str(REPO / "Snakefile"),
+                    "--directory",
+                    tmp,
+                    "--cores",
+                    str(args.cores),
+                ],
+                cwd=tmp,
+                env=env,
+            )
+        finally:
+            stop.set()
+            watcher.join()
         total = time.perf_counter() - start
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = usage.ru_utime + usage.ru_stime
         per_rule = defaultdict(list)
         for tsv in Path(tmp, "results/benchmarks").rglob("*.tsv"):
             rule = job_group(tsv.relative_to(Path(tmp, "results/benchmarks")))
             with open(tsv, encoding="utf-8") as f:
                 per_rule[rule] += [float(r["s"]) for r in csv.DictReader(f, delimiter="\t")]
+        builds = build_rows(Path(tmp), t0)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
     rows = [
         {
             "jobs (benchmark folder)": rule,
@@ -62,7 +128,11 @@ def main():
         for rule, s in sorted(per_rule.items(), key=lambda kv: -sum(kv[1]))
     ]
     print(machine())
-    print(f"cold default workflow, {args.cores} cores: {total:.0f} s wall")
+    print(f"cold default workflow, {args.cores} cores: {total:.0f} s wall, {cpu:.0f} s CPU")
+    headline = f"{found[0]:.0f} s" if found else "never"
+    print(f"{HEADLINE} appeared after {headline}")
+    if builds:
+        print(table(builds, list(builds[0])))
     print(table(rows, list(rows[0])))
 
 

@@ -113,25 +113,102 @@ def table(rows, columns) -> str:
     return "\n".join(out)
 
 
-def bare_snakefile(jobs: int) -> str:
-    """A Snakefile of ``jobs`` no-op rules (each a shell ``touch`` of one file — a ``run:``
-    job costs a Snakemake process of its own here; ``all`` needs them all):
-    Snakemake's own cost of a DAG of that many jobs, without any of this workflow's code."""
-    rules = [f"rule all:\n    input: [f'out/{{i}}' for i in range({jobs - 1})]\n"]
-    rules += [
-        f"rule r{i}:\n    output: 'out/{i}'\n    shell: 'touch {{output}}'\n"
-        for i in range(jobs - 1)
-    ]
-    return "\n".join(rules)
+MIRROR_PROBE = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import OutputSettings, ResourceSettings, ConfigSettings
+
+snakefile, workdir = Path(sys.argv[1]), Path(sys.argv[2])
+configfiles = [Path(p) for p in sys.argv[3:]]
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    wf = api.workflow(
+        resource_settings=ResourceSettings(cores=1),
+        config_settings=ConfigSettings(configfiles=configfiles),
+        snakefile=snakefile,
+        workdir=workdir,
+    )
+    workflow = wf.dag().workflow_api._workflow
+    workflow._prepare_dag(forceall=True, ignore_incomplete=False, lock_warn_only=True)
+    workflow._build_dag()
+    rules, jobs = {}, []
+    for job in workflow.dag.jobs:
+        rule = job.rule
+        if rule.name not in rules:
+            rules[rule.name] = {
+                "output": [str(f) for f in rule.output],
+                "log": [str(f) for f in rule.log],
+                "benchmark": str(rule.benchmark) if rule.benchmark else None,
+            }
+        out = [str(f) for f in job.output] + [str(f) for f in job.log]
+        jobs.append({
+            "rule": rule.name,
+            "wildcards": sorted(job.wildcards_dict.items()),
+            "input": sorted({str(f) for f in job.input}),
+            "output": out + ([str(job.benchmark)] if job.benchmark else []),
+        })
+    print(json.dumps({"rules": rules, "jobs": jobs}))
+"""
 
 
-def bare_workflow(jobs: int, folder: Path) -> tuple[list[str], Path]:
-    """:func:`bare_snakefile` of ``jobs`` jobs made and run once in ``folder`` (made afresh:
-    an earlier run's folder is removed first). Returns its no-op rerun command and folder,
-    for :func:`interleaved_medians`."""
+def mirror_snakefile(found: dict) -> str:
+    """The bare twin of a real DAG (``found``: its rules' output, log and benchmark
+    patterns, wildcard constraints inlined as Snakemake resolved them, and each job's rule,
+    wildcards and input files, as :func:`mirror_workflow` reads them): the same rules with
+    the same patterns, so Snakemake matches the same files against the same rules, each job
+    a shell ``touch`` of its outputs and log, its inputs looked up in a table by rule and
+    wildcards. What it leaves out is this workflow's own code: the config, its schema and
+    plan, the probe files, the input, params and priority functions."""
+    inputs: dict[str, dict] = {}
+    for job in found["jobs"]:
+        inputs.setdefault(job["rule"], {})[repr(tuple(map(tuple, job["wildcards"])))] = job["input"]
+    lines = [f"INPUTS = {inputs!r}", ""]
+    for name, rule in found["rules"].items():
+        if name == "all":
+            (target,) = inputs["all"].values()
+            lines += [f"rule all:\n    input: {target!r}\n"]
+            continue
+        lines += [
+            f"rule {name}:",
+            f"    input: lambda wc: INPUTS[{name!r}][repr(tuple(sorted(wc.items())))]",
+            f"    output: {rule['output']!r}",
+        ]
+        lines += [f"    log: {rule['log']!r}"] if rule["log"] else []
+        lines += [f"    benchmark: {rule['benchmark']!r}"] if rule["benchmark"] else []
+        lines += ["    shell: 'touch {output} {log}'", ""]
+    return "\n".join(lines)
+
+
+def mirror_workflow(workdir: Path, configfile: Path | None, folder: Path) -> tuple[list[str], Path]:
+    """The bare twin of the real workflow in ``workdir`` (run with ``configfile`` merged
+    over config.yaml, or config.yaml alone when None): the
+    same rules, jobs and files (:func:`mirror_snakefile`), made and run once in ``folder``
+    (made afresh), inputs that no job makes created empty first when relative. Returns its
+    no-op rerun command and folder, for :func:`interleaved_medians`. Raises RuntimeError
+    when Snakemake cannot build the real DAG or the twin's."""
+    import json
+
+    _, out = wall(
+        [
+            sys.executable,
+            "-c",
+            MIRROR_PROBE,
+            str(REPO / "Snakefile"),
+            str(workdir),
+            *([str(configfile)] if configfile else []),
+        ],
+        cwd=workdir,
+    )
+    # wall() returns stdout then stderr: the DAG is the one line that is a JSON object
+    found = json.loads(next(line for line in out.splitlines() if line.startswith('{"rules"')))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    (folder / "Snakefile").write_text(bare_snakefile(jobs))
+    made = {f for j in found["jobs"] for f in j["output"]}
+    for f in {f for j in found["jobs"] for f in j["input"]} - made:
+        if not os.path.isabs(f):
+            Path(folder, f).parent.mkdir(parents=True, exist_ok=True)
+            Path(folder, f).touch()
+    (folder / "Snakefile").write_text(mirror_snakefile(found))
     wall([SNAKEMAKE, "--cores", "2", "--quiet", "all"], cwd=folder)
     return [SNAKEMAKE, "--cores", "1"], folder
 

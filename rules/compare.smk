@@ -31,6 +31,8 @@ rule compare:
     priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
+    resources:
+        nice=background_nice,
     params:
         job=comparison_job,
         code=code("compare.py"),
@@ -53,6 +55,8 @@ rule perstep:
     priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
+    resources:
+        nice=background_nice,
     params:
         job=comparison_job,
         code=code("compare.py"),

@@ -14,6 +14,8 @@ rule fixture:
     priority: first_result_priority
     conda:
         "../envs/analysis.yaml"
+    resources:
+        nice=background_nice,
     params:
         settings=fixture_settings,
         code=code("fixture.py"),

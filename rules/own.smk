@@ -25,6 +25,8 @@ rule own_fixture:
     priority: first_result_priority
     conda:
         "../envs/torch.yaml"
+    resources:
+        nice=background_nice,
     params:
         settings=fixture_settings,
         code=code("own_fixture.py"),
@@ -105,6 +107,7 @@ rule train_own_torch:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)
     resources:
+        nice=background_nice,
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         settings=run_settings,

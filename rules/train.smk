@@ -24,6 +24,7 @@ rule train_torch:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)
     resources:
+        nice=background_nice,
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         settings=run_settings,
@@ -53,6 +54,7 @@ rule train_candle:
         "../envs/analysis.yaml"
     threads: config.get("threads", 1)
     resources:
+        nice=background_nice,
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         settings=run_settings,

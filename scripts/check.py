@@ -4,11 +4,14 @@ sealed record says or not current, and name each one no record covers."""
 
 import sys
 
-from parity.core.fileio import job_logger
-from parity.report.check import check
+from parity.core.fileio import job_start
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
+from parity.report.check import check
+
 bad = check(
     sm.input.summary,
     log,

@@ -2,11 +2,14 @@
 one process: always the per-step table; with float64 runs (rule compare) the float64 split
 and the diagnosis too (see parity.compare.job.compare)."""
 
-from parity.compare.job import compare
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
+from parity.compare.job import compare
+
 traces = {k: sm.input[k] for k in sm.input.keys() if k != "fixture"}  # noqa: SIM118
 outputs = {k: sm.output[k] for k in sm.output.keys()}  # noqa: SIM118
 compare(sm.params.job, traces, sm.input.fixture, outputs, log, code=sm.params.code)

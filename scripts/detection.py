@@ -1,10 +1,13 @@
 """Snakemake job: the detection and false-alarm tables and figure (see parity.detection.table)."""
 
-from parity.core.fileio import job_logger
-from parity.detection.table import detection
+from parity.core.fileio import job_start
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
+from parity.detection.table import detection
+
 detection(
     sm.params.detection,
     sm.output.csv,

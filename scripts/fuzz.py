@@ -1,10 +1,13 @@
 """Snakemake job: one layout-fuzzing campaign, config block ``fuzz``: findings table,
 summary, one probe file and one reproduction per finding (see parity.fuzz.job.fuzz)."""
 
-from parity.core.fileio import job_logger
-from parity.fuzz.job import OUTPUTS, fuzz
+from parity.core.fileio import job_start
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
+from parity.fuzz.job import OUTPUTS, fuzz
+
 outputs = {k: sm.output[k] for k in OUTPUTS}
 fuzz(sm.params.fuzz, sm.input.binaries, sm.input.known, outputs, sm.threads, log, sm.log[0])

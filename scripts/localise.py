@@ -1,10 +1,13 @@
 """Snakemake job: localise one comparison, or skip it (see parity.localise.job)."""
 
-from parity.core.fileio import job_logger
-from parity.localise.job import localise
+from parity.core.fileio import job_start
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
+from parity.localise.job import localise
+
 localise(
     sm.params.job,
     sm.input.perstep,

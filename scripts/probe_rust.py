@@ -4,13 +4,16 @@ framework and "" for its primary release, else the version), run ONCE on the who
 batch, each probe's result from the content cache when it holds it (see
 parity.probe.batch and parity.probe.rust)."""
 
-from parity.core.fileio import job_logger, sha256_file
+from parity.core.fileio import job_start, sha256_file
+
+sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
 from parity.probe import batch as probe_batch
 from parity.probe import rust as rust_probe
 from parity.probe.format import Probe
 
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
 w = sm.wildcards
 framework, version = sm.params.release
 batch = probe_batch.Batch(framework, w.dtype, w.device, version)

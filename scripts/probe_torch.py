@@ -2,15 +2,18 @@
 this one interpreter (torch imported once), each probe's result from the content cache when
 it holds it (see parity.probe.batch; the interpreter is parity.probe.torch)."""
 
+from parity.core.fileio import job_start
+
+sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
 import torch
 
-from parity.core.fileio import job_logger
 from parity.probe import batch as probe_batch
 from parity.probe import torch as probe_torch
 from parity.probe.format import Probe
 
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
 w = sm.wildcards
 batch = probe_batch.Batch("torch", w.dtype, w.device)
 probes = [Probe(**p) for p in sm.params.probes]

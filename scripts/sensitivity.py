@@ -1,10 +1,13 @@
 """Snakemake job: the learning-rate sensitivity search (see parity.detection.sensitivity)."""
 
-from parity.core.fileio import job_logger
-from parity.detection.sensitivity import sensitivity
+from parity.core.fileio import job_start
 
 sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
+from parity.detection.sensitivity import sensitivity
+
 sensitivity(
     sm.params.settings,
     sm.input.reference,

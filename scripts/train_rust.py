@@ -1,12 +1,15 @@
 """Snakemake job: one run of a Rust runner binary (candle-parity, burn-parity) with the
 settings its rule resolved (see parity.run.rust)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
+
+sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
 from parity.plan.keys import RunKey
 from parity.run import rust as rust_runner
 
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
 w = sm.wildcards
 key = RunKey(w.experiment, w.run, w.dtype, w.device)
 rust_runner.train(

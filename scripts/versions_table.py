@@ -2,12 +2,15 @@
 fault (see parity.report.matrix.versions_table), and its sealed record
 (parity.report.sealed)."""
 
-from parity.core.fileio import job_logger
+from parity.core.fileio import job_start
+
+sm = snakemake  # noqa: F821
+# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
+log = job_start(sm)
+
 from parity.report import sealed
 from parity.report.matrix import versions_table
 
-sm = snakemake  # noqa: F821
-log = job_logger(sm.log[0])
 made_from = sealed.read_inputs(sm.input)
 versions_table(
     sm.params.matrix,

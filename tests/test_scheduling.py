@@ -7,14 +7,23 @@ comparison's tables wait for (its fixture, its four runs, the build of the prima
 release, the comparison) carry priority 10, every other job 0. Checked on the DAG Snakemake
 itself builds from the default config: the priorities it computed and the resource limit it
 applies, not a copy of the rules.
+
+Priority only orders starts: with `--cores 8` on two cores, seven training jobs ran beside
+the first build and it took 385 s instead of 137 s alone. So every job but the builds and
+the first comparison's own jobs lowers its CPU priority (resource ``nice``, applied by
+``parity.core.fileio.job_start``).
 """
 
+import ast
 import json
+import os
 import subprocess
 import sys
 import textwrap
 
 import yaml
+
+from parity.core.fileio import BACKGROUND_NICE, job_start
 
 from conftest import REPO
 
@@ -100,3 +109,82 @@ def test_every_runner_build_takes_the_cargo_resource(tmp_path):
     assert all(
         "cargo" not in res for rule, _, _, res in found["jobs"] if not rule.startswith("build_")
     )
+
+
+def test_only_builds_and_the_first_comparisons_jobs_keep_their_cpu_priority(tmp_path):
+    found = dag_jobs(tmp_path)
+    for rule, w, priority, res in found["jobs"]:
+        if rule.startswith("build_"):
+            assert "nice" not in res, rule  # build.py does not call job_start either
+        elif priority == 10:
+            assert res.get("nice") == 0, (rule, w)
+        else:
+            assert res.get("nice", BACKGROUND_NICE) == BACKGROUND_NICE, (rule, w)
+    assert "job_start" not in (REPO / "scripts/build.py").read_text()
+    assert "job_start" not in (REPO / "scripts/build_own.py").read_text()
+
+
+class _Job:
+    """The parts of Snakemake's ``snakemake`` script object that job_start reads."""
+
+    def __init__(self, log, **resources):
+        self.log = [str(log)]
+        self.resources = resources
+
+
+CHILD = """
+import ast, os, sys
+from parity.core.fileio import job_start
+class Job:
+    log = [sys.argv[1]]
+    resources = ast.literal_eval(sys.argv[2])
+job_start(Job())
+print(os.getpriority(os.PRIO_PROCESS, 0))
+"""
+
+
+def _priority_after(tmp_path, resources: dict) -> int:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
+    args = [str(tmp_path / "job.log"), repr(resources)]
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=True, env=env
+    )
+    return int(out.stdout.split()[-1])
+
+
+def test_job_start_lowers_the_cpu_priority_by_the_jobs_nice(tmp_path):
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    assert _priority_after(tmp_path, {}) == min(before + BACKGROUND_NICE, 19)
+    assert _priority_after(tmp_path, {"nice": 0}) == before
+    assert _priority_after(tmp_path, {"nice": 3}) == min(before + 3, 19)
+
+
+def test_job_start_refuses_to_raise_the_cpu_priority(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="nice=-1"):
+        job_start(_Job(tmp_path / "job.log", nice=-1))
+
+
+def test_every_job_script_lowers_its_priority_before_any_heavy_import():
+    """The imports are most of a short job's CPU (torch alone about 2.7 s here): a script
+    that imported first would run them at full priority beside a build."""
+    light = {"os", "sys", "pathlib", "parity.core.fileio"}
+    scripts = sorted((REPO / "scripts").glob("*.py"))
+    assert len(scripts) > 20
+    for path in scripts:
+        if path.name in ("build.py", "build_own.py"):
+            continue
+        body = ast.parse(path.read_text()).body
+        calls = [
+            n for n in body if "job_start(" in ast.unparse(n) and not isinstance(n, ast.ImportFrom)
+        ]
+        assert calls, f"{path.name} does not call job_start"
+        before = [n for n in body if n.lineno < calls[0].lineno]
+        heavy = [
+            ast.unparse(n)
+            for n in before
+            if (isinstance(n, ast.ImportFrom) and n.module not in light)
+            or (isinstance(n, ast.Import) and not {a.name for a in n.names} <= light)
+        ]
+        assert heavy == [], f"{path.name} imports {heavy} before job_start"

@@ -11,6 +11,7 @@ accepts, and on the names the workflow uses.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -129,3 +130,17 @@ def test_the_workflows_own_name_patterns_match_whole_names():
 
     assert not NAME.match("ab\n") and not versions.VERSION_RE.match("0.11.0\n")
     assert not frameworks.RUN_NAME.match("torch\n") and frameworks.RUN_NAME.match("torch_x")
+
+
+def test_the_json_config_schema_is_the_yaml_one():
+    """rules/common.smk validates against the JSON twin; the YAML file is the source."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "schema_json", REPO / "scripts" / "dev" / "schema_json.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (REPO / "schemas" / "config.schema.json").read_text(encoding="utf-8")
+    assert text == module.render(), "run python scripts/dev/schema_json.py"
+    assert json.loads(text) == yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())

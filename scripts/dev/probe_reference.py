@@ -22,8 +22,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from parity.probe import api_limits  # noqa: E402
-from parity.probe import ops as probe_ops  # noqa: E402
+from parity.probe import api_limits
+from parity.probe import ops as probe_ops
 
 OUTPUT = REPO / "docs" / "probe-reference.md"
 FRAMEWORKS = ("torch", "candle", "burn")

@@ -1,5 +1,6 @@
 """Small file helpers: atomic writes of files and folders (with the mode the umask gives),
-hashing, a lock file, logging into a job's log file."""
+hashing, a lock file, logging into a job's log file, and a job's start (its log and its CPU
+priority)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,27 @@ def job_logger(log_path: str | os.PathLike | None, name: str = "parity") -> logg
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     return logger
+
+
+#: The ``nice`` increment of a job that does not declare resource ``nice``: every job but
+#: the runner builds and the jobs the first comparison waits for (rules/common.smk
+#: ``background_nice``). Linux's scheduler weighs nice 10 at about a tenth of nice 0, so
+#: while a cargo build runs it gets the cores first, and a job at nice 10 still takes a
+#: core the build leaves idle.
+BACKGROUND_NICE = 10
+
+
+def job_start(sm) -> logging.Logger:
+    """Start a Snakemake ``script:`` job: lower this process's CPU priority by the job's
+    resource ``nice`` (``BACKGROUND_NICE`` when the rule declares none; 0 leaves it; child
+    processes such as a Rust runner inherit it), then :func:`job_logger` into its ``log:``.
+
+    ``sm`` is the job's ``snakemake`` object. Returns the logger to use. Raises ValueError
+    for a negative ``nice`` (raising priority needs privileges a job does not have).
+    """
+    nice = int(sm.resources.get("nice", BACKGROUND_NICE))
+    if nice < 0:
+        raise ValueError(f"resource nice={nice}: a job can only lower its CPU priority")
+    if nice:
+        os.nice(nice)
+    return job_logger(sm.log[0])
