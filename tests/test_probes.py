@@ -75,6 +75,9 @@ def test_runner_spec_carries_only_the_computation():
         "loss",
         "optimizer",
         "optimizer_steps",
+        "accumulate",
+        "micro_batches",
+        "grad_transforms",
         "compare",
     }
     assert spec["cases"][0]["loss"] == [{"kind": "weighted_sum", "input": "y", "weights": "c"}]

@@ -3,7 +3,8 @@
 the schema cannot disagree: every op with its inputs, arguments (type, default,
 description) and the function that runs it in each framework (``x-support``), the
 documented API limits (``parity.probe.api_limits``, the one table of them), the
-optimizers, and the fields of inputs and cases.
+optimizers, gradient accumulation and the gradient transforms, and the fields of inputs
+and cases.
 
     python scripts/dev/probe_reference.py           # rewrite docs/probe-reference.md
     python scripts/dev/probe_reference.py --check   # exit 1 when the file is not current
@@ -145,6 +146,44 @@ def _fields(node: Mapping) -> list[str]:
     return ["| field | meaning |", "|---|---|", *rows, ""]
 
 
+def _accumulation(defs: Mapping) -> list[str]:
+    """The section of gradient accumulation (the loop keys of ``optimizer`` besides the
+    optimizer and ``steps``) and of the gradient transforms, with each framework's function."""
+    loop = defs["optimizer"]["properties"]
+    out = [
+        "## Gradient accumulation and transforms",
+        "",
+        (
+            "`optimizer: {<name>: {...}, steps: n, accumulate: k, micro_batches: {x: xs}, "
+            "grad: [...]}`."
+        ),
+        "",
+        "| key | meaning |",
+        "|---|---|",
+    ]
+    for key in ("accumulate", "micro_batches", "grad"):
+        out.append(f"| `{key}` | {_text(loop[key]['description'])} |")
+    out += [
+        "",
+        (
+            "Accumulation: torch: `loss.backward()` k times without clearing `.grad` (it "
+            "adds); candle: the `GradStore` of each `backward()` added into the first with "
+            "`GradStore::extend` (candle has no accumulating `.grad`); burn: "
+            "`burn::optim::GradientsAccumulator` (`accumulate`, then `grads`). A micro-batch "
+            "row is `xs[m]` (torch), `narrow(0, m, 1)` then `squeeze` (candle, burn)."
+        ),
+        "",
+        _text(defs["grad_transforms"]["description"]),
+        "",
+    ]
+    for name, node in defs["grad_transforms"].items():
+        if name == "description":
+            continue
+        out += [f"### {name}", "", _text(node["description"]), ""]
+        out += _support(node)
+    return out
+
+
 def render() -> str:
     """The reference page, from the schema."""
     schema = probe_ops.schema()
@@ -193,6 +232,7 @@ def render() -> str:
         out += [f"### {name}", "", _text(node["description"]), ""]
         out += _arguments(node)
         out += _support(node)
+    out += _accumulation(defs)
     out += ["## Inputs", "", _text(defs["input"]["description"]), ""]
     out += _fields(defs["input"])
     out += ["## Cases", ""]

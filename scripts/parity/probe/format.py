@@ -12,7 +12,9 @@ docs/probe-reference.md is generated from it). It names:
 * *cases*: each a list of *steps* (layout changes such as ``transpose``, ``narrow``,
   ``broadcast_to``, ``contiguous``, and operations such as ``conv1d``), an optional scalar
   *loss* (terms ``sum``, ``sum_squares``, ``weighted_sum`` added in order), an optional
-  *optimizer* (``sgd``, ``adam``, ``adamw``) run for ``steps`` iterations, and the
+  *optimizer* (``sgd``, ``adam``, ``adamw``) run for ``steps`` iterations (each of
+  ``accumulate`` forward and backward passes, rows of ``micro_batches``, and the ``grad``
+  transforms of the summed gradient before the step), and the
   *quantities* to compare: ``loss``, a tensor name (its forward values, flattened in
   row-major order), ``<input>.grad``, ``<input>.after_step``, and the optimizer's state
   ``<input>.exp_avg``, ``.exp_avg_sq``, ``.momentum_buffer``; with ``expect: error`` the
@@ -148,7 +150,9 @@ class Probe:
     def runner_spec(self, dtype: str, device: str) -> dict:
         """The JSON a Rust runner reads (``parity_common::probe_spec::ProbeSpec``): inputs
         (non-finite values as ``"inf"``, ``"-inf"``, ``"nan"``) and per case ``name``,
-        ``steps``, ``loss``, ``optimizer``, ``optimizer_steps``, ``compare``.
+        ``steps``, ``loss``, ``optimizer``, ``optimizer_steps``, ``accumulate``,
+        ``micro_batches``, ``grad_transforms`` (their defaults for a case built without
+        them), ``compare``.
 
         Only what the computation needs: reference values, known bugs, notes, ``expect``
         and tolerances stay here.
@@ -157,10 +161,17 @@ class Probe:
         for i in inputs:
             i["values"] = [_runner_value(v) for v in i["values"]]
         keys = ("name", "steps", "loss", "optimizer", "optimizer_steps", "compare")
+        loop = {"accumulate": 1, "micro_batches": [], "grad_transforms": []}
         return {
             "probe": self.name,
             "dtype": dtype,
             "device": device,
             "inputs": inputs,
-            "cases": [{k: copy.deepcopy(c[k]) for k in keys} for c in self.cases],
+            "cases": [
+                {
+                    **{k: copy.deepcopy(c[k]) for k in keys},
+                    **{k: copy.deepcopy(c.get(k, v)) for k, v in loop.items()},
+                }
+                for c in self.cases
+            ],
         }

@@ -3,7 +3,8 @@ every interpreter reads one form (``Probe.spec``).
 
 Inputs are expanded to flat float64 lists with their shape and dtype, op arguments given
 their defaults (``ops.op_args``), pairs written ``[h, w]``, the loss a list of terms, the
-optimizer every hyperparameter with ``optimizer_steps``; names are checked (an input or an
+optimizer every hyperparameter with ``optimizer_steps``, ``accumulate``, the micro-batch
+names and the gradient transforms; names are checked (an input or an
 earlier step's ``out``), each compared quantity must exist, and every shape is inferred
 (``probe_shapes.infer_case``): a step that cannot run is refused naming it, unless the
 case expects an error, and so is a tensor beyond ``limits.max_probe_tensor_elements``.
@@ -152,9 +153,13 @@ def _loss(path: Path, field: str, loss: Any, known: set[str]) -> list[dict] | No
     return out
 
 
+#: The keys of a case's ``optimizer`` besides the optimizer's name.
+LOOP_KEYS = ("steps", "accumulate", "micro_batches", "grad")
+
+
 def _optimizer(path: Path, field: str, given: Mapping) -> tuple[dict, int]:
     """The normalized optimizer (every hyperparameter) and its number of steps."""
-    ((name, settings),) = [(k, v) for k, v in given.items() if k != "steps"]
+    ((name, settings),) = [(k, v) for k, v in given.items() if k not in LOOP_KEYS]
     node = schema()["$defs"]["optimizers"][name]
     out: dict[str, Any] = {"name": name}
     for arg, spec in node["properties"].items():
@@ -168,6 +173,57 @@ def _optimizer(path: Path, field: str, given: Mapping) -> tuple[dict, int]:
             "Nesterov momentum needs a momentum above 0 and dampening 0 (PyTorch refuses it)",
         )
     return out, int(given.get("steps", 1))
+
+
+def _accumulation(
+    path: Path, field: str, given: Mapping, inputs: Mapping[str, dict], steps: int
+) -> dict:
+    """The loop keys of an ``optimizer`` (``field``) besides ``steps``, normalized:
+    ``accumulate`` (k, micro-steps per optimizer step), ``micro_batches`` (a list of
+    ``{"name", "input"}``: ``name`` is row m of ``input`` at micro-step m) and
+    ``grad_transforms`` (a list of ``{"kind": "scale", "factor"}``, ``{"kind":
+    "clip_norm", "max_norm"}``, ``{"kind": "clip_value", "clip_value"}``, ``{"kind":
+    "replace", "input", "values"}`` with every value, flat, row-major). Raises
+    :class:`ProbeError` naming the key: a bound name that is taken, a micro-batch source
+    that is not an input without requires_grad of rank 2 or more with steps·accumulate
+    rows, a replaced gradient of an input without requires_grad or values of another
+    shape."""
+    k = int(given.get("accumulate", 1))
+    micro = []
+    for name, source in given.get("micro_batches", {}).items():
+        where = f"{field}.micro_batches.{name}"
+        if name == LOSS or name in inputs:
+            raise ProbeError(path, where, f"{name!r} is taken (an input or the loss)")
+        spec = inputs.get(source)
+        if spec is None:
+            raise ProbeError(path, where, f"{source!r} is not an input")
+        if spec["requires_grad"]:
+            raise ProbeError(path, where, f"{source!r} has requires_grad; micro-batches are data")
+        shape = spec["shape"]
+        if len(shape) < 2 or shape[0] != steps * k:
+            raise ProbeError(
+                path,
+                where,
+                f"{source!r} has shape {shape}; it needs rank 2 or more and steps·accumulate "
+                f"= {steps}·{k} = {steps * k} rows (one per micro-step)",
+            )
+        micro.append({"name": name, "input": source})
+    transforms = []
+    for i, item in enumerate(given.get("grad", [])):
+        ((kind, arg),) = item.items()
+        if kind != "replace":
+            key = {"scale": "factor", "clip_norm": "max_norm"}.get(kind, kind)
+            transforms.append({"kind": kind, key: float(arg)})
+            continue
+        for name, value in arg.items():
+            where = f"{field}.grad[{i}].replace.{name}"
+            spec = inputs.get(name)
+            if spec is None or not spec["requires_grad"]:
+                raise ProbeError(path, where, f"{name!r} is not an input with requires_grad")
+            values = _values(path, where, value, spec["shape"], FLOAT)
+            flat = values.get("values") or [values["fill"]] * math.prod(spec["shape"])
+            transforms.append({"kind": kind, "input": name, "values": flat})
+    return {"accumulate": k, "micro_batches": micro, "grad_transforms": transforms}
 
 
 def normalize_tolerance(given: Mapping | None, base: Mapping[str, float] | None = None) -> dict:
@@ -251,7 +307,8 @@ def normalize_case(
     the file's normalized ``inputs`` (name → :func:`normalize_input`), its ``tolerance``
     (:func:`normalize_tolerance`) and ``limits`` (``limits.settings``): ``name``, ``note``,
     ``expect``, ``tolerance``, ``steps`` (``out``, ``inputs``, ``op`` with every argument),
-    ``loss`` (terms), ``optimizer``, ``optimizer_steps``, ``compare``, ``exact`` and
+    ``loss`` (terms), ``optimizer``, ``optimizer_steps``, ``accumulate``,
+    ``micro_batches`` and ``grad_transforms`` (:func:`_accumulation`), ``compare``, ``exact`` and
     ``known_bug`` (quantity → ``{"fill": v}`` or ``{"values": [...]}``, or a known bug's
     outcome) and ``known_bug_versions``. Raises :class:`ProbeError` naming the field: an
     undefined name, a quantity that does not exist, a step whose shapes or kinds do not fit
@@ -259,11 +316,15 @@ def normalize_case(
     limits, reference values whose count or nesting differ from the quantity's shape."""
     field = f"cases.{name}"
     known = set(inputs)
-    steps = [_step(path, f"{field}.steps[{i}]", s, known) for i, s in enumerate(case["steps"])]
-    loss = _loss(path, f"{field}.loss", case.get("loss"), known)
     optimizer, optimizer_steps = None, 1
+    loop = {"accumulate": 1, "micro_batches": [], "grad_transforms": []}
     if "optimizer" in case:
         optimizer, optimizer_steps = _optimizer(path, f"{field}.optimizer", case["optimizer"])
+        loop = _accumulation(path, f"{field}.optimizer", case["optimizer"], inputs, optimizer_steps)
+        known |= {m["name"] for m in loop["micro_batches"]}
+    steps = [_step(path, f"{field}.steps[{i}]", s, known) for i, s in enumerate(case["steps"])]
+    loss = _loss(path, f"{field}.loss", case.get("loss"), known)
+    if optimizer is not None:
         if loss is None:
             raise ProbeError(path, f"{field}.optimizer", "an optimizer step needs a loss")
         if not any(i["requires_grad"] for i in inputs.values()):
@@ -282,6 +343,7 @@ def normalize_case(
         "loss": loss,
         "optimizer": optimizer,
         "optimizer_steps": optimizer_steps,
+        **loop,
         "compare": list(case["compare"]),
     }
     shapes: dict[str, tuple[list[int], str]] | None
@@ -355,12 +417,14 @@ def _check_sizes(
                     f"{what} holds {count} elements, more than "
                     f"limits.max_probe_tensor_elements ({most}); nothing was allocated",
                 )
-    if n > 1:
+    k = case.get("accumulate", 1)
+    if n > 1 or k > 1:
         for q, (shape, _) in probe_shapes.infer_case(list(inputs.values()), case).items():
             if math.prod(shape) > most:
                 raise ProbeError(
                     path,
-                    f"{field}.optimizer.steps",
-                    f"{q} stacked over {n} steps holds {math.prod(shape)} elements, more than "
+                    f"{field}.optimizer.{'steps' if k == 1 else 'accumulate'}",
+                    f"{q} stacked over {n} steps of {k} micro-steps holds "
+                    f"{math.prod(shape)} elements, more than "
                     f"limits.max_probe_tensor_elements ({most})",
                 )

@@ -244,6 +244,10 @@ def tensor_shapes(
         i["name"]: (list(i["shape"]), i.get("dtype", FLOAT)) for i in inputs
     }
     vals = {i["name"]: i.get("values") for i in inputs}
+    for m in case.get("micro_batches", []):
+        # row m of the stacked input at micro-step m (its values are not one tensor's)
+        shape, kind = known[m["input"]]
+        known[m["name"]] = (shape[1:], kind)
     for n, step in enumerate(case["steps"]):
         op = step["op"]["name"]
         args = {k: v for k, v in step["op"].items() if k != "name"}
@@ -285,13 +289,16 @@ def infer_case(
     """(shape, kind) of every quantity a normalized case compares (``case["compare"]``):
     ``loss`` → ``([], "float")``; a tensor name → its shape and kind; ``<input>.grad``,
     ``.after_step``, ``.exp_avg``, ``.exp_avg_sq``, ``.momentum_buffer`` → the input's
-    shape, float; each stacked to ``[n, ...]`` when ``case["optimizer_steps"]`` n > 1.
+    shape, float. The loss and forward values are recorded per micro-step: stacked to
+    ``[k, ...]`` when ``case["accumulate"]`` k > 1. Then every quantity is stacked to
+    ``[n, ...]`` when ``case["optimizer_steps"]`` n > 1.
 
     Raises :class:`CaseShapeError` as :func:`tensor_shapes`, or for a quantity whose tensor
     does not exist (field ``compare``).
     """
     known = tensor_shapes(inputs, case)
     steps = case.get("optimizer_steps", 1)
+    micro = case.get("accumulate", 1)
     out = {}
     for q in case["compare"]:
         name, _, suffix = q.partition(".")
@@ -303,5 +310,7 @@ def infer_case(
             shape, kind = known[name][0], FLOAT
         else:
             shape, kind = known[name]
+        if not suffix:
+            shape = stacked(shape, micro)
         out[q] = (stacked(shape, steps), kind)
     return out

@@ -7,12 +7,15 @@ PyTorch function whose semantics the probe language names (``amax`` for ``max``,
 
 Per case: fresh leaves from the inputs' float64 values rounded once to the run's dtype
 (``int64`` inputs as ``torch.int64``; those with ``requires_grad`` as autograd leaves), then
-``optimizer_steps`` iterations (1 without an optimizer) of: the steps in order, the loss
-terms added in order, ``loss.backward()``, and the optimizer step when there is one. One
-optimizer object serves every iteration (``foreach=False``, ``fused=False``: the
-single-tensor loop), and the gradients are cleared before each iteration. Every compared
-quantity is recorded at each iteration; with more than one iteration the records are stacked
-along a new leading dimension (row k: iteration k + 1).
+``optimizer_steps`` iterations (1 without an optimizer) of: ``accumulate`` micro-steps
+(the steps in order, the loss terms added in order, ``loss.backward()``, which adds to
+``.grad``), the gradient transforms (``torch_optim.transform_grads``) and the optimizer
+step when there is one. One optimizer object serves every iteration (``foreach=False``,
+``fused=False``: the single-tensor loop), and the gradients are cleared before each
+iteration. Every compared quantity is recorded at each iteration (the loss and forward
+values at each micro-step, stacked along a micro-step dimension when there are several);
+with more than one iteration the records are stacked along a new leading dimension (row k:
+iteration k + 1).
 
 Layout changes are PyTorch views (``transpose``, ``narrow`` and ``expand`` give strided
 tensors, ``contiguous`` copies). Errors PyTorch raises are outcomes (``framework-error``) of
@@ -32,6 +35,13 @@ from parity.core.devices import TORCH_DEVICE
 from parity.probe.format import AFTER_STEP, GRAD, LOSS, Probe, parse_quantity
 from parity.probe.results import Outcome
 from parity.probe.shapes import LAYOUT_OPS
+from parity.probe.torch_optim import (
+    OPTIMIZERS,
+    STATE_SLOTS,
+    make_optimizer,
+    micro_env,
+    transform_grads,
+)
 from parity.trace.provenance import probe_metadata
 
 #: The run dtypes of a probe. Values of every dtype are reported widened exactly to float64.
@@ -41,13 +51,6 @@ TORCH_DTYPES = {
     "f32": torch.float32,
     "f64": torch.float64,
 }
-
-#: Quantity suffixes naming a slot of the optimizer's per-parameter state
-#: (``optimizer.state[p][slot]``).
-STATE_SLOTS = ("exp_avg", "exp_avg_sq", "momentum_buffer")
-
-#: The optimizers of ``ProbeOptimizer``.
-OPTIMIZERS = ("sgd", "adam", "adamw")
 
 #: What PyTorch raises for a shape, dtype or argument it refuses. Anything else is a bug in
 #: this module and fails the job.
@@ -286,40 +289,6 @@ def _loss_term(term: Mapping, env: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return (t * w).sum()
 
 
-def make_optimizer(spec: Mapping, params: list[torch.Tensor]) -> torch.optim.Optimizer:
-    """The PyTorch optimizer of a normalized ``optimizer`` (``ProbeOptimizer``) over
-    ``params``, with the single-tensor implementation (``foreach=False``, ``fused=False``).
-
-    SGD settings a v1 spec leaves out (it gives ``lr`` only) are PyTorch's defaults.
-    Raises ``ValueError`` for an unknown optimizer name, and what PyTorch raises for
-    settings it refuses.
-    """
-    name = spec["name"]
-    if name == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=spec["lr"],
-            momentum=spec.get("momentum", 0.0),
-            dampening=spec.get("dampening", 0.0),
-            nesterov=spec.get("nesterov", False),
-            weight_decay=spec.get("weight_decay", 0.0),
-            foreach=False,
-            fused=False,
-        )
-    if name in ("adam", "adamw"):
-        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-        return cls(
-            params,
-            lr=spec["lr"],
-            betas=tuple(spec["betas"]),
-            eps=spec["eps"],
-            weight_decay=spec["weight_decay"],
-            foreach=False,
-            fused=False,
-        )
-    raise ValueError(f"unknown optimizer {name!r}")
-
-
 def _message(e: BaseException) -> str:
     first = str(e).strip().splitlines()
     return f"{type(e).__name__}: {first[0] if first else ''}"
@@ -369,26 +338,31 @@ def run_case(
         optimizer = None
         if case["optimizer"] is not None:
             optimizer = make_optimizer(case["optimizer"], params)
-        for _ in range(iterations):
+        micro = int(case.get("accumulate", 1))
+        for it in range(iterations):
             for p in params:
                 p.grad = None
-            env: dict[str, torch.Tensor] = dict(leaves)
-            for step in case["steps"]:
-                env[step["out"]] = apply_op(step["op"], [env[n] for n in step["inputs"]])
-            loss = None
-            if case["loss"] is not None:
-                terms = [_loss_term(t, env) for t in case["loss"]]
-                loss = terms[0]
-                for t in terms[1:]:
-                    loss = loss + t
-            for q, (base, suffix) in parsed.items():
-                if q == LOSS:
-                    record(q, loss)
-                elif suffix is None:
-                    record(q, env[base])
+            forward: dict[str, list[torch.Tensor]] = {q: [] for q in compare}
+            for j in range(micro):
+                env = micro_env(case, leaves, it * micro + j)
+                for step in case["steps"]:
+                    env[step["out"]] = apply_op(step["op"], [env[n] for n in step["inputs"]])
+                loss = None
+                if case["loss"] is not None:
+                    terms = [_loss_term(t, env) for t in case["loss"]]
+                    loss = terms[0]
+                    for t in terms[1:]:
+                        loss = loss + t
+                for q, (base, suffix) in parsed.items():
+                    if q == LOSS or suffix is None:
+                        forward[q].append((loss if q == LOSS else env[base]).detach().clone())
+                        if len(forward[q]) == micro:
+                            record(q, forward[q][0] if micro == 1 else torch.stack(forward[q]))
+                if loss is not None:
+                    loss.backward()  # adds to .grad: accumulation over the micro-steps
             if loss is None:
                 continue
-            loss.backward()
+            transform_grads(case.get("grad_transforms", []), leaves, params)
             for q, (base, suffix) in parsed.items():
                 if suffix == GRAD:
                     g = leaves[base].grad

@@ -837,65 +837,119 @@ def step_parts(step: dict) -> tuple[str, dict, list[str], str]:
     return name, args, ins, body["out"]
 
 
+def backward_pass(case: dict, env: dict, dtype: str) -> tuple[float | None, dict]:
+    """One forward and backward pass of ``case`` from the tensors ``env`` (updated in place
+    with every step's output): the loss (None without one) and the gradient of every name
+    it reaches."""
+    rnd = ROUNDERS[dtype]
+    tape = []
+    for step in case["steps"]:
+        name, args, ins, out = step_parts(step)
+        vals = [env[i] for i in ins]
+        y, vjp = OPS[name](args, vals)
+        if dtype in HALF_INTEGER_LIMIT and name in ACCUMULATING:
+            # the sum behind a mean: its partial sums are what must stay exact
+            bound_op = OPS["sum" if name == "mean" else name]
+            bound = bound_op(args, [np.abs(v) for v in vals])[0]
+            limit = HALF_INTEGER_LIMIT[dtype]
+            assert np.all(bound == np.round(bound)) and np.max(bound) <= limit, (
+                f"{name}: partial sums up to {np.max(bound)} are not exact in {dtype}"
+            )
+        env[out] = y if vjp is None else rnd(y)
+        tape.append((ins, out, vjp))
+    grads: dict[str, np.ndarray] = {}
+    loss = None
+    if case.get("loss") is not None:
+        terms = case["loss"] if isinstance(case["loss"], list) else [case["loss"]]
+        loss = 0.0
+        for term in terms:
+            ((kind, arg),) = term.items()
+            if kind == "sum":
+                loss += np.sum(env[arg])
+                seed = np.ones_like(env[arg])
+                name = arg
+            elif kind == "sum_squares":
+                loss += np.sum(env[arg] ** 2)
+                seed = 2 * env[arg]
+                name = arg
+            else:
+                name, w = arg
+                assert env[name].shape == env[w].shape, "weighted_sum shapes"
+                loss += np.sum(env[name] * env[w])
+                seed = env[w]
+            grads[name] = grads.get(name, 0) + seed
+        for ins, out, vjp in reversed(tape):
+            if out not in grads or vjp is None:
+                continue
+            for i, gi in zip(ins, vjp(grads[out]), strict=True):
+                if gi is not None:
+                    grads[i] = rnd(grads.get(i, 0) + gi)
+    return loss, grads
+
+
+def transform_grads(transforms: list, grads: dict[str, np.ndarray], rnd) -> None:
+    """The gradient transforms of an optimizer's ``grad`` list, in order, in place, as
+    PyTorch documents them: ``scale`` (g·s), ``clip_norm`` (torch.nn.utils.clip_grad_norm_:
+    N the norm of the per-gradient norms, c = min(max_norm·(N + 1e-6)⁻¹, 1)),
+    ``clip_value`` (clamp to [−v, v]) and ``replace`` (the given values)."""
+    for item in transforms:
+        ((kind, arg),) = item.items()
+        if kind == "scale":
+            for k in grads:
+                grads[k] = rnd(grads[k] * arg)
+        elif kind == "clip_value":
+            for k in grads:
+                grads[k] = np.clip(grads[k], -arg, arg)
+        elif kind == "clip_norm":
+            norms = [rnd(np.sqrt(np.sum(g * g))) for g in grads.values()]
+            total = rnd(np.sqrt(np.sum(np.square(norms))))
+            coef = min(rnd(rnd(1 / rnd(total + 1e-6)) * arg), 1.0)
+            for k in grads:
+                grads[k] = rnd(grads[k] * coef)
+        else:
+            for k, v in arg.items():
+                shape = grads[k].shape
+                grads[k] = rnd(expand_exact(v, shape, f"replace {k}") + np.zeros(shape))
+
+
 def run_case(inputs: dict, case: dict, dtype: str) -> dict[str, np.ndarray]:
     """Every quantity of ``case`` computed with rounding ``dtype`` after each operation;
-    stacked along a leading axis for an optimizer loop of more than one step."""
+    with ``accumulate`` k > 1 the loss and forward values of the k micro-steps stacked, the
+    gradients summed over them (then the ``grad`` transforms); everything stacked along a
+    leading axis for an optimizer loop of more than one step."""
     rnd = ROUNDERS[dtype]
     opt_spec = dict(case.get("optimizer") or {})
     n_steps = int(opt_spec.pop("steps", 1))
+    micro = int(opt_spec.pop("accumulate", 1))
+    bound = opt_spec.pop("micro_batches", {})
+    transforms = opt_spec.pop("grad", [])
     ((opt_name, hp),) = opt_spec.items() if opt_spec else ((None, {}),)
     params = {k: rnd(v) for k, (v, rg, is_int) in inputs.items() if rg}
     state: dict[str, dict[str, np.ndarray]] = {k: {} for k in params}
     records: dict[str, list[np.ndarray]] = {q: [] for q in case["compare"]}
     for t in range(1, n_steps + 1):
-        env = {}
-        for k, (v, rg, is_int) in inputs.items():
-            env[k] = params[k] if rg else (v if is_int else rnd(v))
-        tape = []
-        for step in case["steps"]:
-            name, args, ins, out = step_parts(step)
-            vals = [env[i] for i in ins]
-            y, vjp = OPS[name](args, vals)
-            if dtype in HALF_INTEGER_LIMIT and name in ACCUMULATING:
-                # the sum behind a mean: its partial sums are what must stay exact
-                bound_op = OPS["sum" if name == "mean" else name]
-                bound = bound_op(args, [np.abs(v) for v in vals])[0]
-                limit = HALF_INTEGER_LIMIT[dtype]
-                assert np.all(bound == np.round(bound)) and np.max(bound) <= limit, (
-                    f"{name}: partial sums up to {np.max(bound)} are not exact in {dtype}"
-                )
-            env[out] = y if vjp is None else rnd(y)
-            tape.append((ins, out, vjp))
-        grads: dict[str, np.ndarray] = {}
+        per_micro: dict[str, list[np.ndarray]] = {}
+        acc: dict[str, np.ndarray] = {k: np.zeros_like(v) for k, v in params.items()}
         loss = None
-        if case.get("loss") is not None:
-            terms = case["loss"] if isinstance(case["loss"], list) else [case["loss"]]
-            loss = 0.0
-            for term in terms:
-                ((kind, arg),) = term.items()
-                if kind == "sum":
-                    loss += np.sum(env[arg])
-                    seed = np.ones_like(env[arg])
-                    name = arg
-                elif kind == "sum_squares":
-                    loss += np.sum(env[arg] ** 2)
-                    seed = 2 * env[arg]
-                    name = arg
-                else:
-                    name, w = arg
-                    assert env[name].shape == env[w].shape, "weighted_sum shapes"
-                    loss += np.sum(env[name] * env[w])
-                    seed = env[w]
-                grads[name] = grads.get(name, 0) + seed
-            for ins, out, vjp in reversed(tape):
-                if out not in grads or vjp is None:
-                    continue
-                for i, gi in zip(ins, vjp(grads[out]), strict=True):
-                    if gi is not None:
-                        grads[i] = rnd(grads.get(i, 0) + gi)
-        got = {"loss": None if loss is None else rnd(np.array(loss))}
+        for j in range(micro):
+            env = {}
+            for k, (v, rg, is_int) in inputs.items():
+                env[k] = params[k] if rg else (v if is_int else rnd(v))
+            for name, source in bound.items():
+                env[name] = env[source][(t - 1) * micro + j]
+            loss, grads = backward_pass(case, env, dtype)
+            for k in params:
+                acc[k] = rnd(acc[k] + np.asarray(grads.get(k, np.zeros_like(params[k]))))
+            for q in case["compare"]:
+                if q == "loss" or "." not in q:
+                    value = (
+                        (None if loss is None else rnd(np.array(loss))) if q == "loss" else env[q]
+                    )
+                    per_micro.setdefault(q, []).append(np.asarray(value))
+        transform_grads(transforms, acc, rnd)
+        got = {q: (v[0] if micro == 1 else np.stack(v)) for q, v in per_micro.items()}
         for k in params:
-            got[f"{k}.grad"] = rnd(np.asarray(grads.get(k, np.zeros_like(params[k]))))
+            got[f"{k}.grad"] = acc[k]
         if opt_name is not None:
             for k in params:
                 params[k] = optimizer_step(
@@ -905,7 +959,7 @@ def run_case(inputs: dict, case: dict, dtype: str) -> dict[str, np.ndarray]:
                 for slot, v in state[k].items():
                     got[f"{k}.{slot}"] = v
         for q in case["compare"]:
-            records[q].append(np.asarray(got[q] if q in got else env[q]))
+            records[q].append(np.asarray(got[q]))
     if n_steps == 1:
         return {q: v[0] for q, v in records.items()}
     return {q: np.stack(v) for q, v in records.items()}

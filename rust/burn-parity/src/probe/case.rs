@@ -1,12 +1,15 @@
 //! One case of a probe: fresh tensors from the inputs, then `optimizer_steps` iterations of
-//! (forward, loss, `backward`, optimizer step) with one burn optimizer, every quantity
-//! recorded at each iteration and stacked along a new leading dimension when there is more
-//! than one (see [`parity_common::probe_spec::Quantity`]).
+//! (`accumulate` micro-steps of forward, loss and `backward` whose gradients burn's
+//! `GradientsAccumulator` adds up, the gradient transforms of [`super::grads`], the optimizer
+//! step) with one burn optimizer, every quantity recorded at each iteration and stacked along
+//! a new leading dimension when there is more than one (the loss and forward values of
+//! several micro-steps along a micro-step dimension inside it; see
+//! [`parity_common::probe_spec::Quantity`]).
 
 use std::collections::HashMap;
 
 use anyhow::{anyhow, Result};
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Tensor};
 use parity_common::probe_spec::{
     CaseSpec, InputKind, InputSpec, LossTerm, ProbeDtype, ProbeSpec, Quantity, StateSlot,
@@ -15,6 +18,7 @@ use parity_common::spec::FloatType;
 
 use super::args::same_shape;
 use super::dyn_tensor::{Dyn, DynInt, Value};
+use super::grads::transform;
 use super::leaves::{Leaves, Slot};
 use super::ops::apply;
 use super::outcome::{guarded, Fault, Outcome, Refusal, Step};
@@ -113,6 +117,8 @@ struct Case<'a> {
     fixed: Env,
     /// Where each input with `requires_grad` is among the leaves.
     slots: HashMap<String, Slot>,
+    /// The same, in input order (the order PyTorch's optimizer and clipping see them in).
+    params: Vec<(String, Slot)>,
     ty: FloatType,
     dev: &'a Device,
 }
@@ -139,12 +145,12 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
             .collect());
     };
     let mut leaves = Leaves::new();
-    let mut slots = HashMap::new();
+    let mut params = Vec::new();
     let mut fixed = Env::new();
     for i in &spec.inputs {
         match input(i, ty, dev) {
             Ok(Value::Float(t)) if i.requires_grad => {
-                slots.insert(i.name.clone(), leaves.push(t));
+                params.push((i.name.clone(), leaves.push(t)));
             }
             Ok(t) => {
                 fixed.insert(i.name.clone(), Ok(t));
@@ -164,7 +170,8 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
         case,
         quantities,
         fixed,
-        slots,
+        slots: params.iter().cloned().collect(),
+        params,
         ty,
         dev,
     };
@@ -172,9 +179,9 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
     let mut rows: Vec<Vec<Outcome>> = ctx.quantities.iter().map(|_| Vec::new()).collect();
     let mut stop = None;
     let mut current = Some(leaves);
-    for _ in 0..n {
+    for it in 0..n {
         let Some(leaves) = current.take() else { break };
-        let (outcomes, next) = ctx.iterate(leaves, stepper.as_mut())?;
+        let (outcomes, next) = ctx.iterate(it, leaves, stepper.as_mut())?;
         for (row, o) in rows.iter_mut().zip(outcomes) {
             row.push(o);
         }
@@ -244,82 +251,131 @@ fn combine(row: Vec<Outcome>, n: usize, stop: Option<&Refusal>, scalar: bool) ->
 }
 
 impl Case<'_> {
-    /// One iteration from the parameters `leaves`: every quantity's outcome, and the leaves
-    /// after the optimizer step (unchanged without an optimizer), or why the loop cannot go on.
+    /// The tensors micro-step `m` starts from: the fixed inputs, the leaves' current values
+    /// and each micro-batch name bound to row `m` of its input (burn's `narrow(0, m, 1)`
+    /// then `squeeze_dim(0)`, through the probe ops of the same names).
+    fn micro_env(&self, leaves: &Leaves, m: usize) -> Result<Env> {
+        let mut env = self.fixed.clone();
+        for (name, slot) in &self.params {
+            env.insert(name.clone(), Ok(leaves.get(*slot).into()));
+        }
+        for b in &self.case.micro_batches {
+            let narrow = parity_common::probe_spec::Op::Narrow {
+                dim: 0,
+                start: m,
+                length: 1,
+            };
+            let squeeze = parity_common::probe_spec::Op::Squeeze { dim: 0 };
+            let row = lookup(&env, &b.input).and_then(|t| {
+                let t = guarded(|| apply(&narrow, vec![t], self.ty, self.dev))?;
+                guarded(|| apply(&squeeze, vec![t], self.ty, self.dev))
+            });
+            let row = match row {
+                Ok(t) => Ok(t),
+                Err(Fault::Refused(r)) => Err(r),
+                Err(Fault::Spec(e)) => return Err(e),
+            };
+            env.insert(b.name.clone(), row);
+        }
+        Ok(env)
+    }
+
+    /// Iteration `it` from the parameters `leaves`: `accumulate` micro-steps (forward, loss,
+    /// `backward`, the gradients added up by burn's `GradientsAccumulator`), the gradient
+    /// transforms, the optimizer step. Every quantity's outcome (the loss and forward values
+    /// of several micro-steps stacked), and the leaves after the step (unchanged without an
+    /// optimizer), or why the loop cannot go on.
     fn iterate(
         &self,
+        it: usize,
         leaves: Leaves,
         mut stepper: Option<&mut Stepper>,
     ) -> Result<(Vec<Outcome>, std::result::Result<Leaves, Refusal>)> {
         let ty = self.ty;
-        let mut env = self.fixed.clone();
-        for (name, slot) in &self.slots {
-            env.insert(name.clone(), Ok(leaves.get(*slot).into()));
-        }
+        let k = self.case.accumulate;
         let qs = &self.quantities;
         let mut found: Vec<Option<Outcome>> = qs.iter().map(|_| None).collect();
-        let (env, loss) = match forward(self.case, env, ty, self.dev) {
-            Ok(r) => r,
-            Err(Fault::Spec(e)) => return Err(e),
-            Err(Fault::Refused(r)) => {
-                return Ok((qs.iter().map(|_| r.outcome()).collect(), Err(r)))
-            }
-        };
-        // An input burn cannot hold that the case never reads: its own quantities say why.
-        let refused = |n: &str| match env.get(n) {
-            Some(Err(r)) => Some(r.outcome()),
-            _ => None,
-        };
-        for (slot, q) in found.iter_mut().zip(qs) {
-            match q {
-                Quantity::Loss => {
-                    if let Some(l) = &loss {
-                        *slot = Some(Dyn::from(l.clone()).outcome(ty)?);
-                    }
+        let mut micro: Vec<Vec<Outcome>> = qs.iter().map(|_| Vec::new()).collect();
+        let mut acc = GradientsAccumulator::<Leaves>::new();
+        let mut backward_ran = false;
+        for j in 0..k {
+            let env = self.micro_env(&leaves, it * k + j)?;
+            let (env, loss) = match forward(self.case, env, ty, self.dev) {
+                Ok(r) => r,
+                Err(Fault::Spec(e)) => return Err(e),
+                Err(Fault::Refused(r)) => {
+                    return Ok((qs.iter().map(|_| r.outcome()).collect(), Err(r)))
                 }
-                Quantity::Value(n) => {
-                    *slot = Some(match lookup(&env, n) {
+            };
+            // An input burn cannot hold that the case never reads: its own quantities say why.
+            let refused = |n: &str| match env.get(n) {
+                Some(Err(r)) => Some(r.outcome()),
+                _ => None,
+            };
+            for ((slot, row), q) in found.iter_mut().zip(micro.iter_mut()).zip(qs) {
+                match q {
+                    Quantity::Loss => {
+                        if let Some(l) = &loss {
+                            row.push(Dyn::from(l.clone()).outcome(ty)?);
+                        }
+                    }
+                    Quantity::Value(n) => row.push(match lookup(&env, n) {
                         Ok(t) => t.outcome(ty)?,
                         Err(Fault::Refused(r)) => r.outcome(),
                         Err(Fault::Spec(e)) => return Err(e),
-                    });
+                    }),
+                    Quantity::Grad(n) | Quantity::AfterStep(n) | Quantity::State(n, _) => {
+                        if slot.is_none() {
+                            *slot = refused(n);
+                        }
+                    }
                 }
-                Quantity::Grad(n) | Quantity::AfterStep(n) | Quantity::State(n, _) => {
-                    *slot = refused(n)
+                if row.len() == k {
+                    let scalar = *q == Quantity::Loss;
+                    *slot = Some(combine(std::mem::take(row), k, None, scalar));
                 }
             }
+            let Some(loss) = loss else { continue };
+            let backward = guarded(|| {
+                let grads = GradientsParams::from_grads(loss.backward(), &leaves);
+                acc.accumulate(&leaves, grads);
+                Ok(())
+            });
+            if let Err(f) = backward {
+                return self.stopped(f, found);
+            }
+            backward_ran = true;
         }
-        let Some(loss) = loss else {
+        if !backward_ran {
             return Ok((finish(found, qs)?, Ok(leaves)));
-        };
-        let slots = &self.slots;
-        let backward = guarded(|| {
-            let grads = loss.backward();
+        }
+        let (slots, params) = (&self.slots, &self.params);
+        let step = guarded(|| {
+            let mut grads = acc.grads();
+            transform(
+                &mut grads,
+                &leaves,
+                params,
+                &self.case.grad_transforms,
+                ty,
+                self.dev,
+            )?;
             // None for an input burn could not hold (its outcome is known already).
             let mut before_step = Vec::new();
             for q in qs {
                 if let Quantity::Grad(n) = q {
-                    before_step.push(slots.get(n).map(|s| leaves.get(*s).grad(&grads)));
+                    before_step.push(slots.get(n).map(|s| leaves.grad_in(*s, &grads)));
                 }
             }
             let stepped = match stepper.as_deref_mut() {
-                Some(s) => {
-                    let params = GradientsParams::from_grads(grads, &leaves);
-                    s.step_module(leaves, params)
-                }
+                Some(s) => s.step_module(leaves, grads),
                 None => leaves,
             };
             Ok((before_step, stepped))
         });
-        let (grads, stepped) = match backward {
+        let (grads, stepped) = match step {
             Ok(r) => r,
-            Err(Fault::Spec(e)) => return Err(e),
-            Err(Fault::Refused(r)) => {
-                for slot in found.iter_mut().filter(|s| s.is_none()) {
-                    *slot = Some(r.outcome());
-                }
-                return Ok((finish(found, qs)?, Err(r)));
-            }
+            Err(f) => return self.stopped(f, found),
         };
         let leaf = |n: &str| {
             slots
@@ -350,6 +406,23 @@ impl Case<'_> {
             });
         }
         Ok((finish(found, qs)?, Ok(stepped)))
+    }
+
+    /// The outcomes of an iteration that `f` stopped: every quantity not yet known gets the
+    /// refusal's outcome, and the loop ends.
+    fn stopped(
+        &self,
+        f: Fault,
+        mut found: Vec<Option<Outcome>>,
+    ) -> Result<(Vec<Outcome>, std::result::Result<Leaves, Refusal>)> {
+        let r = match f {
+            Fault::Spec(e) => return Err(e),
+            Fault::Refused(r) => r,
+        };
+        for slot in found.iter_mut().filter(|s| s.is_none()) {
+            *slot = Some(r.outcome());
+        }
+        Ok((finish(found, &self.quantities)?, Err(r)))
     }
 }
 

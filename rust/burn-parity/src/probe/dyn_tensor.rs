@@ -3,7 +3,7 @@
 //! 4, [`DynInt`] an int64 one, and [`Value`] either (see [`RANKS`]).
 
 use anyhow::{anyhow, Result};
-use burn::tensor::{DType, Device, Gradients, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use parity_common::probe_spec::dim_index;
 use parity_common::spec::FloatType;
 
@@ -223,11 +223,6 @@ impl Dyn {
             values: self.host(ty)?,
             shape,
         })
-    }
-
-    /// burn's gradient of this leaf, if it has one.
-    pub(crate) fn grad(&self, grads: &Gradients) -> Option<Dyn> {
-        each_rank!(self, x => x.grad(grads).map(Dyn::from))
     }
 }
 

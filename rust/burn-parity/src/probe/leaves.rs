@@ -1,7 +1,8 @@
 //! The inputs with `requires_grad` as burn parameters, gathered in one module so that burn's
 //! optimizers (which step a [`Module`]) can update them and key their state by parameter id.
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
+use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 
 use super::dyn_tensor::Dyn;
@@ -69,5 +70,33 @@ impl Leaves {
             burn_shape,
             linear: None,
         }
+    }
+
+    /// The parameter's id, which burn's `GradientsParams` keys its gradient by.
+    pub(crate) fn id(&self, Slot(rank, i): Slot) -> ParamId {
+        match rank {
+            1 => self.r1[i].id,
+            2 => self.r2[i].id,
+            3 => self.r3[i].id,
+            _ => self.r4[i].id,
+        }
+    }
+
+    /// The parameter's gradient in `grads` (`GradientsParams::get`), if it has one.
+    pub(crate) fn grad_in(&self, slot: Slot, grads: &GradientsParams) -> Option<Dyn> {
+        let id = self.id(slot);
+        match slot.0 {
+            1 => grads.get::<1>(id).map(Dyn::R1),
+            2 => grads.get::<2>(id).map(Dyn::R2),
+            3 => grads.get::<3>(id).map(Dyn::R3),
+            _ => grads.get::<4>(id).map(Dyn::R4),
+        }
+    }
+
+    /// Makes `g` the parameter's gradient in `grads` (`GradientsParams::register`, which
+    /// replaces one already there); `g` has the parameter's rank.
+    pub(crate) fn set_grad(&self, slot: Slot, grads: &mut GradientsParams, g: Dyn) {
+        let id = self.id(slot);
+        each_rank!(g, t => grads.register(id, t));
     }
 }

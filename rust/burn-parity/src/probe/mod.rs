@@ -50,6 +50,11 @@
 //! | loss `sum`, `sum_squares`, `weighted_sum` | `sum()`, `(t·t).sum()`, `(t·w).sum()` |
 //! | optimizer `sgd` | `SgdConfig` with `MomentumConfig { momentum, dampening, nesterov }` when momentum ≠ 0 and `WeightDecayConfig { penalty }` when λ ≠ 0; `momentum_buffer` = the record's `momentum.velocity` |
 //! | optimizer `adam`, `adamw` | `AdamConfig` (L2 decay as `WeightDecayConfig`), `AdamWConfig`; `exp_avg`/`exp_avg_sq` = the record's `moment_1`/`moment_2` |
+//! | `accumulate` k | `GradientsAccumulator::accumulate` of each of the k backward passes' `GradientsParams`, then `grads()` |
+//! | `micro_batches` | row m of the input: `narrow(0, m, 1)` then `squeeze_dim(0)` |
+//! | `grad`: `scale`, `clip_value` | `Tensor::mul_scalar(s)`; `GradientClipping::Value(v).clip_gradient` |
+//! | `grad`: `clip_norm` | composed (`GradientClipping::Norm` clips each parameter by its own norm): `square`, `sum`, `sqrt`, `Tensor::cat`, `add_scalar`, `recip`, `mul_scalar`, `clamp_max`, `mul`, as `torch.nn.utils.clip_grad_norm_` computes it |
+//! | `grad`: `replace` | `GradientsParams::register` of the values |
 //! | dtype `f16`, `bf16` | unsupported: burn's ndarray backend has no f16/bf16 tensors |
 //!
 //! Whatever burn does is an outcome, never a failure of the run: burn checks shapes and
@@ -75,6 +80,7 @@ use crate::optim::Stepper;
 pub mod dyn_tensor;
 mod args;
 mod case;
+mod grads;
 mod leaves;
 mod ops;
 mod outcome;

@@ -4,11 +4,13 @@
 //! Per case: fresh tensors from the inputs' float64 values rounded once to the run dtype
 //! (`DType::F16`, `BF16`, `F32` or `F64`; int64 inputs as `DType::I64`, which candle's
 //! `index_select`, `gather` and the losses built on them take as they are), a [`Var`] for each
-//! input with `requires_grad`, then `optimizer_steps` iterations of: the steps in order
-//! (layout changes are candle views: `transpose`, `narrow` and `broadcast_as` give strided
-//! tensors), the loss terms added in order, `loss.backward()`, and the optimizer step (one
+//! input with `requires_grad`, then `optimizer_steps` iterations of: `accumulate` micro-steps
+//! of the steps in order (layout changes are candle views: `transpose`, `narrow` and
+//! `broadcast_as` give strided tensors), the loss terms added in order and `loss.backward()`,
+//! their gradients added up ([`grads`]), the gradient transforms, and the optimizer step (one
 //! candle_nn optimizer object for the whole loop). With more than one iteration every
-//! quantity is recorded at each and stacked along a new leading dimension.
+//! quantity is recorded at each and stacked along a new leading dimension (the loss and
+//! forward values of several micro-steps along a micro-step dimension inside it).
 //!
 //! How each probe op maps onto candle's API (an op or argument the API lacks is
 //! `unsupported`, with the reason; nothing missing is emulated by a composition):
@@ -50,6 +52,11 @@
 //! | optimizer `sgd` | `candle_nn::SGD` (learning rate only): unsupported with momentum, nesterov or weight_decay ≠ 0 |
 //! | optimizer `adam` | `candle_nn::AdamW` with weight decay 0 when `weight_decay` is 0 (the same update); unsupported otherwise (candle_nn has no L2-decay Adam) |
 //! | optimizer `adamw` | `candle_nn::AdamW` |
+//! | `accumulate` k | the `GradStore` of each of the k `loss.backward()` calls added into the first with `GradStore::extend` (candle has no accumulating `.grad`) |
+//! | `micro_batches` | row m of the input: `Tensor::narrow(0, m, 1)` then `squeeze(0)` |
+//! | `grad`: `scale`, `clip_value` | `Tensor::affine(s, 0)`, `Tensor::clamp(−v, v)` on each gradient |
+//! | `grad`: `clip_norm` | composed (candle has no gradient clipping): `sqr`, `sum_all`, `sqrt`, `Tensor::stack`, `affine`, `recip`, `minimum`, `broadcast_mul`, as `torch.nn.utils.clip_grad_norm_` computes it |
+//! | `grad`: `replace` | `GradStore::insert` of the values |
 //! | `x.exp_avg`, `x.exp_avg_sq` | unsupported: `candle_nn::AdamW` keeps its moments private |
 //!
 //! Values in the frames: the run dtype for f32/f64, float32 for f16/bf16 runs, float64 for
@@ -62,6 +69,7 @@
 //! `unsupported` (an optimizer state slot: that quantity only). Only a malformed spec, a
 //! device that cannot be opened or a failing sink ends the run with an error.
 
+mod grads;
 mod ops;
 mod outcome;
 mod stepper;
@@ -72,6 +80,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::{anyhow, Result};
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::probe_spec::{
@@ -259,40 +268,51 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
             rec.end(i, Outcome::Unsupported(stepper::state_unsupported(*slot)));
         }
     }
-    for _ in 0..case.optimizer_steps {
-        let mut env = consts.clone();
-        for (n, v) in &vars {
-            env.insert(n.clone(), v.as_tensor().clone());
-        }
-        let (env, loss) = match guarded(|| forward(case, env)) {
-            Ok(r) => r,
-            Err(f) => {
-                rec.fail(f)?;
-                break;
+    let k = case.accumulate;
+    'steps: for it in 0..case.optimizer_steps {
+        let mut acc: Option<GradStore> = None;
+        // The loss and forward values of each micro-step, stacked once all k are there.
+        let mut micro: Vec<Vec<Tensor>> = quantities.iter().map(|_| Vec::new()).collect();
+        for j in 0..k {
+            let mut env = consts.clone();
+            for (n, v) in &vars {
+                env.insert(n.clone(), v.as_tensor().clone());
             }
-        };
-        let recorded = guarded(|| {
-            for (i, q) in quantities.iter().enumerate() {
-                match q {
-                    Quantity::Loss => {
-                        let l = loss
+            let pass = guarded(|| {
+                env.extend(grads::micro_rows(&case.micro_batches, &consts, it * k + j)?);
+                let (env, loss) = forward(case, env)?;
+                for (i, q) in quantities.iter().enumerate() {
+                    let t = match q {
+                        Quantity::Loss => loss
                             .as_ref()
-                            .ok_or_else(|| Fault::Spec(anyhow!("no loss")))?;
-                        rec.push(i, l)?;
+                            .ok_or_else(|| Fault::Spec(anyhow!("no loss")))?,
+                        Quantity::Value(n) => lookup(&env, n)?,
+                        _ => continue,
+                    };
+                    micro[i].push(snapshot(t)?);
+                    if micro[i].len() == k {
+                        let rows = std::mem::take(&mut micro[i]);
+                        let t = if k == 1 {
+                            rows[0].clone()
+                        } else {
+                            Tensor::stack(&rows, 0)?
+                        };
+                        rec.push(i, &t)?;
                     }
-                    Quantity::Value(n) => rec.push(i, lookup(&env, n)?)?,
-                    _ => {}
                 }
+                if let Some(loss) = loss {
+                    grads::accumulate(&mut acc, loss.backward()?)?;
+                }
+                Ok(())
+            });
+            if let Err(f) = pass {
+                rec.fail(f)?;
+                break 'steps;
             }
-            Ok(())
-        });
-        if let Err(f) = recorded {
-            rec.fail(f)?;
-            break;
         }
-        let Some(loss) = loss else { continue };
-        let backward = guarded(|| {
-            let grads = loss.backward()?;
+        let Some(mut grads) = acc else { continue };
+        let step = guarded(|| {
+            grads::transform(&mut grads, &vars, &case.grad_transforms)?;
             for (i, q) in quantities.iter().enumerate() {
                 if let Quantity::Grad(n) = q {
                     let v = var(n).map_err(Fault::Spec)?;
@@ -312,7 +332,7 @@ pub fn run_case(spec: &ProbeSpec, case: &CaseSpec, dev: &Device) -> Result<Vec<O
             }
             Ok(())
         });
-        if let Err(f) = backward {
+        if let Err(f) = step {
             rec.fail(f)?;
             break;
         }

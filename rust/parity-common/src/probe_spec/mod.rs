@@ -13,7 +13,8 @@
 //! [`ProbeSpec`] and [`CaseSpec`] with their checks in this file; the inputs in `inputs.rs`
 //! ([`InputSpec`], [`InputKind`], [`ProbeDtype`]); the op language in `op.rs` ([`Op`] and its
 //! argument types); a case's steps, loss, optimizer and quantities in `steps.rs`
-//! ([`StepSpec`], [`LossTerm`], [`ProbeOptimizer`], [`StateSlot`], [`Quantity`]); the
+//! ([`StepSpec`], [`LossTerm`], [`ProbeOptimizer`], [`MicroBatch`], [`GradTransform`],
+//! [`StateSlot`], [`Quantity`]); the
 //! outcomes in `status.rs` ([`Status`], [`result_meta`], [`catch_panic`]).
 
 use std::collections::HashSet;
@@ -34,7 +35,9 @@ mod tests;
 pub use inputs::{InputKind, InputSpec, ProbeDtype};
 pub use op::{dim_index, pool_size, GeluApproximate, Op, OpVariant, Reduction};
 pub use status::{catch_panic, result_meta, Status};
-pub use steps::{LossTerm, ProbeOptimizer, Quantity, StateSlot, StepSpec};
+pub use steps::{
+    GradTransform, LossTerm, MicroBatch, ProbeOptimizer, Quantity, StateSlot, StepSpec,
+};
 
 /// One case: steps, optional loss and optimizer, and the quantities to report.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -51,8 +54,22 @@ pub struct CaseSpec {
     /// Iterations of forward, backward and optimizer step (1 without an optimizer); see
     /// [`Quantity`] for how quantities are stacked when it exceeds 1.
     pub optimizer_steps: usize,
+    /// Forward and backward passes per optimizer step whose gradients add up (1: none
+    /// added; 1 without an optimizer). Absent: 1.
+    #[serde(default = "one")]
+    pub accumulate: usize,
+    /// Names bound to one row of a stacked input per micro-step. Absent: none.
+    #[serde(default)]
+    pub micro_batches: Vec<MicroBatch>,
+    /// What happens to the accumulated gradients before the step, in order. Absent: none.
+    #[serde(default)]
+    pub grad_transforms: Vec<GradTransform>,
     /// Quantities to report, in order.
     pub compare: Vec<String>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl CaseSpec {
@@ -178,6 +195,12 @@ impl ProbeSpec {
 
     fn check_case(&self, case: &CaseSpec, inputs: &HashSet<&str>) -> Result<()> {
         let mut known: HashSet<&str> = inputs.clone();
+        self.check_loop(case)?;
+        for m in &case.micro_batches {
+            if m.name == "loss" || !known.insert(m.name.as_str()) {
+                bail!("micro-batch name {:?} is taken", m.name);
+            }
+        }
         for (i, step) in case.steps.iter().enumerate() {
             let (least, most) = step.op.arity();
             if step.inputs.len() < least || step.inputs.len() > most {
@@ -232,6 +255,56 @@ impl ProbeSpec {
             };
             if !ok {
                 bail!("quantity {q:?} does not exist in this case");
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks of a case's loop besides its steps: `accumulate` at least 1 (1 without an
+    /// optimizer), micro-batch sources that are inputs without `requires_grad` of rank 2 or
+    /// more with one row per micro-step, and gradient transforms only with an optimizer,
+    /// each replacing the gradient of an input with `requires_grad` by one value per element.
+    fn check_loop(&self, case: &CaseSpec) -> Result<()> {
+        let k = case.accumulate;
+        if k == 0 || (case.optimizer.is_none() && k != 1) {
+            bail!("accumulate is {k}: at least 1, and 1 without an optimizer");
+        }
+        if case.optimizer.is_none()
+            && (!case.micro_batches.is_empty() || !case.grad_transforms.is_empty())
+        {
+            bail!("micro_batches and grad_transforms need an optimizer");
+        }
+        let rows = case.optimizer_steps * k;
+        for m in &case.micro_batches {
+            let Some(i) = self.input(&m.input) else {
+                bail!(
+                    "micro-batch {:?} reads {:?}, which is not an input",
+                    m.name,
+                    m.input
+                );
+            };
+            if i.requires_grad || i.shape.len() < 2 || i.shape[0] != rows {
+                bail!(
+                    "micro-batch {:?}: input {:?} (shape {:?}) needs no requires_grad, rank 2 or \
+                     more and {rows} rows",
+                    m.name,
+                    m.input,
+                    i.shape
+                );
+            }
+        }
+        for t in &case.grad_transforms {
+            if let GradTransform::Replace { input, values } = t {
+                let Some(i) = self.input(input).filter(|i| i.requires_grad) else {
+                    bail!("replace: {input:?} is not an input with requires_grad");
+                };
+                if values.len() != i.values.len() {
+                    bail!(
+                        "replace {input:?}: {} values for {} elements",
+                        values.len(),
+                        i.values.len()
+                    );
+                }
             }
         }
         Ok(())

@@ -95,6 +95,51 @@ pub enum ProbeOptimizer {
     },
 }
 
+/// A name bound to one row per micro-step: at micro-step m (counted over the whole case
+/// from 0: optimizer step s, micro-step j, m = s·accumulate + j) `name` is row m of the
+/// input `input` (`narrow(0, m, 1)` then `squeeze(0)`), which has one row per micro-step.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MicroBatch {
+    /// The bound name; new within its case.
+    pub name: String,
+    /// The stacked input (rank ≥ 2, no `requires_grad`).
+    pub input: String,
+}
+
+/// What happens to the accumulated gradients between the last backward pass of an
+/// optimizer step and the step, in order; each applies to every gradient there is.
+/// Definitions: PyTorch 2.15's `Tensor.mul_`, `torch.nn.utils.clip_grad_norm_` and
+/// `clip_grad_value_`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GradTransform {
+    /// g ← factor·g.
+    Scale {
+        /// The factor.
+        factor: f64,
+    },
+    /// N = ‖(‖g₁‖₂, ‖g₂‖₂, …)‖₂ over every gradient, c = min(max_norm·(N + 10⁻⁶)⁻¹, 1)
+    /// (the reciprocal, then the product), g ← c·g.
+    ClipNorm {
+        /// The largest total norm kept (> 0).
+        max_norm: f64,
+    },
+    /// Every element clamped to [−clip_value, clip_value].
+    ClipValue {
+        /// The bound (> 0).
+        clip_value: f64,
+    },
+    /// The gradient of `input` becomes `values` (flat, row-major, rounded once to the run
+    /// dtype).
+    Replace {
+        /// An input with `requires_grad`.
+        input: String,
+        /// One value per element of the input.
+        values: Vec<f64>,
+    },
+}
+
 /// A slot of the optimizer's per-parameter state, named as in PyTorch's `state_dict`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateSlot {
@@ -124,7 +169,10 @@ impl StateSlot {
 /// loss, backward, optimizer step) and every quantity is recorded at each iteration and
 /// stacked along a new leading dimension of length n (row k: iteration k + 1; a state slot
 /// and `after_step` after that iteration's update, a gradient before it). With n = 1 the
-/// quantities have their own shapes.
+/// quantities have their own shapes. With `accumulate` k > 1 an iteration runs k forward
+/// and backward passes: the loss and forward values are recorded at each and stacked along
+/// a micro-step dimension of length k (inside the iterations' one), and a gradient is the
+/// one the step uses (the sum over the micro-steps, then the [`GradTransform`]s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Quantity {
     /// The scalar loss.

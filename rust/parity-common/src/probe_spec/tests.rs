@@ -253,3 +253,68 @@ fn pool_size_follows_pytorch_floor_and_ceil_modes() {
     assert_eq!(pool_size(5, 1, 0, 3, 1, true), Some(2));
     assert_eq!(pool_size(2, 3, 0, 1, 1, false), None);
 }
+
+#[test]
+fn accumulation_micro_batches_and_grad_transforms_are_checked() {
+    let mut v = base();
+    v["inputs"][0]["shape"] = serde_json::json!([3, 1]);
+    v["cases"][0] = serde_json::json!({
+        "name": "a",
+        "steps": [{"out": "y", "inputs": ["r", "w"], "op": {"name": "mul"}}],
+        "loss": [{"kind": "sum", "input": "y"}],
+        "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0, "dampening": 0.0,
+                      "nesterov": false, "weight_decay": 0.0},
+        "optimizer_steps": 1, "accumulate": 3,
+        "micro_batches": [{"name": "r", "input": "x"}],
+        "grad_transforms": [{"kind": "scale", "factor": 0.5},
+                            {"kind": "clip_norm", "max_norm": 1.0},
+                            {"kind": "replace", "input": "w", "values": [1.0, 2.0]}],
+        "compare": ["loss", "r", "w.grad"]
+    });
+    v["inputs"][1]["shape"] = serde_json::json!([1]);
+    v["inputs"][1]["values"] = serde_json::json!([1.0]);
+    v["cases"][0]["grad_transforms"][2]["values"] = serde_json::json!([1.0]);
+    let spec = ProbeSpec::from_json(&v.to_string()).unwrap();
+    let case = &spec.cases[0];
+    assert_eq!(case.accumulate, 3);
+    assert_eq!(
+        case.grad_transforms[0],
+        GradTransform::Scale { factor: 0.5 }
+    );
+    assert_eq!(case.micro_batches[0].input, "x");
+    // Absent, the loop keys take their defaults (a spec written before them still parses).
+    let plain = ProbeSpec::from_json(&base().to_string()).unwrap();
+    assert_eq!(plain.cases[0].accumulate, 1);
+    assert!(plain.cases[0].micro_batches.is_empty() && plain.cases[0].grad_transforms.is_empty());
+    for (edit, words) in [
+        (serde_json::json!({"accumulate": 2}), "and 2 rows"),
+        (serde_json::json!({"accumulate": 0}), "accumulate is 0"),
+        (
+            serde_json::json!({"micro_batches": [{"name": "x", "input": "x"}]}),
+            "taken",
+        ),
+        (
+            serde_json::json!({"micro_batches": [{"name": "r", "input": "w"}]}),
+            "requires_grad",
+        ),
+        (
+            serde_json::json!({"grad_transforms": [{"kind": "replace", "input": "x", "values": [1.0]}]}),
+            "not an input with requires_grad",
+        ),
+        (
+            serde_json::json!({"grad_transforms": [{"kind": "replace", "input": "w", "values": []}]}),
+            "0 values for 1 elements",
+        ),
+        (
+            serde_json::json!({"grad_transforms": [{"kind": "clip", "max_norm": 1.0}]}),
+            "unknown variant",
+        ),
+    ] {
+        let mut bad = v.clone();
+        for (key, value) in edit.as_object().unwrap() {
+            bad["cases"][0][key] = value.clone();
+        }
+        let err = ProbeSpec::from_json(&bad.to_string()).unwrap_err();
+        assert!(format!("{err:#}").contains(words), "{words}: {err:#}");
+    }
+}

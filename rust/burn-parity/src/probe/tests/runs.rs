@@ -199,3 +199,61 @@ fn probe_batch_of_two() {
     assert_eq!(f[3].1, Some(vec![2]));
     assert_eq!(f[4].1, None);
 }
+
+/// x = [1, 2], rows r of `xs` = [[1, 0], [0, 1], [2, 2], [1, 1]]; loss Σ x·r; plain SGD, lr
+/// 1/2, with `accumulate` micro-steps and the given gradient transforms.
+fn accumulation_spec(accumulate: usize, steps: usize, transforms: Json) -> ProbeSpec {
+    spec(
+        vec![
+            input("x", &[2], &[1.0, 2.0], true),
+            input(
+                "xs",
+                &[4, 2],
+                &[1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 1.0, 1.0],
+                false,
+            ),
+        ],
+        vec![json!({"name": "acc", "steps": [],
+            "loss": [{"kind": "weighted_sum", "input": "x", "weights": "r"}],
+            "optimizer": sgd(0.0, 0.0, false, 0.0), "optimizer_steps": steps,
+            "accumulate": accumulate, "micro_batches": [{"name": "r", "input": "xs"}],
+            "grad_transforms": transforms,
+            "compare": ["loss", "r", "x.grad", "x.after_step"]})],
+    )
+}
+
+#[test]
+fn probe_accumulation_adds_micro_step_gradients_and_stacks_forward_values() {
+    // 2 steps of 2 micro-steps (burn's GradientsAccumulator): rows 0+1 = [1, 1], then
+    // rows 2+3 = [3, 3]; the loss of each micro-step is stacked [steps, micro-steps].
+    let out = &run_all(&accumulation_spec(2, 2, json!([])))[0];
+    assert_eq!(values(&out[0], &[2, 2]), [1.0, 2.0, 4.0, 2.0]);
+    assert_eq!(values(&out[1], &[2, 2, 2]).len(), 8);
+    assert_eq!(values(&out[2], &[2, 2]), [1.0, 1.0, 3.0, 3.0]);
+    assert_eq!(values(&out[3], &[2, 2]), [0.5, 1.5, -1.0, 0.0]);
+}
+
+#[test]
+fn probe_grad_transforms_apply_in_order() {
+    // The sum of 4 micro-steps [4, 4], clamped to [−3, 3] (GradientClipping::Value), halved.
+    let t = json!([{"kind": "clip_value", "clip_value": 3.0}, {"kind": "scale", "factor": 0.5}]);
+    let out = &run_all(&accumulation_spec(4, 1, t))[0];
+    assert_eq!(values(&out[2], &[2]), [1.5, 1.5]);
+    assert_eq!(values(&out[3], &[2]), [0.25, 1.25]);
+    // Replaced by [3, 4] (norm 5), then clipped to the global norm 2.5: the coefficient
+    // (5 + 1e-6)⁻¹·2.5 in float32, as PyTorch computes it.
+    let t = json!([{"kind": "replace", "input": "x", "values": [3.0, 4.0]},
+                   {"kind": "clip_norm", "max_norm": 2.5}]);
+    let out = &run_all(&accumulation_spec(4, 1, t))[0];
+    let coef = (1.0f32 / (5.0f32 + 1e-6f32)) * 2.5f32;
+    assert_eq!(
+        values(&out[2], &[2]),
+        [f64::from(3.0 * coef), f64::from(4.0 * coef)]
+    );
+    // max_norm above the norm: the coefficient is clamped to 1.
+    let t = json!([{"kind": "clip_norm", "max_norm": 6.0}]);
+    assert_eq!(
+        values(&run_all(&accumulation_spec(4, 1, t))[0][2], &[2]),
+        [4.0, 4.0]
+    );
+}

@@ -2,6 +2,7 @@
 //! missing gradient of a fused op, errors as outcomes), batches, the training loop, dtypes
 //! ([`mod@self`]), and each op against hand-computed values ([`ops`], [`lookup`]).
 
+mod accumulate;
 mod lookup;
 mod ops;
 
