@@ -100,7 +100,8 @@ def campaign(
     the same cases; then per failing case and signature (framework, release, dtype, kind),
     at most ``shrinks_per_class`` shrinks per (op, signature, original routes' step kinds),
     each of at most ``rounds`` rounds, run against that target and dtype only; the minimal
-    case then runs twice with every target (its failures, and which are unstable)."""
+    case then runs twice with every target, the second time after the original case in
+    the same process (its failures, and which are unstable)."""
     frameworks = check.targets(frameworks)
     t0 = time.monotonic()
     cases = generate.generate(seed, ops, cases_per_op)
@@ -137,12 +138,15 @@ def campaign(
                 return check.run_check(named, runners, [check.Target(fw, release)], [dtype])
 
             small, ran = shrink.shrink(name, case, sig, checker, rounds)
-            final, again = (
-                check.run_check([(f"{name}_min", small)], runners, frameworks, [dtype])[
-                    f"{name}_min"
-                ]
-                for _ in range(2)
-            )
+            # Twice, the second time after the original case in the same runner process:
+            # alone, a fresh process allocates the same way each time, so memory read
+            # outside a tensor can hold the same garbage twice and look stable, and then
+            # differ when the probe file runs in a batch with other probes.
+            final = check.run_check([(f"{name}_min", small)], runners, frameworks, [dtype])
+            final = final[f"{name}_min"]
+            again = check.run_check(
+                [(f"{name}_pre", case), (f"{name}_min", small)], runners, frameworks, [dtype]
+            )[f"{name}_min"]
             kept = [f for f in final if f.signature == sig]
             if not kept:
                 log.warning("%s: the shrunk case no longer fails (%s); skipped", name, sig)
