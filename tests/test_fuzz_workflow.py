@@ -21,14 +21,14 @@ FINDINGS = "results/fuzz/findings.csv"
 
 def fuzz_config():
     config = load_test_config("probes")
-    config["fuzz"] = {
-        "seed": 21,
-        "cases_per_op": 40,
-        "ops": ["conv1d", "matmul"],
-        "frameworks": ["candle"],
-        "dtypes": ["f32"],
-        "shrinks_per_class": 1,
-    }
+    config["fuzz"].update(
+        seed=21,
+        cases_per_op=40,
+        ops=["conv1d", "matmul"],
+        frameworks=["candle"],
+        dtypes=["f32"],
+        shrinks_per_class=1,
+    )
     return config
 
 

@@ -22,11 +22,11 @@ def rows(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("accumulation")
     config = load_config()
     config["candle"]["versions"] = ["0.11.0"]
-    config["probes"] = {
-        "folder": str(REPO / "tests/probes/ops"),
-        "select": ["accumulation"],
-        "dtypes": ["f32", "f64", "f16", "bf16"],
-    }
+    config["probes"].update(
+        folder=str(REPO / "tests/probes/ops"),
+        select=["accumulation"],
+        dtypes=["f32", "f64", "f16", "bf16"],
+    )
     run_workflow(workdir, config, "--cores", "2", TABLE)
     with open(workdir / TABLE, encoding="utf-8") as f:
         return list(csv.DictReader(f))

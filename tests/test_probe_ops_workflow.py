@@ -21,10 +21,10 @@ def ops_rows(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("ops")
     config = load_config()
     config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions_workflow.py
-    config["probes"] = {
-        "folder": str(REPO / "tests/probes/ops"),
-        "dtypes": ["f32", "f64", "f16", "bf16"],
-    }
+    config["probes"].update(
+        folder=str(REPO / "tests/probes/ops"),
+        dtypes=["f32", "f64", "f16", "bf16"],
+    )
     run_workflow(workdir, config, "--cores", "2", TABLE)
     with open(workdir / TABLE, encoding="utf-8") as f:
         return list(csv.DictReader(f))

@@ -5,13 +5,12 @@ Needs /usr/bin/chromium (`scripts/dev/bootstrap --test` installs it); skipped wi
 where it is missing.
 """
 
-import copy
 import os
 import shutil
 
 import pytest
 
-from conftest import load_config, run_workflow
+from conftest import load_test_config, run_workflow
 
 pytestmark = pytest.mark.workflow
 
@@ -33,14 +32,11 @@ def report(tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     workdir = tmp_path_factory.mktemp("report")
-    config = copy.deepcopy(load_config())
-    config["experiments"] = {
-        k: copy.deepcopy(config["experiments"][k]) for k in ("a3_sgd", "a1_adam")
-    }
-    for e in config["experiments"].values():
-        e["steps"] = 5
+    # .test/tiny.yaml (A3 SGD, conv1d_grad) with A1 Adam for the framework table, 5 steps.
+    config = load_test_config("tiny")
+    config["experiments"]["a3_sgd"]["steps"] = 5
+    config["experiments"]["a1_adam"].update(enabled=True, steps=5)
     config["framework_summary"] = [{"experiment": "a1_adam", "label": "A1 Adam"}]
-    config["probes"] = {"select": ["conv1d_grad"]}
     run_workflow(workdir, config, "--cores", "2")
     run_workflow(workdir, config, "--report", "results/report.html")
     return workdir / "results/report.html"

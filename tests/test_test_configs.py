@@ -10,7 +10,7 @@ from parity.core.configcheck import schema_errors
 from parity.plan.plan import Plan
 from parity.probe.plan import ProbePlan
 
-from conftest import REPO, TEST_CONFIGS, load_config, load_test_config
+from conftest import REPO, TEST_CONFIGS, check_runs_as_written, load_config, load_test_config
 
 NAMES = sorted(p.stem for p in TEST_CONFIGS.glob("*.yaml"))
 
@@ -48,3 +48,24 @@ CHOOSING = [n for n in NAMES if "experiments" in load_config(TEST_CONFIGS / f"{n
 def test_every_experiment_of_config_yaml_is_chosen_explicitly(name):
     own = load_config(TEST_CONFIGS / f"{name}.yaml")
     assert set(load_config()["experiments"]) <= set(own["experiments"])
+
+
+def test_a_test_config_that_replaces_a_section_is_refused_before_it_runs():
+    """Snakemake merges a test's config over config.yaml, so experiments a test dropped by
+    replacing the dict come back and run (the report test once ran every experiment)."""
+    config = load_config()
+    config["experiments"] = {"a3_sgd": config["experiments"]["a3_sgd"]}
+    with pytest.raises(pytest.fail.Exception, match=r"experiments\.a3_adamw"):
+        check_runs_as_written(config)
+    config["probes"] = {"select": ["conv1d_grad"]}  # fp64_rule and dtypes come back too
+    with pytest.raises(pytest.fail.Exception, match=r"probes\.dtypes"):
+        check_runs_as_written(config)
+
+
+def test_a_test_config_that_leaves_experiments_out_properly_runs_as_written():
+    check_runs_as_written(load_test_config("tiny"))
+    config = load_config()
+    config["only"] = ["a3_sgd"]
+    config["probes"].update(select=["conv1d_grad"])
+    check_runs_as_written(config)
+    check_runs_as_written({"experiments": {"a3_sgd": {"steps": 3}}})  # overrides only
