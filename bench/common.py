@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import platform
 import shutil
@@ -43,12 +42,12 @@ def scale_config(**record) -> dict:
     """The default config reduced to the scale experiment, enabled, with ``record`` merged."""
     with open(REPO / "config.yaml", encoding="utf-8") as f:
         config = yaml.safe_load(f)
-    exp = copy.deepcopy(config["experiments"]["scale_mlp"])
+    exp = config["experiments"]["scale_mlp"]
     exp["enabled"] = True
     exp["record"] = {**exp.get("record", {}), **record}
-    config["experiments"] = {"scale_mlp": exp}
+    config["only"] = ["scale_mlp"]
     config["framework_summary"] = []
-    config["probes"] = {"enabled": False}
+    config["probes"]["enabled"] = False
     return config
 
 
@@ -81,14 +80,28 @@ def fresh_workdir(name: str) -> Path:
     return path
 
 
+def write_config(path: Path, config: dict) -> Path:
+    """Write ``config`` for ``--configfile``; raises SystemExit where Snakemake's merge of it
+    over config.yaml would run another config (``configcheck.merge_changes``: a section
+    replaced, so the keys it left out come back)."""
+    from parity.core.configcheck import merge_changes
+
+    with open(REPO / "config.yaml", encoding="utf-8") as f:
+        defaults = yaml.safe_load(f)
+    differ = merge_changes(config, defaults, str(REPO / "schemas" / "config.schema.json"))
+    if differ:
+        raise SystemExit(f"the bench config is not the one Snakemake would run: {differ}")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def run_workflow(
     workdir: Path, config: dict, *targets: str, cores: int = 1, forcerun: tuple[str, ...] = ()
 ) -> str:
     """Run the workflow in ``workdir`` with ``config`` (replacing config.yaml); the rules in
     ``forcerun`` run again even when their outputs are up to date. Returns the output."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg = workdir / "bench-config.yaml"
-    cfg.write_text(yaml.safe_dump(config))
+    cfg = write_config(workdir / "bench-config.yaml", config)
     cmd = [
         SNAKEMAKE,
         "--snakefile",

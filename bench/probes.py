@@ -33,7 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import yaml
-from common import REPO, SNAKEMAKE, machine, table, wall
+from common import REPO, SNAKEMAKE, machine, table, wall, write_config
 
 from parity.plan import versions
 
@@ -227,8 +227,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-probes-") as tmp:
         tmp = Path(tmp)
         names = write_probes(tmp / "probes")
-        cfg = tmp / "bench-config.yaml"
-        cfg.write_text(yaml.safe_dump(config(tmp / "probes")))
+        cfg = write_config(tmp / "bench-config.yaml", config(tmp / "probes"))
         work = tmp / "work"
         work.mkdir()
         if args.stand_in_runners:

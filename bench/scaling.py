@@ -32,7 +32,16 @@ import time
 from pathlib import Path
 
 import yaml
-from common import REPO, SNAKEMAKE, interleaved_medians, machine, mirror_workflow, table, wall
+from common import (
+    REPO,
+    SNAKEMAKE,
+    interleaved_medians,
+    machine,
+    mirror_workflow,
+    table,
+    wall,
+    write_config,
+)
 
 from parity.plan import frameworks, versions
 
@@ -45,8 +54,10 @@ def copies_config(n: int) -> dict:
     with open(REPO / "config.yaml", encoding="utf-8") as f:
         config = yaml.safe_load(f)
     a3 = config["experiments"]["a3_adamw"]
-    config["experiments"] = {f"a3_adamw_c{i + 1}": copy.deepcopy(a3) for i in range(n)}
-    config["probes"] = {"enabled": False}
+    copies = {f"a3_adamw_c{i + 1}": copy.deepcopy(a3) for i in range(n)}
+    config["experiments"].update(copies)
+    config["only"] = list(copies)
+    config["probes"]["enabled"] = False
     config["framework_summary"] = []
     return config
 
@@ -123,8 +134,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix=f"bench-scaling-{n}-") as tmp:
             workdir = Path(tmp)
             config = copies_config(n)
-            cfg = workdir / "bench-config.yaml"
-            cfg.write_text(yaml.safe_dump(config))
+            cfg = write_config(workdir / "bench-config.yaml", config)
             stage_binaries(workdir, config)
             jobs, train = job_counts(workdir, cfg)
             start = time.perf_counter()

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from parity.core import integrity
+from parity.core.configcheck import merge_changes
 from parity.core.fileio import exclusive_lock
 from parity.plan import versions
 from parity.trace.schema import TraceLayout
@@ -139,42 +140,11 @@ def run_workflow(
     return proc
 
 
-def differing_paths(a, b, path: str = "") -> list[str]:
-    """Dotted paths where two nested configs differ (a key only one has counts)."""
-    if not (isinstance(a, dict) and isinstance(b, dict)):
-        return [] if a == b else [path.rstrip(".") or "(the config)"]
-    out = []
-    for key in sorted(set(a) | set(b), key=str):
-        if key not in a or key not in b:
-            out.append(f"{path}{key}")
-        else:
-            out += differing_paths(a[key], b[key], f"{path}{key}.")
-    return out
-
-
 def check_runs_as_written(config: dict) -> None:
-    """Fail a test whose whole config (one with every top-level key of config.yaml) is not
-    what Snakemake runs. Snakemake merges a --configfile over config.yaml, so a key the
-    test left out of a section comes back with config.yaml's value: a test that replaced
-    ``experiments`` with two of them ran all of them. Keys whose config.yaml value is the
-    schema's default may be left out (both configs are compared with the schema's defaults
-    filled in). Leave an experiment out with ``only`` or ``enabled: false``; change a
-    section with ``update``, not a new dict."""
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import update_config, validate
-
-    defaults = load_config()
-    if not set(defaults) <= set(config):
-        return  # a config of overrides only: what it leaves out is meant to stay
-    written, merged = json.loads(json.dumps(config)), json.loads(json.dumps(defaults))
-    update_config(merged, json.loads(json.dumps(config)))
-    schema = str(REPO / "schemas" / "config.schema.json")
-    for c in (written, merged):
-        try:
-            validate(c, schema, set_default=True)
-        except WorkflowError:  # a config the test means to be refused
-            return
-    differ = differing_paths(written, merged)
+    """Fail a test whose whole config is not the one Snakemake runs once merged over
+    config.yaml (``configcheck.merge_changes``): a test that replaced ``experiments`` with
+    two of them ran all of them."""
+    differ = merge_changes(config, load_config(), str(REPO / "schemas" / "config.schema.json"))
     if differ:
         pytest.fail(
             "the test's config is not the one Snakemake runs: merged over config.yaml it "

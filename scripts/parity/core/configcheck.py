@@ -8,6 +8,7 @@ validator Snakemake itself uses) to phrase it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import jsonschema
@@ -45,3 +46,44 @@ def schema_errors(config: Mapping, schema_path: str) -> list[str]:
                 message += " (it holds a line break)"
         messages.append(f"{key_path(best.absolute_path)}: {message}")
     return messages
+
+
+def _differing_paths(a, b, path: str = "") -> list[str]:
+    """Dotted key paths where two nested configs differ (a key only one has counts)."""
+    if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+        return [] if a == b else [path.rstrip(".") or "(the config)"]
+    out = []
+    for key in sorted(set(a) | set(b), key=str):
+        if key not in a or key not in b:
+            out.append(f"{path}{key}")
+        else:
+            out += _differing_paths(a[key], b[key], f"{path}{key}.")
+    return out
+
+
+def merge_changes(config: Mapping, defaults: Mapping, schema_path: str) -> list[str]:
+    """Where the config Snakemake runs differs from ``config``, a whole config (every
+    top-level key of ``defaults``) written to a file for ``--configfile``: Snakemake merges
+    that file over the workflow's ``configfile`` (``defaults``, config.yaml), so a key left
+    out of a section comes back with its default value. A program that replaced
+    ``experiments`` with two of them would run all of them; leave an experiment out with
+    ``only`` or ``enabled: false`` and update a section rather than replace it.
+
+    Both configs are compared with the schema's defaults filled in, so leaving out a key
+    whose config.yaml value is the schema's default changes nothing. Returns the dotted key
+    paths that differ; [] for a config of overrides only (one lacking a top-level key of
+    ``defaults``: what it leaves out is meant to stay) and for a config the schema refuses
+    (the workflow refuses it, naming the key)."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import update_config, validate
+
+    if not set(defaults) <= set(config):
+        return []
+    written, merged = json.loads(json.dumps(config)), json.loads(json.dumps(defaults))
+    update_config(merged, json.loads(json.dumps(config)))
+    for c in (written, merged):
+        try:
+            validate(c, schema_path, set_default=True)
+        except WorkflowError:
+            return []
+    return _differing_paths(written, merged)
