@@ -22,6 +22,7 @@ from parity.plan import limits  # noqa: E402
 from parity.report import matrix as version_matrix  # noqa: E402
 from parity.plan import versions  # noqa: E402
 from parity.core.codeversion import code_version  # noqa: E402
+from parity.core.memo import Memo  # noqa: E402
 from parity.core.config import ConfigError  # noqa: E402
 from parity.core.devices import host_device_problem  # noqa: E402
 from parity.core.fileio import BACKGROUND_NICE  # noqa: E402
@@ -46,6 +47,9 @@ if _DEFAULTS not in map(os.path.abspath, workflow.configfiles):
     config.clear()
     config.update(_merged)
 
+#: This working folder's record of the code versions and probe files of earlier starts
+#: (parity.core.memo): a no-op rerun reads them instead of hashing and validating again.
+MEMO = Memo(os.getcwd())
 LIMITS = limits.settings(config)
 try:
     # Snakemake has parsed the config files already, keeping the last value of a key given
@@ -76,7 +80,7 @@ try:
         raise ConfigError.every(_version_problems)
     PLAN = Plan(config)
     limits.check_plan(PLAN, LIMITS)
-    PROBES = ProbePlan.from_config(config, PARITY_DIR, workdir=os.getcwd())
+    PROBES = ProbePlan.from_config(config, PARITY_DIR, workdir=os.getcwd(), memo=MEMO)
 except (ConfigError, ProbeError) as e:
     raise WorkflowError(f"invalid config (nothing was run):\n  {e}") from None
 if workflow.is_main_process and not workflow.dryrun:
@@ -201,7 +205,7 @@ def code(script):
     """Param ``code`` of a rule: the hash of its script and the parity modules that script
     runs (parity.core.codeversion), so an edit reruns exactly the jobs whose code changed.
     """
-    return code_version(os.path.join(PARITY_DIR, "scripts", script))
+    return code_version(os.path.join(PARITY_DIR, "scripts", script), MEMO)
 
 
 def known_experiment(experiment):

@@ -10,9 +10,12 @@ the comparison jobs and no training job.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from functools import cache
 from pathlib import Path
+
+from parity.core.memo import Memo
 
 #: The ``parity`` package (this module is ``parity.core.codeversion``).
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -82,9 +85,14 @@ def closure(script: str) -> tuple[Path, ...]:
     return tuple(sorted(seen))
 
 
-def code_version(script: str) -> str:
+def code_version(script: str, memo: Memo | None = None) -> str:
     """SHA-256 (16 hex digits) of the script and the ``parity`` files it runs
-    (:func:`closure`), each by its path inside the repository and its bytes."""
+    (:func:`closure`), each by its path inside the repository and its bytes. With ``memo``
+    (``parity.core.memo``), the value recorded while no file of the code has changed."""
+    if memo is not None:
+        root = PACKAGE.parents[1]
+        key = os.path.relpath(Path(script).resolve(), root)
+        return memo.get("code", key, lambda: code_version(script))
     h = hashlib.sha256()
     root = PACKAGE.parents[1]
     for f in closure(script):

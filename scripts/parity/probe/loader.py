@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from parity.core.memo import Memo, probe_key
 from parity.core.yamlfile import _EXPONENT_NUMBER, YamlError, number_hint
 from parity.plan.limits import DEFAULTS as LIMIT_DEFAULTS
 from parity.probe import limits as size_limits
@@ -149,7 +150,9 @@ def parse(path: str | Path, doc: Any, limits: Mapping[str, Any] | None = None) -
     return Probe(name, spec, str(path))
 
 
-def load(path: str | Path, limits: Mapping[str, Any] | None = None) -> Probe:
+def load(
+    path: str | Path, limits: Mapping[str, Any] | None = None, memo: Memo | None = None
+) -> Probe:
     """Read, validate and normalize a probe file.
 
     The file is read by ``yamlfile.load`` (libyaml's safe loader: the probe files are read
@@ -161,13 +164,42 @@ def load(path: str | Path, limits: Mapping[str, Any] | None = None) -> Probe:
     name used before it is defined, a quantity that does not exist, a step whose shapes or
     kinds do not fit (``probe_shapes``), a case expecting an error whose steps are valid,
     reference values whose count or nesting differ from the quantity's shape.
-    """
-    from parity.core import yamlfile
 
+    With ``memo`` (``parity.core.memo``), a file read and validated before, with the same
+    bytes, path, limits and code, is taken from the record instead (the same ``Probe``).
+    """
     lim = limits or LIMIT_DEFAULTS
     path = Path(path)
+    if memo is not None:
+        try:
+            # Within the size limit: a larger file is refused by yamlfile.load below.
+            with open(path, "rb") as f:
+                data = f.read(lim["max_yaml_bytes"] + 1)
+        except OSError:
+            data = None  # yamlfile.load names the problem
+        if data is not None and len(data) <= lim["max_yaml_bytes"]:
+            # The entry is computed from these bytes, the ones its key names.
+            spec = memo.get(
+                "probes", probe_key(path, data, dict(lim)), lambda: _read(path, lim, data).spec
+            )
+            return Probe(path.name.removesuffix(".yaml"), spec, str(path))
+    return _read(path, lim)
+
+
+def _read(path: Path, lim: Mapping[str, Any], data: bytes | None = None) -> Probe:
+    """:func:`load` without the record: the file (or its bytes ``data``) parsed strictly
+    and checked by :func:`parse`."""
+    from parity.core import yamlfile
+
     try:
-        doc = yamlfile.load(path, lim["max_yaml_bytes"], lim["max_yaml_nodes"])
+        if data is None:
+            doc = yamlfile.load(path, lim["max_yaml_bytes"], lim["max_yaml_nodes"])
+        else:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise YamlError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from e
+            doc = yamlfile.loads(text, path, lim["max_yaml_nodes"])
     except YamlError as e:
         raise ProbeError(path, "", e.problem) from e
     return parse(path, doc, lim)
@@ -177,9 +209,10 @@ def discover(
     folder: str | Path,
     select: Sequence[str] | None = None,
     limits: Mapping[str, Any] | None = None,
+    memo: Memo | None = None,
 ) -> dict[str, Probe]:
     """The probes of ``folder`` (every ``*.yaml``, or only ``select``), by name, sorted,
-    each read within ``limits`` (:func:`load`).
+    each read within ``limits`` (:func:`load`, with ``memo``).
 
     Raises :class:`ProbeError` for a missing folder or selected probe, or a malformed file.
     """
@@ -192,4 +225,4 @@ def discover(
         if missing:
             raise ProbeError(folder, "", f"selected probe {missing[0]!r} has no file here")
         names = [n for n in names if n in select]
-    return {n: load(folder / f"{n}.yaml", limits) for n in names}
+    return {n: load(folder / f"{n}.yaml", limits, memo) for n in names}

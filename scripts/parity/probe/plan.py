@@ -13,6 +13,7 @@ from typing import Any
 
 from parity.core import paths
 from parity.core.devices import DEVICES
+from parity.core.memo import Memo
 from parity.plan import limits as size_limits
 from parity.plan import versions
 from parity.plan.frameworks import PROBE_DTYPES, probe_unsupported_reason
@@ -121,7 +122,11 @@ class ProbePlan:
 
     @classmethod
     def from_config(
-        cls, config: Mapping[str, Any], basedir: str | Path, workdir: str | Path | None = None
+        cls,
+        config: Mapping[str, Any],
+        basedir: str | Path,
+        workdir: str | Path | None = None,
+        memo: Memo | None = None,
     ) -> ProbePlan:
         """The config's ``probes`` key resolved (``folder``, ``select``, ``enabled``,
         ``dtypes``: default every one of ``frameworks.PROBE_DTYPES``, independent of the
@@ -133,14 +138,15 @@ class ProbePlan:
         :attr:`Probe.path` is relative to it (``probes/x.yaml`` when it is ``basedir``): a
         job's input then does not name the folder the project lies in, so a copy of the
         project with its results stays up to date. Raises ``format.ProbeError`` for a missing
-        folder or selected probe, or a malformed probe file.
+        folder or selected probe, or a malformed probe file. ``memo``: the working folder's
+        record of probe files read before (``loader.load``).
         """
         settings = config.get("probes") or {}
         folder = Path(settings.get("folder", "probes"))
         folder = folder if folder.is_absolute() else Path(basedir) / folder
         enabled = settings.get("enabled", True)
         limits = size_limits.settings(config)
-        probes = discover(folder, settings.get("select"), limits) if enabled else {}
+        probes = discover(folder, settings.get("select"), limits, memo) if enabled else {}
         if workdir is not None:
             probes = {
                 n: replace(p, path=os.path.relpath(p.path, workdir)) for n, p in probes.items()

@@ -1,0 +1,104 @@
+"""A record, kept in the working folder across Snakemake starts, of two results that every
+start computes while it builds the DAG and that depend only on files: the code version of
+each rule's script (``codeversion.code_version``) and each probe file read and validated
+(``probe.loader.load``: YAML, the JSON Schema, shape inference, normalization). On a no-op
+rerun they were a fifth of this workflow's own start-up (docs/performance.md).
+
+The record is ``.snakemake/parity-memo.json`` under the working folder: JSON, one object
+
+* ``format``: :data:`FORMAT` (another format is ignored);
+* ``stamp``: :func:`code_stamp` of the workflow's code when the record was written;
+* ``code``: script path → code version;
+* ``probes``: key → the normalized probe spec (``Probe.spec``).
+
+Every entry is valid only under the ``stamp`` it was written with: the relative path, size
+and modification time (ns) of every file and folder under ``scripts/`` and ``schemas/``
+(a folder's time changes when a file is added, removed or renamed in it). Any edit, a
+checkout of another commit or a new module gives another stamp, and the record starts
+afresh. A probe's key also holds the file's own bytes (its SHA-256), its path and the size
+limits, so an edited probe file is read again whatever its time. This is the trust
+Snakemake itself puts in modification times; a record that is missing, unreadable or
+malformed is ignored, and writing it is best effort (atomic; a folder that cannot be
+written is read as before, only slower).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from parity.core.fileio import write_text_atomic
+
+#: The layout of the record; another value (an older record) is ignored.
+FORMAT = 1
+#: The record's path, relative to the working folder.
+RECORD = os.path.join(".snakemake", "parity-memo.json")
+#: The workflow's folder (this module is scripts/parity/core/memo.py).
+ROOT = Path(__file__).resolve().parents[3]
+#: What the memoized results are computed from: the code and the schemas.
+WATCHED = ("scripts", "schemas")
+
+
+def code_stamp(root: Path = ROOT, watched: Iterable[str] = WATCHED) -> str:
+    """SHA-256 (hex) of the relative path, size and modification time (ns) of every file
+    and folder under ``root``/``watched`` (``__pycache__`` folders left out), sorted."""
+    rows = []
+    for top in watched:
+        for folder, dirs, files in os.walk(root / top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in [".", *sorted(files)]:
+                path = os.path.join(folder, name)
+                st = os.stat(path)
+                rows.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+class Memo:
+    """The record of one working folder (:data:`RECORD` under ``workdir``), read once.
+
+    Entries read from a record with another stamp are dropped; entries of this stamp that
+    this process neither read nor wrote are dropped at the next write, so the record holds
+    what the current config and code use.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, stamp: str | None = None):
+        self.path = Path(workdir) / RECORD
+        self.stamp = stamp if stamp is not None else code_stamp()
+        self._old: dict[str, dict] = {"code": {}, "probes": {}}
+        self._used: dict[str, dict] = {"code": {}, "probes": {}}
+        try:
+            record = json.loads(self.path.read_text(encoding="utf-8"))
+            if record.get("format") == FORMAT and record.get("stamp") == self.stamp:
+                self._old = {k: dict(record[k]) for k in self._old}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            pass  # no record, or not one of ours: compute everything
+
+    def get(self, kind: str, key: str, compute: Callable[[], Any]) -> Any:
+        """The entry ``key`` of ``kind`` (``code`` or ``probes``): the recorded value, else
+        ``compute()``, recorded. Whatever ``compute`` raises propagates, nothing recorded."""
+        if key in self._old[kind]:
+            value = self._old[kind][key]
+            self._used[kind][key] = value
+            return value
+        value = compute()
+        self._used[kind][key] = value
+        self._old[kind][key] = value
+        self._write()
+        return value
+
+    def _write(self) -> None:
+        record = {"format": FORMAT, "stamp": self.stamp, **self._used}
+        with contextlib.suppress(OSError):  # a read-only working folder: nothing is kept
+            write_text_atomic(self.path, json.dumps(record))
+
+
+def probe_key(path: str | os.PathLike, data: bytes, limits: Any) -> str:
+    """Key of a probe file's entry: SHA-256 of its path, its bytes' SHA-256 and the size
+    limits it was checked against (JSON)."""
+    parts = [str(path), hashlib.sha256(data).hexdigest(), limits]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,121 @@
+"""The working folder's record of code versions and probe files (parity.core.memo): what it
+returns is what computing gives, an edit of the code or of a probe file is seen, and a
+missing, damaged or unwritable record only costs time."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from parity.core import codeversion, memo
+from parity.probe import loader
+from parity.probe.format import ProbeError
+
+from conftest import REPO
+
+PROBE = REPO / "probes" / "conv1d_grad.yaml"
+SCRIPT = str(REPO / "scripts" / "compare.py")
+
+
+def fresh(tmp_path, stamp="s1"):
+    return memo.Memo(tmp_path, stamp)
+
+
+def test_a_recorded_probe_is_the_probe_read_afresh(tmp_path, monkeypatch):
+    probe = loader.load(PROBE)
+    first = loader.load(PROBE, memo=fresh(tmp_path))
+    assert first == probe
+    record = json.loads((tmp_path / memo.RECORD).read_text())
+    assert record["format"] == memo.FORMAT and record["stamp"] == "s1"
+    assert list(record["probes"].values()) == [probe.spec]
+
+    def no_parse(*a, **k):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(loader, "parse", no_parse)
+    assert loader.load(PROBE, memo=fresh(tmp_path)) == probe
+
+
+def test_an_edited_probe_file_is_read_again_whatever_its_time(tmp_path):
+    path = tmp_path / "probes" / "p.yaml"
+    path.parent.mkdir()
+    shutil.copy(PROBE, path)
+    before = loader.load(path, memo=fresh(tmp_path))
+    st = path.stat()
+    # The same size and modification time: only the bytes tell.
+    text = path.read_text()
+    i = text.index("description: ") + len("description: ")
+    path.write_text(text[:i] + "X" + text[i + 1 :])
+    assert path.stat().st_size == st.st_size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = loader.load(path, memo=fresh(tmp_path))
+    assert after.spec["description"].startswith("X") and after != before
+    assert after == loader.load(path)
+
+
+def test_a_code_edit_gives_another_stamp_and_the_record_starts_afresh(tmp_path):
+    root = tmp_path / "wf"
+    (root / "scripts" / "parity").mkdir(parents=True)
+    (root / "schemas").mkdir()
+    module = root / "scripts" / "parity" / "m.py"
+    module.write_text("x = 1\n")
+    stamp = memo.code_stamp(root)
+    assert memo.code_stamp(root) == stamp
+    module.write_text("x = 2\n")
+    os.utime(module, ns=(1, 1))
+    edited = memo.code_stamp(root)
+    assert edited != stamp
+    (root / "scripts" / "parity" / "n.py").write_text("")  # a new module
+    assert memo.code_stamp(root) not in (stamp, edited)
+
+    calls = []
+    fresh(tmp_path, stamp).get("code", "a.py", lambda: calls.append(1) or "h1")
+    assert fresh(tmp_path, stamp).get("code", "a.py", lambda: "never") == "h1"
+    assert fresh(tmp_path, edited).get("code", "a.py", lambda: "h2") == "h2"
+    assert calls == [1]
+
+
+def test_a_recorded_code_version_is_the_computed_one(tmp_path):
+    plain = codeversion.code_version(SCRIPT)
+    assert codeversion.code_version(SCRIPT, fresh(tmp_path)) == plain
+    record = json.loads((tmp_path / memo.RECORD).read_text())
+    assert record["code"] == {"scripts/compare.py": plain}
+    assert codeversion.code_version(SCRIPT, fresh(tmp_path)) == plain
+
+
+@pytest.mark.parametrize(
+    "content", ["{not json", '{"format": 1, "stamp": "s1", "code": 3}', "[]", ""]
+)
+def test_a_damaged_record_is_ignored(tmp_path, content):
+    (tmp_path / memo.RECORD).parent.mkdir(parents=True)
+    (tmp_path / memo.RECORD).write_text(content)
+    assert loader.load(PROBE, memo=fresh(tmp_path)) == loader.load(PROBE)
+    assert json.loads((tmp_path / memo.RECORD).read_text())["stamp"] == "s1"
+
+
+def test_an_unwritable_record_only_costs_time(tmp_path):
+    # A record path that cannot be replaced (a folder there; a read-only folder does the
+    # same for users other than root).
+    (tmp_path / memo.RECORD).mkdir(parents=True)
+    assert loader.load(PROBE, memo=fresh(tmp_path)) == loader.load(PROBE)
+    assert codeversion.code_version(SCRIPT, fresh(tmp_path)) == codeversion.code_version(SCRIPT)
+
+
+def test_a_refused_probe_file_is_not_recorded_and_refused_again(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(PROBE.read_text().replace("cases:", "cases_typo:", 1))
+    for _ in range(2):
+        with pytest.raises(ProbeError):
+            loader.load(path, memo=fresh(tmp_path))
+    assert not (tmp_path / memo.RECORD).exists()
+
+
+def test_entries_the_run_did_not_use_are_dropped_at_the_next_write(tmp_path):
+    m = fresh(tmp_path)
+    m.get("code", "a", lambda: "1")
+    m.get("code", "b", lambda: "2")
+    m = fresh(tmp_path)
+    m.get("code", "a", lambda: "never")
+    m.get("code", "c", lambda: "3")
+    assert json.loads((tmp_path / memo.RECORD).read_text())["code"] == {"a": "1", "c": "3"}
