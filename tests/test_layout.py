@@ -10,6 +10,10 @@
   there would rerun the whole stage on any edit), except the framework registry;
 * no Python module and no Rust source file outside tests is over 500 lines;
 * the Rust crates have no import circles between their modules;
+* Rust code (crates, their tests, the own-model examples) calls ``std::env::temp_dir()``
+  only inside the ``impl`` of a guard type whose ``Drop`` removes the folder
+  (``remove_dir_all``), so a test run leaves no folder behind in the system's temporary
+  directory, a failed test included;
 * ``rules/common.smk`` holds only what every stage needs (under 350 lines); each stage's
   input functions sit in its own rule file.
 """
@@ -265,6 +269,73 @@ def test_the_rust_use_reader_resolves_super_and_braces():
 def test_no_rust_source_outside_tests_is_over_500_lines():
     files = [f for crate in rust_crates() for f in rust_sources(crate) if not is_test_file(f)]
     assert not long_files(files), f"split by concern: {long_files(files)}"
+
+
+#: String literals, char literals and comments, blanked before the Rust code is read (a
+#: ``{`` in a string or a ``temp_dir()`` in a doc comment is not code).
+RUST_NOT_CODE = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'|//[^\n]*|/\*.*?\*/', re.S)
+RUST_IMPL = re.compile(r"\bimpl\s+(Drop\s+for\s+)?(\w+)\s*\{")
+
+
+def rust_blocks(code: str) -> list[tuple[bool, str, int, int]]:
+    """``(is_drop, type, start, end)`` of each ``impl T {`` / ``impl Drop for T {`` block."""
+    out = []
+    for m in RUST_IMPL.finditer(code):
+        depth, i = 0, m.end() - 1
+        for i in range(m.end() - 1, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                break
+        out.append((bool(m.group(1)), m.group(2), m.start(), i))
+    return out
+
+
+def unguarded_temp_dirs(text: str) -> list[int]:
+    """Lines of the ``temp_dir()`` calls in Rust source ``text`` that are not inside the
+    ``impl`` of a type whose ``impl Drop`` calls ``remove_dir_all``."""
+    code = RUST_NOT_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    blocks = rust_blocks(code)
+    guards = {t for drop, t, a, b in blocks if drop and "remove_dir_all" in code[a:b]}
+    return [
+        code.count("\n", 0, m.start()) + 1
+        for m in re.finditer(r"\btemp_dir\s*\(\s*\)", code)
+        if not any(not drop and t in guards and a < m.start() < b for drop, t, a, b in blocks)
+    ]
+
+
+def test_the_temp_dir_reader_tells_a_guard_from_a_leak():
+    guard = (
+        "struct T(PathBuf);\nimpl T {\n    fn new() -> Self {\n"
+        '        let d = std::env::temp_dir().join(format!("x-{}", 1));\n'
+        "        Self(d)\n    }\n}\n"
+        "impl Drop for T {\n    fn drop(&mut self) {\n"
+        "        let _ = std::fs::remove_dir_all(&self.0);\n    }\n}\n"
+    )
+    assert unguarded_temp_dirs(guard) == []
+    # The burn tests' old per-process folder, never removed; a doc comment does not count.
+    leak = '/// uses temp_dir()\nfn dir() -> PathBuf {\n    std::env::temp_dir().join("y")\n}\n'
+    assert unguarded_temp_dirs(leak) == [3]
+    # A Drop that does not remove the folder is no guard.
+    assert unguarded_temp_dirs(guard.replace("remove_dir_all", "remove_file")) == [4]
+    # Removed at the end of the test only: a failed assertion leaves the folder.
+    inline = "fn t() {\n    let d = temp_dir();\n    std::fs::remove_dir_all(&d).unwrap();\n}\n"
+    assert unguarded_temp_dirs(inline) == [2]
+
+
+def test_rust_temporary_folders_are_removed_on_drop():
+    files = [
+        f
+        for top in (RUST, REPO / "examples")
+        for f in sorted(top.rglob("*.rs"))
+        if "target" not in f.relative_to(REPO).parts
+    ]
+    assert any("temp_dir()" in f.read_text(encoding="utf-8") for f in files)
+    leaks = [
+        f"{f.relative_to(REPO)}:{line}"
+        for f in files
+        for line in unguarded_temp_dirs(f.read_text(encoding="utf-8"))
+    ]
+    assert not leaks, f"temp_dir() outside a guard removed on drop (see TempDir): {leaks}"
 
 
 # ----- rules ---------------------------------------------------------------------------

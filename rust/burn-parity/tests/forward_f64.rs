@@ -1,6 +1,7 @@
 //! Layout checks of the f64 forward pass (see common/mod.rs); one process per float type.
 
 mod common;
+mod tempdir;
 
 #[test]
 fn linear_from_a_fixture_computes_torch_linear() {

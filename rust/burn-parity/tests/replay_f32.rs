@@ -1,6 +1,7 @@
 //! Replay self-consistency in f32 (see replay_common/mod.rs); one process per float type.
 
 mod replay_common;
+mod tempdir;
 
 #[test]
 fn all_cases_replay_their_training_steps() {

@@ -3,6 +3,7 @@
 // Only the fixture writer, the specs and the frame decoder of the replay helpers are used here.
 #[allow(dead_code)]
 mod replay_common;
+mod tempdir;
 mod transformer_cases;
 
 #[test]

@@ -67,11 +67,28 @@ pub fn emit(dependency: &str, version_env: &str) {
 mod tests {
     use super::*;
 
+    /// A folder under the system's temporary directory, removed on drop (so also when an
+    /// assertion fails).
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            let dir = std::env::temp_dir().join(format!("parity-lock-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn reads_the_locked_version_of_a_package() {
-        let dir = std::env::temp_dir().join(format!("parity-lock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let lock = dir.join("Cargo.lock");
+        let dir = TempDir::new();
+        let lock = dir.0.join("Cargo.lock");
         std::fs::write(
             &lock,
             "[[package]]\nname = \"a\"\nversion = \"1.0.0\"\n\n[[package]]\nname = \"candle-core\"\nversion = \"0.11.0\"\n",
@@ -79,6 +96,5 @@ mod tests {
         .unwrap();
         assert_eq!(lock_version(&lock, "candle-core"), "0.11.0");
         assert_eq!(lock_version(&lock, "burn"), "unknown");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -15,8 +15,10 @@ use burn_parity::model::Net;
 use parity_common::frames::RawTensor;
 use parity_common::spec::{DeviceKind, FloatType, Model, RunSpec};
 
+use crate::tempdir::{Fixture, TempDir};
+
 /// Writes a fixture (float32 tensors and optional int64 labels `y`) to a temporary folder
-/// and returns a one-step SGD run spec for it.
+/// and returns a one-step SGD run spec for it, with the folder (removed when dropped).
 fn fixture_spec(
     tag: &str,
     model: serde_json::Value,
@@ -24,10 +26,9 @@ fn fixture_spec(
     tensors: Vec<(&str, Vec<usize>, Vec<f32>)>,
     labels: Option<(Vec<usize>, Vec<i64>)>,
     dtype: &str,
-) -> RunSpec {
-    let dir = std::env::temp_dir().join(format!("burn-parity-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{tag}-{dtype}.safetensors"));
+) -> Fixture {
+    let dir = TempDir::new("test");
+    let path = dir.path().join(format!("{tag}-{dtype}.safetensors"));
     let mut raw: Vec<(String, RawTensor)> = tensors
         .into_iter()
         .map(|(n, shape, v)| {
@@ -56,7 +57,7 @@ fn fixture_spec(
         "params": params,
         "fault": {"kind": "none"}
     });
-    RunSpec::from_json(&spec.to_string()).unwrap()
+    Fixture::new(RunSpec::from_json(&spec.to_string()).unwrap(), dir)
 }
 
 /// Host values of a forward output (or an exported tensor), widened to f64, and whether

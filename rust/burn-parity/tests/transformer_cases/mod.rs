@@ -12,6 +12,7 @@ use burn_parity::transformer::Transformer;
 use parity_common::spec::{DeviceKind, FloatType, Optimizer, RunSpec};
 
 use crate::replay_common::{self, adam, adamw, sgd, transformer, widen};
+use crate::tempdir::Fixture;
 
 const B: usize = 3;
 const T: usize = 5;
@@ -19,7 +20,7 @@ const V: usize = 11;
 const D: usize = 8;
 const HEADS: usize = 2;
 
-fn tiny(tag: &str, optimizer: serde_json::Value, steps: u32, dtype: &str) -> RunSpec {
+fn tiny(tag: &str, optimizer: serde_json::Value, steps: u32, dtype: &str) -> Fixture {
     replay_common::spec(tag, transformer(), "cross_entropy", optimizer, steps, dtype)
 }
 
