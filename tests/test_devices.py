@@ -126,7 +126,7 @@ def test_device_target_runs_only_that_device(tmp_path):
 def test_device_target_outside_devices_plans_its_probe_batches(tmp_path):
     """`snakemake cuda` with the default `devices: [cpu]` (docs/devices.md): the cuda
     probe batches run every probe (they were refused as running nothing)."""
-    probes = {**sgd_only()["probes"], "select": ["conv1d_grad"], "dtypes": ["f32"]}
+    probes = {**sgd_only()["probes"], "enabled": True, "select": ["conv1d_grad"], "dtypes": ["f32"]}
     proc = dry(tmp_path, sgd_only(devices=["cpu"], probes=probes), "cuda")
     batches = re.findall(r"results/logs/probes/(\S+?)\.log", proc.stdout)
     assert "torch-f32-cuda" in batches and "candle-f32-cuda" in batches

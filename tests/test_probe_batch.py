@@ -493,7 +493,8 @@ def test_the_real_runner_answers_a_batch(crate, request, tmp_path):
 
 def batch_config(folder: Path) -> dict:
     config = load_test_config("probes")
-    config["probes"] = {"folder": str(folder), "select": None}
+    # Every probe dtype (f16 and bf16 too): one batch per framework and dtype.
+    config["probes"].update(folder=str(folder), select=None, dtypes=["f32", "f64", "f16", "bf16"])
     config["devices"] = ["cpu"]
     config["dtypes"] = ["f32", "f64"]
     config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions.py
