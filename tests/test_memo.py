@@ -119,3 +119,58 @@ def test_entries_the_run_did_not_use_are_dropped_at_the_next_write(tmp_path):
     m.get("code", "a", lambda: "never")
     m.get("code", "c", lambda: "3")
     assert json.loads((tmp_path / memo.RECORD).read_text())["code"] == {"a": "1", "c": "3"}
+
+
+def workflow(tmp_path):
+    """A workflow folder with one module, scripts/parity/m.py, and an empty schemas/."""
+    root = tmp_path / "wf"
+    (root / "scripts" / "parity").mkdir(parents=True)
+    (root / "schemas").mkdir()
+    (root / "scripts" / "parity" / "m.py").write_text("x = 1\n")
+    return root
+
+
+def test_an_edit_that_keeps_size_and_times_gives_another_stamp(tmp_path):
+    # A file system with coarse times, or a copy or archive with normalized times: the
+    # code changes, its size and modification time do not. A stale stamp here would keep
+    # the old code version, and the jobs of the edited code would not rerun.
+    root = workflow(tmp_path)
+    module = root / "scripts" / "parity" / "m.py"
+    st, folder = module.stat(), module.parent.stat()
+    stamp = memo.code_stamp(root)
+    module.write_text("x = 2\n")
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(module.parent, ns=(folder.st_atime_ns, folder.st_mtime_ns))
+    assert memo.code_stamp(root) != stamp
+    module.write_text("x = 1\n")
+    assert memo.code_stamp(root) == stamp
+
+
+def test_another_python_or_library_version_gives_another_stamp(tmp_path, monkeypatch):
+    # The probe entries are what PyYAML and jsonschema made of the files.
+    root = workflow(tmp_path)
+    site = tmp_path / "site"
+    (site / "fakelib").mkdir(parents=True)
+    (site / "fakelib" / "__init__.py").write_text("")
+    (site / "fakelib-1.0.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    stamp = memo.code_stamp(root, names=("fakelib",))
+    assert memo.libraries(("fakelib",))[1:] == ["fakelib-1.0.dist-info"]
+    assert memo.code_stamp(root, names=("fakelib",)) == stamp
+    (site / "fakelib-1.0.dist-info").rename(site / "fakelib-1.1.dist-info")
+    upgraded = memo.code_stamp(root, names=("fakelib",))
+    assert upgraded != stamp
+    monkeypatch.setattr(memo.sys, "version", "3.99.0 (another build)")
+    assert memo.code_stamp(root, names=("fakelib",)) not in (stamp, upgraded)
+    assert memo.libraries(("no_such_package_here",)) == [memo.sys.version]
+
+
+def test_a_dangling_link_or_editor_lock_does_not_stop_a_start(tmp_path):
+    # Emacs marks a file being edited with `.#name`, a link to a target that does not
+    # exist; a start while it is there must not fail on it.
+    root = workflow(tmp_path)
+    stamp = memo.code_stamp(root)
+    (root / "scripts" / "parity" / ".#m.py").symlink_to("user@host.123:1700000000")
+    assert memo.code_stamp(root) == stamp
+    (root / "scripts" / "parity" / "gone.py").symlink_to(root / "missing.py")
+    assert memo.code_stamp(root) not in (stamp, None)

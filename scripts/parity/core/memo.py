@@ -11,23 +11,28 @@ The record is ``.snakemake/parity-memo.json`` under the working folder: JSON, on
 * ``code``: script path → code version;
 * ``probes``: key → the normalized probe spec (``Probe.spec``).
 
-Every entry is valid only under the ``stamp`` it was written with: the relative path, size
-and modification time (ns) of every file and folder under ``scripts/`` and ``schemas/``
-(a folder's time changes when a file is added, removed or renamed in it). Any edit, a
-checkout of another commit or a new module gives another stamp, and the record starts
-afresh. A probe's key also holds the file's own bytes (its SHA-256), its path and the size
-limits, so an edited probe file is read again whatever its time. This is the trust
-Snakemake itself puts in modification times; a record that is missing, unreadable or
-malformed is ignored, and writing it is best effort (atomic; a folder that cannot be
-written is read as before, only slower).
+Every entry is valid only under the ``stamp`` it was written with (:func:`code_stamp`):
+the relative path and bytes of every file under ``scripts/`` and ``schemas/``, the Python
+version and the distributions installed beside PyYAML and jsonschema (which read and check
+probe files). Any edit, a checkout of another commit, a new module or a library upgrade
+gives another stamp, and the record starts afresh. The stamp reads the files' bytes rather
+than trusting their sizes and modification times: an edit that keeps both (a file system
+with coarse times, a copy or archive with normalized times, two checkouts sharing one
+working folder) would otherwise be missed, and hashing them costs about 1 ms more than
+stat-ing them. A probe's key also holds the file's own bytes (its SHA-256), its path and
+the size limits, so an edited probe file is read again. A record that is missing,
+unreadable or malformed is ignored, and writing it is best effort (atomic; a folder that
+cannot be written is read as before, only slower).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -42,20 +47,49 @@ RECORD = os.path.join(".snakemake", "parity-memo.json")
 ROOT = Path(__file__).resolve().parents[3]
 #: What the memoized results are computed from: the code and the schemas.
 WATCHED = ("scripts", "schemas")
+#: The libraries whose versions shape a probe's entry (YAML parsing, JSON Schema checks).
+LIBRARIES = ("yaml", "jsonschema")
 
 
-def code_stamp(root: Path = ROOT, watched: Iterable[str] = WATCHED) -> str:
-    """SHA-256 (hex) of the relative path, size and modification time (ns) of every file
-    and folder under ``root``/``watched`` (``__pycache__`` folders left out), sorted."""
-    rows = []
+def libraries(names: Iterable[str] = LIBRARIES) -> list[str]:
+    """The Python version (``sys.version``) and, sorted, the ``*.dist-info``/``*.egg-info``
+    names (which carry each distribution's version) in every folder that holds one of the
+    packages ``names``: an upgrade of PyYAML, jsonschema or anything installed beside them
+    changes it. A package that is not installed adds nothing. About 0.2 ms."""
+    out, folders = [sys.version], []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin is not None:
+            folder = os.path.dirname(os.path.dirname(spec.origin))
+            if folder not in folders:
+                folders.append(folder)
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            found = os.listdir(folder)
+            out += sorted(e for e in found if e.endswith((".dist-info", ".egg-info")))
+    return out
+
+
+def code_stamp(
+    root: Path = ROOT, watched: Iterable[str] = WATCHED, names: Iterable[str] = LIBRARIES
+) -> str:
+    """SHA-256 (hex) of :func:`libraries` of ``names`` and of the relative path and bytes of
+    every file under ``root``/``watched``, sorted. Left out: ``__pycache__`` and names that
+    start with a dot (editor swap and lock files; nothing imports them). A file that cannot
+    be read (a dangling link, removed while walked) counts as its path and the error."""
+    h = hashlib.sha256(json.dumps(libraries(names)).encode())
     for top in watched:
         for folder, dirs, files in os.walk(root / top):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in [".", *sorted(files)]:
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+            for name in sorted(f for f in files if not f.startswith(".")):
                 path = os.path.join(folder, name)
-                st = os.stat(path)
-                rows.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
-    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+                try:
+                    with open(path, "rb") as f:
+                        digest = hashlib.sha256(f.read()).hexdigest()
+                except OSError as e:
+                    digest = f"unreadable: {e.strerror}"
+                h.update(json.dumps([os.path.relpath(path, root), digest]).encode())
+    return h.hexdigest()
 
 
 class Memo:
