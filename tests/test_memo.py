@@ -213,3 +213,17 @@ def test_new_entries_are_written_once_not_once_each(tmp_path, monkeypatch):
     assert [m.get("code", k, lambda: "never") for k in "abc"] == ["aa", "bb", "cc"]
     m.save()  # nothing new
     assert len(writes) == 1
+
+
+def test_a_linked_folder_is_followed_and_a_cycle_ends(tmp_path):
+    # `scripts/parity/vendor` a link to a folder elsewhere: code_version hashes the modules
+    # imported through it, so an edit there must give another stamp.
+    root = workflow(tmp_path)
+    other = tmp_path / "vendor"
+    other.mkdir()
+    (other / "v.py").write_text("a = 1\n")
+    (root / "scripts" / "parity" / "vendor").symlink_to(other, target_is_directory=True)
+    (other / "loop").symlink_to(root / "scripts", target_is_directory=True)
+    stamp = memo.code_stamp(root)
+    (other / "v.py").write_text("a = 2\n")
+    assert memo.code_stamp(root) != stamp

@@ -76,11 +76,18 @@ def code_stamp(
 ) -> str:
     """SHA-256 (hex) of :func:`libraries` of ``names`` and of the relative path and bytes of
     every file under ``root``/``watched``, sorted. Left out: ``__pycache__`` and names that
-    start with a dot (editor swap and lock files; nothing imports them). A file that cannot
-    be read (a dangling link, removed while walked) counts as its path and the error."""
+    start with a dot (editor swap and lock files; nothing imports them). A linked folder is
+    followed (its modules are imported through the link), each real folder once, so a cycle
+    ends. A file that cannot be read (a dangling link, removed while walked) counts as its
+    path and the error."""
     h = hashlib.sha256(json.dumps(libraries(names)).encode())
+    seen = set()
     for top in watched:
-        for folder, dirs, files in os.walk(root / top):
+        for folder, dirs, files in os.walk(root / top, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:
+                dirs[:], files = [], []
+            seen.add(real)
             dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
             for name in sorted(f for f in files if not f.startswith(".")):
                 path = os.path.join(folder, name)
