@@ -227,3 +227,17 @@ def test_a_linked_folder_is_followed_and_a_cycle_ends(tmp_path):
     stamp = memo.code_stamp(root)
     (other / "v.py").write_text("a = 2\n")
     assert memo.code_stamp(root) != stamp
+
+
+def test_a_folder_removed_while_walked_does_not_stop_a_start(tmp_path, monkeypatch):
+    # A start while `git checkout` removes a folder: os.walk listed it, it is gone.
+    root = workflow(tmp_path)
+    stamp = memo.code_stamp(root)
+    walk = os.walk
+
+    def walk_with_a_gone_folder(top, **kwargs):
+        yield os.path.join(top, "gone"), [], ["x.py"]
+        yield from walk(top, **kwargs)
+
+    monkeypatch.setattr(memo.os, "walk", walk_with_a_gone_folder)
+    assert memo.code_stamp(root) == stamp

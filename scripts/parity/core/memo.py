@@ -79,13 +79,16 @@ def code_stamp(
     start with a dot (editor swap and lock files; nothing imports them). A linked folder is
     followed (its modules are imported through the link), each real folder once, so a cycle
     ends. A file that cannot be read (a dangling link, removed while walked) counts as its
-    path and the error."""
+    path and the error; a folder removed while walked counts as nothing."""
     h = hashlib.sha256(json.dumps(libraries(names)).encode())
     seen = set()  # (device, inode) of each folder walked
     skip = len(str(root)) + 1
     for top in watched:
         for folder, dirs, files in os.walk(root / top, followlinks=True):
-            st = os.stat(folder)
+            try:
+                st = os.stat(folder)
+            except OSError:  # removed while walked (a checkout of another commit)
+                continue
             if (st.st_dev, st.st_ino) in seen:
                 dirs[:], files = [], []
             seen.add((st.st_dev, st.st_ino))
