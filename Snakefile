@@ -45,6 +45,11 @@ include: "rules/faults.smk"
 include: "rules/fuzz.smk"
 
 
+# What the rules' code versions and probe files gave, written once for the next start and
+# for jobs that read this Snakefile again (parity.core.memo).
+MEMO.save()
+
+
 onerror:
     write_partial_summary()
     write_remote_status()
