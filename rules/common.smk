@@ -22,7 +22,7 @@ from parity.plan import limits  # noqa: E402
 from parity.report import matrix as version_matrix  # noqa: E402
 from parity.plan import versions  # noqa: E402
 from parity.core.codeversion import code_version  # noqa: E402
-from parity.core.memo import Memo  # noqa: E402
+from parity.core.memo import Memo, json_key  # noqa: E402
 from parity.core.config import ConfigError  # noqa: E402
 from parity.core.devices import host_device_problem  # noqa: E402
 from parity.core.fileio import BACKGROUND_NICE  # noqa: E402
@@ -64,8 +64,25 @@ except (yamlfile.YamlError, ConfigError) as e:
 # The JSON twin of schemas/config.schema.yaml (scripts/dev/schema_json.py): Snakemake parses
 # a YAML schema with a pure-Python parser on every start: 0.09 s against 0.5 ms as JSON.
 CONFIG_SCHEMA = os.path.join(PARITY_DIR, "schemas", "config.schema.json")
+
+
+def _validated(given):
+    """``given`` checked against the config schema, the schema's defaults filled in."""
+    validate(given, CONFIG_SCHEMA)
+    return given
+
+
 try:
-    validate(config, CONFIG_SCHEMA)
+    # A config validated before (the same config and schema) is taken from the record.
+    _key = json_key(dict(config))
+    if _key is None:
+        validate(config, CONFIG_SCHEMA)
+    else:
+        _checked = MEMO.get(
+            "config", _key, lambda: _validated(copy.deepcopy(dict(config)))
+        )
+        config.clear()
+        config.update(copy.deepcopy(_checked))
 except WorkflowError:
     # Snakemake's message prints the whole sub-schema; say where and why instead.
     from parity.core.configcheck import schema_errors

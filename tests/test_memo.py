@@ -138,7 +138,7 @@ def test_entries_the_run_did_not_use_are_dropped_at_the_next_write(tmp_path):
     assert json.loads((tmp_path / memo.RECORD).read_text())["code"] == {"a": "1", "c": "3"}
 
 
-def workflow(tmp_path):
+def workflow_folder(tmp_path):
     """A workflow folder with one module, scripts/parity/m.py, and an empty schemas/."""
     root = tmp_path / "wf"
     (root / "scripts" / "parity").mkdir(parents=True)
@@ -151,7 +151,7 @@ def test_an_edit_that_keeps_size_and_times_gives_another_stamp(tmp_path):
     # A file system with coarse times, or a copy or archive with normalized times: the
     # code changes, its size and modification time do not. A stale stamp here would keep
     # the old code version, and the jobs of the edited code would not rerun.
-    root = workflow(tmp_path)
+    root = workflow_folder(tmp_path)
     module = root / "scripts" / "parity" / "m.py"
     st, folder = module.stat(), module.parent.stat()
     stamp = memo.code_stamp(root)
@@ -165,7 +165,7 @@ def test_an_edit_that_keeps_size_and_times_gives_another_stamp(tmp_path):
 
 def test_another_python_or_library_version_gives_another_stamp(tmp_path, monkeypatch):
     # The probe entries are what PyYAML and jsonschema made of the files.
-    root = workflow(tmp_path)
+    root = workflow_folder(tmp_path)
     site = tmp_path / "site"
     (site / "fakelib").mkdir(parents=True)
     (site / "fakelib" / "__init__.py").write_text("")
@@ -185,7 +185,7 @@ def test_another_python_or_library_version_gives_another_stamp(tmp_path, monkeyp
 def test_a_dangling_link_or_editor_lock_does_not_stop_a_start(tmp_path):
     # Emacs marks a file being edited with `.#name`, a link to a target that does not
     # exist; a start while it is there must not fail on it.
-    root = workflow(tmp_path)
+    root = workflow_folder(tmp_path)
     stamp = memo.code_stamp(root)
     (root / "scripts" / "parity" / ".#m.py").symlink_to("user@host.123:1700000000")
     assert memo.code_stamp(root) == stamp
@@ -218,7 +218,7 @@ def test_new_entries_are_written_once_not_once_each(tmp_path, monkeypatch):
 def test_a_linked_folder_is_followed_and_a_cycle_ends(tmp_path):
     # `scripts/parity/vendor` a link to a folder elsewhere: code_version hashes the modules
     # imported through it, so an edit there must give another stamp.
-    root = workflow(tmp_path)
+    root = workflow_folder(tmp_path)
     other = tmp_path / "vendor"
     other.mkdir()
     (other / "v.py").write_text("a = 1\n")
@@ -231,7 +231,7 @@ def test_a_linked_folder_is_followed_and_a_cycle_ends(tmp_path):
 
 def test_a_folder_removed_while_walked_does_not_stop_a_start(tmp_path, monkeypatch):
     # A start while `git checkout` removes a folder: os.walk listed it, it is gone.
-    root = workflow(tmp_path)
+    root = workflow_folder(tmp_path)
     stamp = memo.code_stamp(root)
     walk = os.walk
 
@@ -241,3 +241,38 @@ def test_a_folder_removed_while_walked_does_not_stop_a_start(tmp_path, monkeypat
 
     monkeypatch.setattr(memo.os, "walk", walk_with_a_gone_folder)
     assert memo.code_stamp(root) == stamp
+
+
+def test_a_config_key_is_given_only_where_json_gives_the_config_back():
+    assert memo.json_key({"b": [1, 2.5], "a": {"x": None}}) == memo.json_key(
+        {"a": {"x": None}, "b": [1, 2.5]}
+    )
+    for bad in ({"a": float("nan")}, {"a": (1, 2)}, {1: "a"}, {"a": {1, 2}}):
+        assert memo.json_key(bad) is None, bad
+
+
+def test_a_recorded_config_is_the_validated_one_and_a_bad_one_is_refused_again(tmp_path):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from conftest import load_config
+
+    schema = str(REPO / "schemas" / "config.schema.json")
+
+    def validated(c):
+        validate(c, schema)
+        return c
+
+    given = load_config()
+    expected = validated(json.loads(json.dumps(given)))
+    key = memo.json_key(given)
+    m = fresh(tmp_path)
+    got = m.get("config", key, lambda: validated(json.loads(json.dumps(given))))
+    m.save()
+    assert got == expected
+    assert fresh(tmp_path).get("config", key, lambda: "never") == expected
+    bad = load_config()
+    bad["tolerance"] = -1.0
+    for _ in range(2):
+        with pytest.raises(WorkflowError):
+            fresh(tmp_path).get("config", memo.json_key(bad), lambda: validated(bad))

@@ -1,15 +1,18 @@
 """A record, kept in the working folder across Snakemake starts, of two results that every
-start computes while it builds the DAG and that depend only on files: the code version of
-each rule's script (``codeversion.code_version``) and each probe file read and validated
-(``probe.loader.load``: YAML, the JSON Schema, shape inference, normalization). On a no-op
-rerun they were a fifth of this workflow's own start-up (docs/performance.md).
+start computes while it builds the DAG and that depend only on files and the config: the
+code version of each rule's script (``codeversion.code_version``), each probe file read and
+validated (``probe.loader.load``: YAML, the JSON Schema, shape inference, normalization)
+and the config checked against its schema with the schema's defaults filled in (which
+imports jsonschema, 0.1 s alone). On a no-op rerun they were a fifth of this workflow's own
+start-up (docs/performance.md).
 
 The record is ``.snakemake/parity-memo.json`` under the working folder: JSON, one object
 
 * ``format``: :data:`FORMAT` (another format is ignored);
 * ``stamp``: :func:`code_stamp` of the workflow's code when the record was written;
 * ``code``: script path → code version;
-* ``probes``: key → the normalized probe spec (``Probe.spec``).
+* ``probes``: key → the normalized probe spec (``Probe.spec``);
+* ``config``: :func:`json_key` of a config as given → that config validated, defaults in.
 
 Every entry is valid only under the ``stamp`` it was written with (:func:`code_stamp`):
 the relative path and bytes of every file under ``scripts/`` and ``schemas/``, the Python
@@ -41,13 +44,15 @@ from typing import Any
 from parity.core.fileio import write_text_atomic
 
 #: The layout of the record; another value (an older record) is ignored.
-FORMAT = 1
+FORMAT = 2
 #: The record's path, relative to the working folder.
 RECORD = os.path.join(".snakemake", "parity-memo.json")
 #: The workflow's folder (this module is scripts/parity/core/memo.py).
 ROOT = Path(__file__).resolve().parents[3]
 #: What the memoized results are computed from: the code and the schemas.
 WATCHED = ("scripts", "schemas")
+#: The kinds of entries.
+KINDS = ("code", "probes", "config")
 #: The libraries whose versions shape a probe's entry (YAML parsing, JSON Schema checks).
 LIBRARIES = ("yaml", "jsonschema")
 
@@ -119,8 +124,8 @@ class Memo:
     def __init__(self, workdir: str | os.PathLike, stamp: str | None = None):
         self.path = Path(workdir) / RECORD
         self.stamp = stamp if stamp is not None else code_stamp()
-        self._old: dict[str, dict] = {"code": {}, "probes": {}}
-        self._used: dict[str, dict] = {"code": {}, "probes": {}}
+        self._old: dict[str, dict] = {kind: {} for kind in KINDS}
+        self._used: dict[str, dict] = {kind: {} for kind in KINDS}
         self._new = False
         atexit.register(self.save)
         try:
@@ -131,7 +136,7 @@ class Memo:
             pass  # no record, or not one of ours: compute everything
 
     def get(self, kind: str, key: str, compute: Callable[[], Any]) -> Any:
-        """The entry ``key`` of ``kind`` (``code`` or ``probes``): the recorded value, else
+        """The entry ``key`` of ``kind`` (one of :data:`KINDS`): the recorded value, else
         ``compute()``, recorded (written by :meth:`save`). Whatever ``compute`` raises
         propagates, nothing recorded."""
         if key in self._old[kind]:
@@ -159,3 +164,16 @@ def probe_key(path: str | os.PathLike, data: bytes, limits: Any) -> str:
     limits it was checked against (JSON)."""
     parts = [str(path), hashlib.sha256(data).hexdigest(), limits]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def json_key(value: Any) -> str | None:
+    """Key of a JSON value's entry: SHA-256 of its canonical JSON (sorted keys), or None
+    when JSON would not give ``value`` back unchanged (a non-string key, a tuple, NaN), so
+    an entry made from it could differ from what computing gives."""
+    try:
+        text = json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if json.loads(text) != value:
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
