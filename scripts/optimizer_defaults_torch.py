@@ -1,11 +1,9 @@
-"""Snakemake job: PyTorch's optimizer defaults, read from torch itself."""
+"""Snakemake job: PyTorch's optimizer defaults, read from torch itself.
 
-from parity.core.fileio import job_start
+The body is parity.jobs.optimizer_defaults_torch, run in a fork of an interpreter that has already
+imported torch where it can (parity.core.warm)."""
 
-sm = snakemake  # noqa: F821
-# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
-log = job_start(sm)
+from parity.core.warm import run_job
+from parity.jobs import optimizer_defaults_torch
 
-from parity.run import defaults
-
-defaults.write(sm.output[0], defaults.torch_defaults())
+run_job(snakemake, optimizer_defaults_torch.main)  # noqa: F821

@@ -1,15 +1,9 @@
-"""Snakemake job: one PyTorch run with the settings its rule resolved (see
-parity.run.torch)."""
+"""Snakemake job: one PyTorch run with the settings its rule resolved.
 
-from parity.core.fileio import job_start
+The body is parity.jobs.train_torch, run in a fork of an interpreter that has already
+imported torch where it can (parity.core.warm)."""
 
-sm = snakemake  # noqa: F821
-# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
-log = job_start(sm)
+from parity.core.warm import run_job
+from parity.jobs import train_torch
 
-from parity.plan.keys import RunKey
-from parity.run import torch as torch_runner
-
-w = sm.wildcards
-key = RunKey(w.experiment, w.run, w.dtype, w.device)
-torch_runner.train(key, sm.params.settings, sm.input.fixture, sm.output.trace, sm.threads, log)
+run_job(snakemake, train_torch.main)  # noqa: F821

@@ -166,16 +166,40 @@ def test_job_start_refuses_to_raise_the_cpu_priority(tmp_path):
         job_start(_Job(tmp_path / "job.log", nice=-1))
 
 
+def _warm_body(path):
+    """The ``main`` body of the parity.jobs module a warm-started script hands over to
+    (``run_job(snakemake, <module>.main)``), or None for a script that runs its body."""
+    body = ast.parse(path.read_text()).body
+    if not any("run_job(" in ast.unparse(n) for n in body):
+        return None
+    imports = {n.module for n in body if isinstance(n, ast.ImportFrom)}
+    assert imports <= {"parity.core.warm", "parity.jobs"}, f"{path.name} imports {imports}"
+    module = REPO / "scripts/parity/jobs" / path.name
+    tree = ast.parse(module.read_text())
+    assert all(isinstance(n, ast.FunctionDef | ast.Expr) for n in tree.body), (
+        f"{module.name} does more than define functions at import"
+    )
+    (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    return main.body
+
+
 def test_every_job_script_lowers_its_priority_before_any_heavy_import():
     """The imports are most of a short job's CPU (torch alone about 2.7 s here): a script
-    that imported first would run them at full priority beside a build."""
+    that imported first would run them at full priority beside a build. A warm-started
+    script (parity.core.warm) checks its body in parity.jobs, which is what its child runs
+    (the server's one preload of torch runs at the priority Snakemake gave the job that
+    started it, before that job's job_start; a server serves only jobs started at that
+    priority, and each child lowers its own)."""
     light = {"os", "sys", "pathlib", "parity.core.fileio"}
     scripts = sorted((REPO / "scripts").glob("*.py"))
     assert len(scripts) > 20
+    warm = 0
     for path in scripts:
         if path.name in ("build.py", "build_own.py"):
             continue
-        body = ast.parse(path.read_text()).body
+        body = _warm_body(path)
+        warm += body is not None
+        body = body or ast.parse(path.read_text()).body
         calls = [
             n for n in body if "job_start(" in ast.unparse(n) and not isinstance(n, ast.ImportFrom)
         ]
@@ -188,3 +212,4 @@ def test_every_job_script_lowers_its_priority_before_any_heavy_import():
             or (isinstance(n, ast.Import) and not {a.name for a in n.names} <= light)
         ]
         assert heavy == [], f"{path.name} imports {heavy} before job_start"
+    assert warm == 4, "the four PyTorch jobs are warm-started"

@@ -1,0 +1,13 @@
+"""Job body: PyTorch's optimizer defaults, read from torch itself (parity.run.defaults)."""
+
+
+def main(sm) -> None:
+    """Write PyTorch's optimizer defaults to ``sm.output[0]`` (sealed JSON)."""
+    from parity.core.fileio import job_start
+
+    # First, before the imports below (torch): the job's CPU priority.
+    job_start(sm)
+
+    from parity.run import defaults
+
+    defaults.write(sm.output[0], defaults.torch_defaults())

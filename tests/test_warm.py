@@ -1,0 +1,279 @@
+"""Warm start (parity.core.warm): a job's entry function run in a fork of a server that has
+preloaded its libraries. The unit tests preload ``json`` (fast) and give each test its own
+server (the environment is part of a server's name); the last test runs real PyTorch jobs
+both ways and compares their traces bit for bit."""
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import warm_entries
+from parity.core import warm
+from parity.trace.reader import TraceReader
+
+from conftest import REPO, load_config, load_test_config, run_workflow
+
+PRELOAD = ("json",)
+
+
+@pytest.fixture
+def own_server(tmp_path, monkeypatch):
+    """A server of this test's own (a unique variable in the environment names it), gone
+    two seconds after its last job."""
+    monkeypatch.setenv("WARM_TEST_MARKER", str(tmp_path))
+    monkeypatch.setattr(warm, "IDLE_SECONDS", 2.0)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    return tmp_path
+
+
+def seen(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def gone(pid, within=15.0) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie) within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_job_runs_in_a_child_of_the_server_with_the_jobs_settings(
+    own_server, monkeypatch, capfd
+):
+    out = own_server / "seen.json"
+    work = own_server / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(sys, "argv", ["job-script", "--flag"])
+    old = os.umask(0o027)
+    try:
+        warm.run_job(warm_entries.Job(out), warm_entries.report, PRELOAD)
+    finally:
+        os.umask(old)
+    s = seen(out)
+    assert s["pid"] != os.getpid() and s["ppid"] != os.getpid()  # forked by the server
+    assert s["cwd"] == str(work)
+    assert s["umask"] == 0o027
+    assert s["marker"] == str(own_server)
+    assert s["argv"] == ["job-script", "--flag"]
+    assert s["path"] == sys.path
+    captured = capfd.readouterr()
+    assert "job says hello on stdout" in captured.out
+    assert "job says hello on stderr" in captured.err
+    assert "warm start: not used" not in captured.err
+
+
+def test_the_next_job_is_served_by_the_same_server(own_server):
+    first, second = own_server / "1.json", own_server / "2.json"
+    warm.run_job(warm_entries.Job(first), warm_entries.report, PRELOAD)
+    warm.run_job(warm_entries.Job(second), warm_entries.report, PRELOAD)
+    assert seen(first)["ppid"] == seen(second)["ppid"]
+    assert seen(first)["pid"] != seen(second)["pid"]
+
+
+def test_the_childs_usage_is_written_to_the_jobs_log(own_server):
+    log = own_server / "job.log"
+    warm.run_job(warm_entries.Job(own_server / "s.json", log), warm_entries.report, PRELOAD)
+    child = seen(own_server / "s.json")["pid"]
+    line = log.read_text().splitlines()[-1]
+    assert f"the job ran as process {child}, forked from a server" in line
+    assert "s of CPU, peak RSS" in line
+
+
+def test_a_failing_job_fails_with_its_traceback_and_status(own_server, capfd):
+    with pytest.raises(SystemExit) as raised:
+        warm.run_job(warm_entries.Job(own_server / "x"), warm_entries.fail, PRELOAD)
+    assert raised.value.code == 1
+    err = capfd.readouterr().err
+    assert "ValueError: the job's own error" in err
+    assert "warm_entries.py" in err
+    with pytest.raises(SystemExit) as raised:
+        warm.run_job(warm_entries.Job(own_server / "x"), warm_entries.exit_3, PRELOAD)
+    assert raised.value.code == 3
+
+
+@pytest.mark.parametrize(
+    "why, setting",
+    [("torch.warm_start is false", "config"), ("a Slurm job", "slurm")],
+)
+def test_without_warm_start_the_job_runs_in_its_own_process(own_server, monkeypatch, why, setting):
+    job = warm_entries.Job(own_server / "s.json", warm_start=setting != "config")
+    if setting == "slurm":
+        monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    assert why in warm.enabled(job)
+    warm.run_job(job, warm_entries.report, PRELOAD)
+    assert seen(own_server / "s.json")["pid"] == os.getpid()
+
+
+def test_a_server_that_cannot_preload_leaves_the_job_to_its_own_process(own_server, capfd):
+    out = own_server / "s.json"
+    warm.run_job(warm_entries.Job(out), warm_entries.report, ("no_such_module_anywhere",))
+    assert seen(out)["pid"] == os.getpid()
+    assert "warm start: not used (the server it started ended with status 1)" in (
+        capfd.readouterr().err
+    )
+
+
+def test_a_server_does_not_fork_beside_another_thread():
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="a-busy-thread")
+    thread.start()
+    try:
+        assert "a-busy-thread" in warm._unsafe_threads()
+    finally:
+        stop.set()
+        thread.join()
+    assert "a-busy-thread" not in warm._unsafe_threads()
+
+
+def test_a_servers_name_follows_what_a_child_inherits(own_server, monkeypatch):
+    name = warm.server_name(PRELOAD)
+    assert name.startswith(f"\0parity-warm-{os.getuid()}-")
+    monkeypatch.setenv("PARITY_RUN_ID", "another-invocation")
+    assert warm.server_name(PRELOAD) == name
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert warm.server_name(PRELOAD) != name
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert warm.server_name(("json", "csv")) != name
+
+
+CLIENT = """
+import sys
+sys.path[:0] = [{tests!r}, {scripts!r}]
+from parity.core import warm
+import warm_entries
+warm.IDLE_SECONDS = 2.0
+warm.run_job(warm_entries.Job(sys.argv[1]), getattr(warm_entries, sys.argv[2]), ("json",))
+"""
+
+
+def client(out, entry, **kwargs):
+    """A job process (a fresh interpreter) running ``entry`` through a warm server."""
+    code = CLIENT.format(tests=str(REPO / "tests"), scripts=str(REPO / "scripts"))
+    return subprocess.Popen([sys.executable, "-c", code, str(out), entry], **kwargs)
+
+
+def wait_for(path, within=30.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not written within {within} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_job_process_that_is_stopped_takes_its_child_with_it(own_server, sig):
+    out = own_server / "pid"
+    proc = client(out, "sleep")
+    child = int(wait_for(out))
+    proc.send_signal(sig)
+    code = proc.wait(timeout=30)
+    assert gone(child), f"the job's child {child} outlived its job process"
+    if sig != signal.SIGKILL:  # passed on to the child, whose end is the job's status
+        assert code == 128 + sig
+
+
+def test_two_jobs_starting_at_once_share_one_server(own_server):
+    outs = [own_server / f"{i}.json" for i in range(3)]
+    procs = [client(out, "report", stdout=subprocess.DEVNULL) for out in outs]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+    assert len({seen(out)["ppid"] for out in outs}) == 1
+
+
+def test_an_idle_server_exits(own_server):
+    out = own_server / "s.json"
+    warm.run_job(warm_entries.Job(out), warm_entries.report, PRELOAD)
+    assert gone(seen(out)["ppid"], within=warm.IDLE_SECONDS + 10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_a_server_serves_only_its_own_user(own_server):
+    """A request from another user's process is dropped unread: its job never runs."""
+    warm.run_job(warm_entries.Job(own_server / "mine.json"), warm_entries.report, PRELOAD)
+    name = warm.server_name(PRELOAD)
+    out = own_server / "theirs.json"
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # another user's job process (a fork: it needs no interpreter of root's)
+        code = 2
+        try:
+            os.setresuid(65534, 65534, 65534)
+            sock = warm._try_connect(name)
+            payload = pickle.dumps(
+                {
+                    "entry": "warm_entries:report",
+                    "sm": warm_entries.Job(out),
+                    "cwd": "/",
+                    "umask": 0o022,
+                    "env": {},
+                    "path": sys.path,
+                    "argv": ["x"],
+                }
+            )
+            try:
+                socket.send_fds(sock, [warm._HEADER.pack(len(payload))], [0, 1, 2])
+                sock.sendall(payload)
+                warm._receive(sock)
+                code = 1  # answered: the server took it
+            except (OSError, EOFError):
+                code = 0  # dropped
+        except BaseException as e:
+            os.write(write_end, repr(e).encode())
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    os.close(write_end)
+    error = os.read(read_end, 10000).decode()
+    os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 0, f"the server answered another user {error}"
+    assert not out.exists()
+
+
+@pytest.mark.workflow
+def test_traces_are_bit_identical_with_and_without_warm_start(tmp_path):
+    """Real PyTorch jobs (A3 AdamW, three of its runs) warm, then each in a fresh
+    interpreter: the same values, step by step, bit for bit."""
+    config = load_test_config("reliability")
+    for name, exp in config["experiments"].items():
+        exp["enabled"] = name == "a3_adamw"
+    config["experiments"]["a3_adamw"]["steps"] = 6
+    traces = [
+        f"results/traces/a3_adamw/{run}-{dtype}-cpu.parquet"
+        for run, dtype in (("torch", "f32"), ("torch", "f64"), ("torch_foreach", "f32"))
+    ]
+    run_workflow(tmp_path, config, "--cores", "2", *traces)
+    warm_values = {}
+    for trace in traces:
+        log = (tmp_path / trace.replace("traces", "logs/train")).with_suffix(".log")
+        assert "warm start: the job ran as process" in log.read_text()
+        reader = TraceReader(tmp_path / trace)
+        warm_values[trace] = [
+            (s.loss, {n: a.tobytes() for n, a in s.tensors.items()}) for s in reader.iter_steps()
+        ]
+    config["torch"] = {**load_config()["torch"], "warm_start": False}
+    run_workflow(tmp_path, config, "--cores", "2", *traces, "--forcerun", "train_torch")
+    for trace in traces:
+        log = (tmp_path / trace.replace("traces", "logs/train")).with_suffix(".log")
+        assert "warm start" not in log.read_text()
+        reader = TraceReader(tmp_path / trace)
+        cold = [
+            (s.loss, {n: a.tobytes() for n, a in s.tensors.items()}) for s in reader.iter_steps()
+        ]
+        assert cold == warm_values[trace], trace
