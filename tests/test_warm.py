@@ -215,7 +215,8 @@ def test_a_server_serves_only_its_own_user(own_server):
         code = 2
         try:
             os.setresuid(65534, 65534, 65534)
-            sock = warm._try_connect(name)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(name)
             payload = pickle.dumps(
                 {
                     "entry": "warm_entries:report",
@@ -277,3 +278,33 @@ def test_traces_are_bit_identical_with_and_without_warm_start(tmp_path):
             (s.loss, {n: a.tobytes() for n, a in s.tensors.items()}) for s in reader.iter_steps()
         ]
         assert cold == warm_values[trace], trace
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
+def test_a_job_sends_nothing_to_a_server_of_another_user(own_server, monkeypatch, capfd):
+    """Anyone may bind an abstract name first: a job that finds its server's name held by
+    another user's process runs in its own process and sends that process nothing."""
+    name = "\0parity-warm-test-squatter-" + str(os.getpid())
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # another user's process holding the name
+        try:
+            os.setresuid(65534, 65534, 65534)
+            squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            squatter.bind(name)
+            squatter.listen(4)
+            os.write(ready_w, b"1")
+            conn, _ = squatter.accept()
+            conn.settimeout(5)
+            got = conn.recv(1)  # the job closes without sending: b""
+            os._exit(0 if got == b"" else 1)
+        finally:
+            os._exit(2)
+    assert os.read(ready_r, 1) == b"1"
+    monkeypatch.setattr(warm, "server_name", lambda preload: name)
+    out = own_server / "s.json"
+    warm.run_job(warm_entries.Job(out), warm_entries.report, PRELOAD)
+    assert seen(out)["pid"] == os.getpid()
+    assert "held by a process of user id 65534" in capfd.readouterr().err
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the job sent the stranger something"

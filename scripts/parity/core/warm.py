@@ -155,6 +155,8 @@ def run_job(sm, entry: Callable, preload: Sequence[str] = TORCH) -> None:
 def _run_warm(sm, entry: str, preload: Sequence[str]) -> int:
     name = server_name(preload)
     sock = _connect(name, preload)
+    # Pickle, as Snakemake hands the job its ``snakemake`` object; read only by a server
+    # of this user (checked on both ends with SO_PEERCRED), never from a file.
     payload = pickle.dumps(
         {
             "entry": entry,
@@ -256,23 +258,39 @@ def _connect(name: str, preload: Sequence[str]) -> socket.socket:
 
 
 def _try_connect(name: str) -> socket.socket | None:
+    """A connection to the server ``name``, None when nobody listens there. Raises
+    :class:`Unavailable` when a process of another user holds the name (anyone may bind
+    an abstract name first): nothing of the job, its environment or its streams is sent
+    to it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(name)
     except (ConnectionRefusedError, FileNotFoundError):
         sock.close()
         return None
+    uid = _peer_uid(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise Unavailable(f"the server's name is held by a process of user id {uid}")
     return sock
 
 
 def _send(sock: socket.socket, message: dict) -> None:
-    data = pickle.dumps(message)
+    """A server's answer: JSON (numbers only), never pickle, so a client that reached a
+    stranger's server could not be made to run code by reading it."""
+    data = json.dumps(message).encode()
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
 def _receive(sock: socket.socket) -> dict:
     (size,) = _HEADER.unpack(_exactly(sock, _HEADER.size))
-    return pickle.loads(_exactly(sock, size))
+    return json.loads(_exactly(sock, size))
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:
@@ -354,9 +372,7 @@ def _accept(listener: socket.socket, children: dict[int, socket.socket]) -> None
     conn, _ = listener.accept()
     fds: list[int] = []
     try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _, uid, _ = struct.unpack("3i", creds)
-        if uid != os.getuid():
+        if _peer_uid(conn) != os.getuid():  # read nothing of another user's
             conn.close()
             return
         conn.settimeout(10)
