@@ -1,15 +1,9 @@
-"""Snakemake job (rules compare and perstep): the tables and figures of one comparison, in
-one process: always the per-step table; with float64 runs (rule compare) the float64 split
-and the diagnosis too (see parity.compare.job.compare)."""
+"""Snakemake job: the tables and figures of one comparison (rules compare and perstep).
 
-from parity.core.fileio import job_start
+The body is parity.jobs.compare, run in a fork of an interpreter that has already
+imported its libraries where it can (parity.core.warm)."""
 
-sm = snakemake  # noqa: F821
-# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
-log = job_start(sm)
+from parity.core.warm import run_job
+from parity.jobs import compare
 
-from parity.compare.job import compare
-
-traces = {k: sm.input[k] for k in sm.input.keys() if k != "fixture"}  # noqa: SIM118
-outputs = {k: sm.output[k] for k in sm.output.keys()}  # noqa: SIM118
-compare(sm.params.job, traces, sm.input.fixture, outputs, log, code=sm.params.code)
+run_job(snakemake, compare.main)  # noqa: F821

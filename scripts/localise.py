@@ -1,19 +1,9 @@
-"""Snakemake job: localise one comparison, or skip it (see parity.localise.job)."""
+"""Snakemake job: localise one comparison, or skip it.
 
-from parity.core.fileio import job_start
+The body is parity.jobs.localise, run in a fork of an interpreter that has already
+imported its libraries where it can (parity.core.warm)."""
 
-sm = snakemake  # noqa: F821
-# First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
-log = job_start(sm)
+from parity.core.warm import run_job
+from parity.jobs import localise
 
-from parity.localise.job import localise
-
-localise(
-    sm.params.job,
-    sm.input.perstep,
-    sm.input.get("diagnosis"),
-    {k: sm.output[k] for k in ("md", "result")},
-    log,
-    sm.log[0],
-    code=sm.params.code,
-)
+run_job(snakemake, localise.main)  # noqa: F821

@@ -19,7 +19,7 @@ import warm_entries
 from parity.core import warm
 from parity.trace.reader import TraceReader
 
-from conftest import REPO, load_config, load_test_config, run_workflow
+from conftest import REPO, load_test_config, run_workflow
 
 PRELOAD = ("json",)
 
@@ -110,7 +110,7 @@ def test_a_failing_job_fails_with_its_traceback_and_status(own_server, capfd):
 
 @pytest.mark.parametrize(
     "why, setting",
-    [("torch.warm_start is false", "config"), ("a Slurm job", "slurm")],
+    [("warm_start is false", "config"), ("a Slurm job", "slurm")],
 )
 def test_without_warm_start_the_job_runs_in_its_own_process(own_server, monkeypatch, why, setting):
     job = warm_entries.Job(own_server / "s.json", warm_start=setting != "config")
@@ -125,9 +125,12 @@ def test_a_server_that_cannot_preload_leaves_the_job_to_its_own_process(own_serv
     out = own_server / "s.json"
     warm.run_job(warm_entries.Job(out), warm_entries.report, ("no_such_module_anywhere",))
     assert seen(out)["pid"] == os.getpid()
-    assert "warm start: not used (the server it started ended with status 1)" in (
-        capfd.readouterr().err
-    )
+    # (Ended before the job connected, or while it waited for an answer.)
+    err = capfd.readouterr().err
+    assert (
+        "warm start: not used (the server it started ended with status 1)" in err
+        or "warm start: not used (the server did not take the job" in err
+    ), err
 
 
 def test_a_server_does_not_fork_beside_another_thread():
@@ -163,10 +166,17 @@ warm.run_job(warm_entries.Job(sys.argv[1]), getattr(warm_entries, sys.argv[2]), 
 """
 
 
-def client(out, entry, **kwargs):
-    """A job process (a fresh interpreter) running ``entry`` through a warm server."""
+def client(out, entry, ignore_sigint=False, **kwargs):
+    """A job process (a fresh interpreter) running ``entry`` through a warm server, with
+    SIGINT handled as by default (a pytest-xdist worker ignores it, and so would its child
+    processes) or ignored."""
     code = CLIENT.format(tests=str(REPO / "tests"), scripts=str(REPO / "scripts"))
-    return subprocess.Popen([sys.executable, "-c", code, str(out), entry], **kwargs)
+    sigint = signal.SIG_IGN if ignore_sigint else signal.SIG_DFL
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(out), entry],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+        **kwargs,
+    )
 
 
 def wait_for(path, within=30.0):
@@ -188,6 +198,17 @@ def test_a_job_process_that_is_stopped_takes_its_child_with_it(own_server, sig):
     assert gone(child), f"the job's child {child} outlived its job process"
     if sig != signal.SIGKILL:  # passed on to the child, whose end is the job's status
         assert code == 128 + sig
+
+
+def test_a_signal_the_job_process_ignores_is_ignored_by_its_child(own_server):
+    out = own_server / "pid"
+    proc = client(out, "sleep", ignore_sigint=True)
+    child = int(wait_for(out))
+    proc.send_signal(signal.SIGINT)
+    assert not gone(child, within=1.0), "the child ended on a signal its job ignores"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert gone(child)
 
 
 def test_two_jobs_starting_at_once_share_one_server(own_server):
@@ -268,7 +289,7 @@ def test_traces_are_bit_identical_with_and_without_warm_start(tmp_path):
         warm_values[trace] = [
             (s.loss, {n: a.tobytes() for n, a in s.tensors.items()}) for s in reader.iter_steps()
         ]
-    config["torch"] = {**load_config()["torch"], "warm_start": False}
+    config["warm_start"] = False
     run_workflow(tmp_path, config, "--cores", "2", *traces, "--forcerun", "train_torch")
     for trace in traces:
         log = (tmp_path / trace.replace("traces", "logs/train")).with_suffix(".log")

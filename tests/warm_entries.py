@@ -14,7 +14,7 @@ class Job:
     def __init__(self, out, log=None, warm_start=True):
         self.output = [str(out)]
         self.log = [str(log)] if log else []
-        self.config = {"torch": {"warm_start": warm_start}}
+        self.config = {"warm_start": warm_start}
 
 
 def report(sm):

@@ -4,8 +4,9 @@ job's heavy libraries.
 Every PyTorch job used to pay for ``import torch`` and for the ``torch._dynamo`` import that
 constructing any torch optimizer triggers (torch/_compile.py ``_disable_dynamo``): about 4 s
 of CPU in a job whose training takes a few hundredths of a second on the study's small
-models (docs/performance.md, "Warm start"). :func:`run_job` runs a job's entry function in
-a child forked from a *server* that imported them once.
+models (docs/performance.md, "Warm start"), and the comparison and localisation jobs paid
+for numpy, pyarrow and matplotlib. :func:`run_job` runs a job's entry function in a child
+forked from a *server* that imported them once.
 
 How (Linux only):
 
@@ -28,7 +29,7 @@ How (Linux only):
   thread pools and CUDA are first set up in the child, as in a fresh process. The server
   forks only while it has a single thread.
 
-Anywhere else (another OS, a Slurm job, ``torch: {warm_start: false}``, a server that cannot
+Anywhere else (another OS, a Slurm job, ``warm_start: false``, a server that cannot
 be started or dies before it answers) the entry function runs in the job's own process, as
 it always did. Either way the same code runs on the same libraries: the traces are
 bit-identical (tests/test_warm.py checks both ways on real runs).
@@ -60,11 +61,21 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-#: What a PyTorch job's server imports before it forks (torch._dynamo: see the module
-#: docstring; snakemake.script: to unpickle the job's ``snakemake`` object).
-TORCH = ("torch", "torch._dynamo", "numpy", "pyarrow", "pyarrow.parquet", "snakemake.script")
+#: What a server imports before it forks: one set for every warm-started job (torch's
+#: pages are shared with the children that never touch it). torch._dynamo: see the module
+#: docstring; matplotlib (not pyplot, whose backend a job chooses); snakemake.script: to
+#: unpickle the job's ``snakemake`` object.
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "numpy",
+    "pyarrow",
+    "pyarrow.parquet",
+    "matplotlib",
+    "snakemake.script",
+)
 #: Distributions whose versions are part of a server's name (an upgrade gets a new server).
-DISTRIBUTIONS = ("torch", "numpy", "pyarrow", "snakemake")
+DISTRIBUTIONS = ("torch", "numpy", "pyarrow", "matplotlib", "snakemake")
 #: Seconds a server waits for the next job before it exits.
 IDLE_SECONDS = 30.0
 #: Seconds a job waits for a server it found or started to take its request (the server
@@ -87,8 +98,8 @@ def enabled(sm) -> str | None:
         return f"warm start needs Linux, not {sys.platform}"
     if os.environ.get("SLURM_JOB_ID"):
         return "a Slurm job: a server would outlive its allocation"
-    if not (sm.config.get("torch") or {}).get("warm_start", True):
-        return "torch.warm_start is false"
+    if not sm.config.get("warm_start", True):
+        return "warm_start is false"
     return None
 
 
@@ -132,7 +143,7 @@ def server_name(preload: Sequence[str]) -> str:
     return f"\0parity-warm-{os.getuid()}-{digest}"
 
 
-def run_job(sm, entry: Callable, preload: Sequence[str] = TORCH) -> None:
+def run_job(sm, entry: Callable, preload: Sequence[str] = PRELOAD) -> None:
     """Run ``entry(sm)`` for the Snakemake ``script:`` job whose ``snakemake`` object is
     ``sm``: in a child of a warm server when :func:`enabled`, else (or when the server is
     :class:`Unavailable`) here. ``entry`` must be a module-level function (the child imports
@@ -166,6 +177,7 @@ def _run_warm(sm, entry: str, preload: Sequence[str]) -> int:
             "env": dict(os.environ),
             "path": list(sys.path),
             "argv": list(sys.argv),
+            "ignored": [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN],
         }
     )
     try:
@@ -177,7 +189,11 @@ def _run_warm(sm, entry: str, preload: Sequence[str]) -> int:
         sock.close()
         raise Unavailable(f"the server did not take the job ({e})") from e
     child = first["pid"]
-    previous = {s: signal.signal(s, lambda signum, _f: _forward(child, signum)) for s in FORWARDED}
+    previous = {
+        s: signal.signal(s, lambda signum, _f: _forward(child, signum))
+        for s in FORWARDED
+        if signal.getsignal(s) != signal.SIG_IGN  # ignored here: ignored by the child too
+    }
     try:
         sock.settimeout(None)
         try:
@@ -411,6 +427,7 @@ def _child(conn: socket.socket, fds: list[int], payload: bytes) -> int:
         os.dup2(fd, target)
         os.close(fd)
     conn.settimeout(None)
+    _signals_as_in_a_fresh_interpreter(payload)
     threading.Thread(target=_watch, args=(conn,), daemon=True, name="warm-watchdog").start()
     try:
         request = pickle.loads(payload)
@@ -454,6 +471,19 @@ def _flush() -> None:
 
 #: Seconds a child whose job process has gone has to end after SIGTERM, before SIGKILL.
 GRACE_SECONDS = 10.0
+
+
+def _signals_as_in_a_fresh_interpreter(payload: bytes) -> None:
+    """Set the forwarded signals' handling as the job's own interpreter started with it:
+    ignored where the job's process inherited them ignored (``nohup``, a test runner),
+    else Python's defaults (KeyboardInterrupt for SIGINT). The server's own came from
+    whichever job started it."""
+    ignored = set(pickle.loads(payload).get("ignored", ()))
+    for s in FORWARDED:
+        if int(s) in ignored:
+            signal.signal(s, signal.SIG_IGN)
+        else:
+            signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
 
 
 def _watch(conn: socket.socket) -> None:
