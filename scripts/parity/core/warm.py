@@ -65,15 +65,8 @@ from pathlib import Path
 #: pages are shared with the children that never touch it). torch._dynamo: see the module
 #: docstring; matplotlib (not pyplot, whose backend a job chooses); snakemake.script: to
 #: unpickle the job's ``snakemake`` object.
-PRELOAD = (
-    "torch",
-    "torch._dynamo",
-    "numpy",
-    "pyarrow",
-    "pyarrow.parquet",
-    "matplotlib",
-    "snakemake.script",
-)
+PRELOAD = ("torch", "torch._dynamo", "numpy", "pyarrow", "pyarrow.parquet", "matplotlib")
+PRELOAD += ("snakemake.script",)
 #: Distributions whose versions are part of a server's name (an upgrade gets a new server).
 DISTRIBUTIONS = ("torch", "numpy", "pyarrow", "matplotlib", "snakemake")
 #: Seconds a server waits for the next job before it exits.
