@@ -1,8 +1,11 @@
 """The environment a Rust runner starts in (parity.run.rust.invocation): its thread pool,
-and glibc's malloc kept from returning every large block to the kernel."""
+glibc's malloc kept from returning every large block to the kernel, and the pipe its frames
+come through widened."""
 
 import json
 import os
+
+import pytest
 
 from parity.run import rust
 
@@ -25,3 +28,21 @@ def test_malloc_settings_the_user_gives_win(monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
     with rust.invocation({}, 1, None) as (_, env, _):
         assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
+
+
+def test_the_pipe_from_a_runner_is_widened_where_linux_allows_it(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        pytest.skip("not Linux: pipes keep their size")
+    read, write = os.pipe()
+    try:
+        assert fcntl.fcntl(read, fcntl.F_GETPIPE_SZ) < rust.PIPE_BYTES
+        got = rust.widen_pipe(read)
+        assert got >= rust.PIPE_BYTES
+        assert fcntl.fcntl(write, fcntl.F_GETPIPE_SZ) == got
+    finally:
+        os.close(read)
+        os.close(write)
+    # Not a pipe: refused by the kernel, reported as 0, nothing raised.
+    with open(tmp_path / "file", "wb") as f:
+        assert rust.widen_pipe(f.fileno()) == 0

@@ -73,6 +73,29 @@ def spec_json(spec: Mapping[str, Any]) -> str:
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 
 
+#: Bytes the pipe from a training runner holds (Linux's default is 64 KiB, and 1 MiB is the
+#: most an unprivileged process may ask for by default, ``/proc/sys/fs/pipe-max-size``).
+#: A recorded step of the scale MLP is 7.4 MB: through 64 KiB the runner and this process
+#: took turns about 115 times a step. With 1 MiB, recording every step of its candle run
+#: cost 8.2 s of training against 9.1 s (6.4 s recording nothing; medians of four
+#: interleaved runs, docs/performance.md, "Recording overhead").
+PIPE_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int, size: int = PIPE_BYTES) -> int:
+    """Ask Linux to let the pipe ``fd`` hold ``size`` bytes (``F_SETPIPE_SZ``); returns the
+    size it now holds, or 0 where the platform or the system's limit does not allow it (the
+    pipe is then left as it was: only slower)."""
+    import fcntl
+
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return 0
+    try:
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+    except OSError:
+        return 0
+
+
 @contextlib.contextmanager
 def invocation(spec: dict, threads: int, log_path: str | None):
     """One runner invocation's spec file (temporary JSON), environment
@@ -136,6 +159,7 @@ def train(
             stderr=stderr,
             env=env,
         )
+        widen_pipe(proc.stdout.fileno())
         try:
             _consume(key, settings, fixture, proc, layout, out, log, binary, identity)
         except RunnerError as e:
