@@ -212,9 +212,9 @@ def burn_binary(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """Run the slow test files first: files with a Slurm test, then files with a workflow
     test, then the rest, each in collection order (a stable sort, so a file's tests stay
-    together and its module fixtures are set up once). With ``pytest -n N --dist loadfile
-    --no-loadscope-reorder`` (scripts/dev/test) the workers start on the longest files and
-    the many short unit-test files fill the end, which keeps the cores busy."""
+    together and its module fixtures are set up once). With ``pytest -n 2 --dist loadfile
+    --no-loadscope-reorder`` (scripts/dev/test) the two workers start on the longest files
+    and the many short unit-test files fill the end, which keeps both cores busy."""
 
     def rank(item) -> int:
         marks = {m.name for m in item.iter_markers()}
