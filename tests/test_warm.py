@@ -329,3 +329,44 @@ def test_a_job_sends_nothing_to_a_server_of_another_user(own_server, monkeypatch
     assert "held by a process of user id 65534" in capfd.readouterr().err
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the job sent the stranger something"
+
+
+def test_a_request_whose_job_process_gave_up_waiting_is_not_run(tmp_path):
+    """A job's process that waited ``ANSWER_SECONDS`` in vain runs the job itself and
+    closes its connection, with its request still queued at a busy server: the server,
+    taking the request later, forks no child that would run the job a second time."""
+    waiting, server_end = socket.socketpair()
+    assert not warm._hung_up(server_end)  # open, nothing more to read: a job waits
+    waiting.close()
+    assert warm._hung_up(server_end)
+    server_end.close()
+
+    name = f"\0parity-warm-test-{os.getpid()}-{tmp_path.name}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(name)
+    listener.listen(1)
+    out = tmp_path / "ran.json"
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(name)
+    payload = pickle.dumps(
+        {
+            "entry": "warm_entries:report",
+            "sm": warm_entries.Job(out),
+            "cwd": str(tmp_path),
+            "umask": 0o022,
+            "env": {},
+            "path": sys.path,
+            "argv": ["x"],
+        }
+    )
+    socket.send_fds(client, [warm._HEADER.pack(len(payload))], [0, 1, 2])
+    client.sendall(payload)
+    client.close()  # gave up: runs the job itself
+    children = {}
+    try:
+        warm._accept(listener, children)
+    finally:
+        listener.close()
+    assert children == {}
+    time.sleep(0.5)
+    assert not out.exists()

@@ -110,10 +110,7 @@ def server_name(preload: Sequence[str]) -> str:
     The preloaded packages are named by the files they resolve to here (not by
     ``sys.path``, which holds a folder of Snakemake's that differs per invocation)."""
     packages = sorted({m.partition(".")[0] for m in preload})
-    origins = []
-    for package in packages:
-        spec = importlib.util.find_spec(package)
-        origins.append(None if spec is None else spec.origin)
+    origins = [getattr(importlib.util.find_spec(p), "origin", None) for p in packages]
     versions = []
     for dist in DISTRIBUTIONS:
         try:
@@ -239,16 +236,9 @@ def _connect(name: str, preload: Sequence[str]) -> socket.socket:
     # The server runs this file alone (-P: its folder is not put on sys.path), with this
     # process's sys.path to find the libraries it preloads. It imports none of this
     # project's modules, so a child imports them from its own job's sys.path.
+    argv = [sys.executable, "-P", __file__, name[1:], str(IDLE_SECONDS), json.dumps(sys.path)]
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-P",
-            __file__,
-            name[1:],
-            str(IDLE_SECONDS),
-            json.dumps(sys.path),
-            *preload,
-        ],
+        [*argv, *preload],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -377,6 +367,17 @@ def serve(name: str, idle: float, path: Sequence[str], preload: Sequence[str]) -
     return 0
 
 
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the client has closed its end of ``conn``: after its request it sends
+    nothing more, so a connection that reads as ended (or fails) has no job waiting."""
+    if not select.select([conn], [], [], 0)[0]:
+        return False  # open, nothing to read: the job's process waits for its answer
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 def _accept(listener: socket.socket, children: dict[int, socket.socket]) -> None:
     conn, _ = listener.accept()
     fds: list[int] = []
@@ -389,6 +390,10 @@ def _accept(listener: socket.socket, children: dict[int, socket.socket]) -> None
         if len(header) != _HEADER.size or len(fds) != 3:
             raise EOFError("incomplete request")
         payload = _exactly(conn, _HEADER.unpack(header)[0])
+        if _hung_up(conn):
+            # The job's process gave up waiting (ANSWER_SECONDS) and runs the job itself:
+            # its request was still queued here. A child would run the job a second time.
+            raise EOFError("the job's process is gone")
     except (OSError, EOFError):
         for fd in fds:
             os.close(fd)
