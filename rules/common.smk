@@ -208,6 +208,27 @@ def first_build_priority(framework):
     return priority
 
 
+#: Units of the resource ``cargo`` that profiles/default grants: two runner builds at a time.
+CARGO_UNITS = 2
+
+
+def build_cargo_units(framework):
+    """A runner build's units of the resource ``cargo``: all CARGO_UNITS for the build
+    FIRST_COMPARISON needs (first_build_priority), so it builds alone, with the whole
+    machine, and the headline table comes early; one for every other build, so two of them
+    build side by side. cargo already uses every core, but burn's build spends minutes
+    compiling one crate at a time (burn-ndarray, burn-dispatch), which left a core idle
+    while the next build waited (docs/performance.md, "The cold workflow"). Snakemake caps a
+    job's units at what ``--resources`` grants, so ``--resources cargo=1`` still runs
+    every build, one at a time."""
+    first = first_build_priority(framework)
+
+    def units(wildcards):
+        return CARGO_UNITS if first(wildcards) else 1
+
+    return units
+
+
 wildcard_constraints:
     experiment="[a-z][a-z0-9_]*",
     dtype="f32|f64",
