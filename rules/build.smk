@@ -29,7 +29,7 @@ rule build_candle:
     conda:
         "../envs/rust.yaml"
     resources:
-        cargo=1,
+        cargo=build_cargo_units("candle"),
     params:
         crate="candle-parity",
         build=lambda wc: build_params("candle", wc.version, wc.device),
@@ -64,7 +64,7 @@ rule build_burn:
     conda:
         "../envs/rust.yaml"
     resources:
-        cargo=1,
+        cargo=build_cargo_units("burn"),
     params:
         crate="burn-parity",
         build=lambda wc: build_params("burn", wc.version, wc.device),

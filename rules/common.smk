@@ -194,22 +194,39 @@ def background_nice(wildcards):
 
 def first_build_priority(framework):
     """The ``priority:`` of a framework's runner build: 10 for the build a run of
-    FIRST_COMPARISON needs (the framework's primary release, that run's device); 5 for the
-    other primary releases' builds (burn's), so that with two builds at a time (the
-    ``cargo`` resource, profiles/default) the longest build starts at once beside the
-    first; 0 for further releases (candle 0.11.1): they build in the primary release's cargo
-    target folder, whose lock would keep them waiting beside it, and reuse the dependencies
-    it built (docs/performance.md, "The cold workflow").
+    FIRST_COMPARISON needs (the framework's primary release, that run's device), else 0.
     """
 
     def priority(wildcards):
-        primary = versions.primary(config, framework)
-        wanted = {(primary, r.device) for r in _first_runs() if r.framework == framework}
-        if (wildcards.version, wildcards.device) in wanted:
-            return 10
-        return 5 if wildcards.version == primary else 0
+        wanted = {
+            (versions.primary(config, framework), r.device)
+            for r in _first_runs()
+            if r.framework == framework
+        }
+        return 10 * ((wildcards.version, wildcards.device) in wanted)
 
     return priority
+
+
+#: Units of the resource ``cargo`` that profiles/default grants: two runner builds at a time.
+CARGO_UNITS = 2
+
+
+def build_cargo_units(framework):
+    """A runner build's units of the resource ``cargo``: all CARGO_UNITS for the build
+    FIRST_COMPARISON needs (first_build_priority), so it builds alone, with the whole
+    machine, and the headline table comes early; one for every other build, so two of them
+    build side by side. cargo already uses every core, but burn's build spends minutes
+    compiling one crate at a time (burn-ndarray, burn-dispatch), which left a core idle
+    while the next build waited (docs/performance.md, "The cold workflow"). Snakemake caps a
+    job's units at what ``--resources`` grants, so ``--resources cargo=1`` still runs
+    every build, one at a time."""
+    first = first_build_priority(framework)
+
+    def units(wildcards):
+        return CARGO_UNITS if first(wildcards) else 1
+
+    return units
 
 
 wildcard_constraints:

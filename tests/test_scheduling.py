@@ -1,11 +1,10 @@
 """How the workflow asks Snakemake to order a cold run (issue: a first useful result early).
 
 Three cargo builds side by side on two cores each took 10 to 19 minutes, and the A3 headline
-table waited for all of them; one at a time left a core idle while burn compiled one crate at
-a time. So every runner build takes one unit of the resource ``cargo``, of which the workflow
-profile (profiles/default) grants two: the build of the primary candle release (priority 10)
-and burn's (priority 5, the longest) start at once, candle 0.11.1 (priority 0, in the first
-build's cargo target folder) after the first. The jobs the first comparison's tables wait for
+table waited for all of them. So the workflow profile (profiles/default) grants two units of
+the resource ``cargo``: the build of the primary candle release takes both (it builds alone),
+every other runner build one (two build side by side, so one fills the core that burn's
+one-crate-at-a-time steps leave idle); and the jobs the first comparison's tables wait for
 (its fixture, its four runs, the build of the primary candle release, the comparison) carry
 priority 10, every other job 0. Checked on the DAG Snakemake
 itself builds from the default config: the priorities it computed and the resource limit it
@@ -42,9 +41,10 @@ DAG_PROBE = textwrap.dedent(
     from snakemake.settings.types import OutputSettings, ResourceSettings
 
     repo, workdir = Path(sys.argv[1]), Path(sys.argv[2])
+    resources = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
         wf = api.workflow(
-            resource_settings=ResourceSettings(cores=8),
+            resource_settings=ResourceSettings(cores=8, resources=resources),
             snakefile=repo / "Snakefile",
             workdir=workdir,
         )
@@ -62,9 +62,10 @@ DAG_PROBE = textwrap.dedent(
 )
 
 
-def dag_jobs(tmp_path):
+def dag_jobs(tmp_path, resources=None):
+    """The jobs of the default config's DAG; ``resources`` as ``--resources`` would grant."""
     out = subprocess.run(
-        [sys.executable, "-c", DAG_PROBE, str(REPO), str(tmp_path)],
+        [sys.executable, "-c", DAG_PROBE, str(REPO), str(tmp_path), json.dumps(resources or {})],
         capture_output=True,
         text=True,
         check=True,
@@ -100,26 +101,36 @@ def test_only_the_first_comparisons_jobs_and_its_build_go_first(tmp_path):
             ("compare", [("experiment", "a3_adamw"), ("tag", "cpu")]),
         ]
     )
-    others = {(rule, p) for rule, _, p, _ in found["jobs"] if p != 10}
-    assert {p for _, p in others} == {0, 5}
-    assert {rule for rule, p in others if p == 5} == {"build_burn"}
+    others = {p for _, _, p, _ in found["jobs"]} - {10}
+    assert others == {0}
 
 
-def test_two_builds_at_a_time_the_first_and_the_longest_together(tmp_path):
-    found = dag_jobs(tmp_path)
-    builds = {
-        (rule, w["version"]): (priority, res.get("cargo"))
-        for rule, w, priority, res in found["jobs"]
+def build_units(jobs):
+    """{(rule, version): units of ``cargo``} of the build jobs."""
+    return {
+        (rule, w.get("version")): res.get("cargo")
+        for rule, w, _, res in jobs
         if rule.startswith("build_")
     }
-    assert builds == {
-        ("build_candle", "0.11.0"): (10, 1),
-        ("build_burn", "0.22.1"): (5, 1),
-        ("build_candle", "0.11.1"): (0, 1),
+
+
+def test_the_first_build_runs_alone_and_later_ones_two_at_a_time(tmp_path):
+    found = dag_jobs(tmp_path)
+    assert build_units(found["jobs"]) == {
+        ("build_candle", "0.11.0"): 2,
+        ("build_candle", "0.11.1"): 1,
+        ("build_burn", "0.22.1"): 1,
     }
     assert all(
         "cargo" not in res for rule, _, _, res in found["jobs"] if not rule.startswith("build_")
     )
+
+
+def test_granting_one_cargo_unit_still_runs_the_first_build(tmp_path):
+    """``--resources cargo=1`` (one build at a time) caps the first build's two units at one,
+    rather than leaving a job that can never start."""
+    found = dag_jobs(tmp_path, {"cargo": 1})
+    assert set(build_units(found["jobs"]).values()) == {1}
 
 
 def test_only_builds_and_the_first_comparisons_jobs_keep_their_cpu_priority(tmp_path):
