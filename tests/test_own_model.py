@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -406,6 +407,22 @@ def test_a_port_that_differs_is_refused_with_every_difference(template_plan, ove
     plan, _ = template_plan
     problems = own_check.judge(_inspection(**over), plan.experiments["mine"]["model"], 3)
     assert any(expect in p for p in problems), problems
+
+
+def test_a_ports_build_gets_only_the_profile_tables_of_its_frameworks_packages():
+    """cargo warns of a [profile.release.package.NAME] table that matches nothing it builds:
+    a candle port's crate leaves burn's tables out, a burn port's candle's tokenizer."""
+    workspace = (REPO / "rust" / "Cargo.toml").read_text()
+    tables = {}
+    for framework in ("candle", "burn"):
+        packages = own_crate.runner_packages(REPO / "rust" / "Cargo.lock", framework)
+        profile = own_crate.release_profile(workspace, packages)
+        tables[framework] = set(re.findall(r"^\[profile\.release\.package\.(\S+)\]", profile, re.M))
+    assert {"burn-ndarray", "burn-dispatch"} <= tables["burn"]
+    assert not tables["candle"] & {"burn-ndarray", "burn-dispatch"}
+    assert {"tokenizers", "esaxx-rs", "typed-path"} <= tables["candle"]
+    assert not tables["burn"] & {"tokenizers", "esaxx-rs", "typed-path"}
+    assert {"regex-automata", "clap_builder"} <= tables["candle"] & tables["burn"]
 
 
 def test_the_runner_crate_links_the_port_and_the_runner_library_by_path(tmp_path):

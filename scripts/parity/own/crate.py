@@ -26,7 +26,8 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+import tomllib
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 #: The runner library each Rust framework's own runner links.
@@ -121,16 +122,58 @@ def main_rs(framework: str, model_type: str, source: str) -> str:
     )
 
 
-def release_profile(workspace_manifest: str) -> str:
+def release_profile(workspace_manifest: str, packages: Collection[str] | None = None) -> str:
     """The ``[profile.*]`` tables of the workspace's Cargo.toml, verbatim, so a runner
-    crate compiles its dependencies as the workflow's own runner does."""
+    crate compiles its dependencies as the workflow's own runner does. With ``packages``
+    (:func:`runner_packages`), a ``[profile.*.package.NAME]`` table whose NAME is not among
+    them is left out: cargo warns of every such table that matches no package of the build
+    (the workspace names burn's crates and candle's, a port's build has one framework's)."""
     out, keep = [], False
     for line in workspace_manifest.splitlines():
         if line.startswith("["):
-            keep = line.startswith("[profile")
+            table = re.fullmatch(r'\[profile\.[^.\]]+\.package\."?([^"\]]+)"?\]\s*', line)
+            keep = line.startswith("[profile") and (
+                packages is None or table is None or table.group(1) in packages
+            )
         if keep:
             out.append(line)
     return "\n".join(out)
+
+
+#: The crates through which parity-common's optional features (``candle``, ``burn``) bring in
+#: each framework: a Cargo.lock lists them all as parity-common's dependencies.
+FRAMEWORK_ROOTS = {"candle": {"candle-core", "candle-nn"}, "burn": {"burn"}}
+
+
+def runner_packages(lock: str | Path, framework: str) -> set[str]:
+    """The names of the packages a framework's runner crate (``candle-parity``,
+    ``burn-parity``) depends on, itself included, directly or not, read from a Cargo.lock
+    (its ``[[package]]`` entries and their ``dependencies``, "name" or "name version …").
+    A lock file holds the dependencies of every feature, so this is a superset of what cargo
+    builds; the other framework's crates (FRAMEWORK_ROOTS), which parity-common brings only
+    with that framework's feature, are not followed."""
+    with open(lock, "rb") as f:
+        entries = tomllib.load(f).get("package", [])
+    versions_of: dict[str, list[str]] = {}
+    for entry in entries:
+        versions_of.setdefault(entry["name"], []).append(entry["version"])
+
+    def key(dependency: str) -> tuple[str, str]:
+        # "name" when one version is locked, else "name version" (then maybe "(source)").
+        name, *rest = dependency.split()
+        return name, rest[0] if rest else versions_of[name][0]
+
+    deps = {(e["name"], e["version"]): [key(d) for d in e.get("dependencies", [])] for e in entries}
+    other = set().union(*(r for f, r in FRAMEWORK_ROOTS.items() if f != framework))
+    root = RUNNER_CRATES[framework]
+    seen: set[tuple[str, str]] = set()
+    todo = [(root, versions_of[root][0])]
+    while todo:
+        package = todo.pop()
+        if package not in seen and package[0] not in other:
+            seen.add(package)
+            todo.extend(deps.get(package, ()))
+    return {name for name, _ in seen}
 
 
 def write(

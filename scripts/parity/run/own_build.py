@@ -73,6 +73,8 @@ def build_own(
     _, target_dir = target_folders(rust_dir, build["target"])
     folder = Path(build["runner_crate"]).resolve()
     workspace = Path(rust_dir, "Cargo.toml").read_text(encoding="utf-8")
+    lock = Path(rust_dir) / versions.lock_file(framework, versions.pinned(framework))
+    packages = own_crate.runner_packages(lock, framework)
     manifest = own_crate.write(
         folder,
         {
@@ -82,11 +84,11 @@ def build_own(
                 rust_dir,
                 crate,
                 build["features"],
-                own_crate.release_profile(workspace),
+                own_crate.release_profile(workspace, packages),
             ),
             "src/main.rs": own_crate.main_rs(framework, build["model"], build["source_id"]),
         },
-        Path(rust_dir) / versions.lock_file(framework, versions.pinned(framework)),
+        lock,
     )
     package = own_crate.PACKAGE.format(experiment=build["experiment"], framework=framework)
     binary = os.path.join(target_dir, "release", package)
