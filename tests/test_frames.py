@@ -73,6 +73,7 @@ def test_decoded_arrays_equal_safetensors_own_loader_and_are_views_of_the_frame(
         assert got.dtype == value.dtype and got.shape == value.shape, name
         assert got.tobytes() == value.tobytes(), name
         assert got.flags.writeable, name
+
     # no copy: every array's memory lies inside the frame's one buffer
     def owner(a):
         while isinstance(a, np.ndarray):
@@ -117,7 +118,7 @@ def test_a_malformed_safetensors_body_is_a_frame_error(entries, data, message):
 
 @pytest.mark.parametrize(
     "text, message",
-    [(b"[1, 2]", "not a JSON object"), (b"{\"__metadata__\": {\"kind\": 1}}", "map of strings")],
+    [(b"[1, 2]", "not a JSON object"), (b'{"__metadata__": {"kind": 1}}', "map of strings")],
 )
 def test_a_header_that_is_not_a_safetensors_header_is_a_frame_error(text, message):
     body = struct.pack("<Q", len(text)) + text
