@@ -118,5 +118,5 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
         extra.sort();
         bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
     }
-    finish(&mut out, k, &missing, tensors)
+    finish(out, k, &missing, tensors)
 }

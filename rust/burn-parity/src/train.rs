@@ -58,7 +58,7 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         ("kind", "end".into()),
         ("status", "complete".into()),
     ]))?;
-    Ok(())
+    out.finish()
 }
 
 /// The steps of a training run, as burn-parity's built-in families and an own model's

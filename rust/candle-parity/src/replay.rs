@@ -122,7 +122,7 @@ pub fn run<W: Write>(spec: &RunSpec, state: &ReplayState, sink: W) -> Result<()>
         extra.sort();
         bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
     }
-    finish(&mut out, k, &missing, tensors)
+    finish(out, k, &missing, tensors)
 }
 
 /// Sets each parameter of `net` to the state's, converted to its dtype.

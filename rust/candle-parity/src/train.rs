@@ -65,12 +65,13 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             }
         }
     }
+    out.flush()?; // every recorded step in the pipe: the time includes handing them over
     out.write_meta(meta([
         ("kind", "end".into()),
         ("status", "complete".into()),
         ("train_seconds", started.elapsed().as_secs_f64().to_string()),
     ]))?;
-    Ok(())
+    out.finish()
 }
 
 /// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo

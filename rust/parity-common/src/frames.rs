@@ -21,9 +21,13 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::fd::AsFd;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::View;
+
+use crate::sink::BackgroundSink;
 
 /// Writes frames to any byte sink (a file or standard output).
 pub struct FrameWriter<W: Write> {
@@ -36,11 +40,20 @@ impl<W: Write> FrameWriter<W> {
         Self { sink }
     }
 
-    /// Serialises `tensors` with `metadata` (which must contain `kind`) as one frame and
-    /// flushes it, so a reader sees every finished step even if the run fails later.
+    /// Serialises `tensors` with `metadata` (which must contain `kind`) as one frame. The
+    /// sink decides when it reaches the reader: [`open_sink`]'s for standard output hands
+    /// over every complete frame at once, so the reader sees every finished step even if
+    /// the run fails later.
+    ///
+    /// The frame's body is the buffer `safetensors::serialize` would return, byte for byte
+    /// (the same order: dtype by descending alignment, then name; the header that
+    /// safetensors' own `Metadata` validates and serialises, padded to 8 bytes), but it is
+    /// written to the sink piece by piece: a recorded step of a large model is megabytes,
+    /// and assembling it in one buffer first cost every step a copy (docs/performance.md).
     ///
     /// # Errors
-    /// Fails if safetensors refuses the tensors (e.g. two with one name) or the sink fails.
+    /// Fails for two tensors with one name, when safetensors' header validation refuses the
+    /// tensors, or when the sink fails.
     pub fn write<S, V, I>(&mut self, metadata: HashMap<String, String>, tensors: I) -> Result<()>
     where
         S: AsRef<str> + Ord + std::fmt::Display,
@@ -48,14 +61,58 @@ impl<W: Write> FrameWriter<W> {
         I: IntoIterator<Item = (S, V)>,
     {
         debug_assert!(metadata.contains_key("kind"), "frame without kind");
-        let buf = safetensors::serialize(tensors, Some(metadata))
-            .context("serialising a frame as safetensors")?;
-        self.sink
-            .write_all(&(buf.len() as u64).to_le_bytes())
+        let mut tensors: Vec<(S, V)> = tensors.into_iter().collect();
+        tensors.sort_by(|(a, x), (b, y)| y.dtype().cmp(&x.dtype()).then(a.cmp(b)));
+        let mut infos = Vec::with_capacity(tensors.len());
+        let mut offset = 0;
+        let mut names = std::collections::HashSet::new();
+        for (name, t) in &tensors {
+            if !names.insert(name.as_ref()) {
+                bail!("two tensors named {name} in one frame");
+            }
+            let n = t.data_len();
+            let info = TensorInfo {
+                dtype: t.dtype(),
+                shape: t.shape().to_vec(),
+                data_offsets: (offset, offset + n),
+            };
+            infos.push((name.to_string(), info));
+            offset += n;
+        }
+        let header =
+            Metadata::new(Some(metadata), infos).context("serialising a frame as safetensors")?;
+        let mut header = serde_json::to_vec(&header).context("serialising a frame header")?;
+        header.resize(header.len().next_multiple_of(8), b' ');
+        let body = 8 + header.len() + offset;
+        let sink = &mut self.sink;
+        sink.write_all(&(body as u64).to_le_bytes())
             .context("writing frame length")?;
-        self.sink.write_all(&buf).context("writing frame body")?;
-        self.sink.flush().context("flushing frame")?;
+        sink.write_all(&(header.len() as u64).to_le_bytes())
+            .context("writing frame header")?;
+        sink.write_all(&header).context("writing frame header")?;
+        for (_, t) in &tensors {
+            sink.write_all(&t.data()).context("writing frame body")?;
+        }
         Ok(())
+    }
+
+    /// Waits until every frame written so far has reached the sink's destination (for
+    /// standard output: the pipe). A runner flushes before it reads the clock for
+    /// `train_seconds`, so that figure includes handing the trace over.
+    ///
+    /// # Errors
+    /// When the sink fails (the reader closed the pipe, the disk is full).
+    pub fn flush(&mut self) -> Result<()> {
+        self.sink.flush().context("flushing frames")
+    }
+
+    /// Flushes ([`FrameWriter::flush`]) and closes the sink. Every runner ends with it:
+    /// dropping the writer instead also writes what it holds but cannot report a failure.
+    ///
+    /// # Errors
+    /// As [`FrameWriter::flush`].
+    pub fn finish(mut self) -> Result<()> {
+        self.flush()
     }
 
     /// Writes a frame that carries only metadata.
@@ -67,13 +124,21 @@ impl<W: Write> FrameWriter<W> {
     }
 }
 
-/// The sink a runner writes frames to: standard output for `-`, else a new file (buffered).
+/// The sink a runner writes frames to: for `-`, standard output through a
+/// [`BackgroundSink`] (the runner trains on while a frame is written to the pipe); else a
+/// new file (buffered).
 ///
 /// # Errors
-/// When the file cannot be created.
+/// When the file cannot be created, or the writer thread cannot start.
 pub fn open_sink(path: &std::path::Path) -> Result<Box<dyn Write>> {
     Ok(if path.as_os_str() == "-" {
-        Box::new(std::io::BufWriter::new(std::io::stdout().lock()))
+        // Standard output's own handle is line-buffered (it scans every write for newlines):
+        // the writer thread writes to a duplicate of its descriptor.
+        let fd = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("duplicating standard output")?;
+        Box::new(BackgroundSink::new(std::fs::File::from(fd)).context("starting the frame writer")?)
     } else {
         Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
@@ -184,6 +249,50 @@ mod tests {
         assert!(frames[0].1.is_empty());
         assert_eq!(frames[1].0["step"], "1");
         assert_eq!(frames[1].1, vec!["fc1.weight", "loss"]);
+    }
+
+    #[test]
+    fn a_frame_body_is_what_safetensors_serialize_returns() {
+        let tensors = || {
+            vec![
+                ("loss".to_string(), RawTensor::from_f64(&[0.5])),
+                (
+                    "fc1.weight".to_string(),
+                    RawTensor::from_f32(&[1.0, 2.0, 3.0]),
+                ),
+                ("b".to_string(), RawTensor::from_f32(&[])),
+                (
+                    "exp_avg:fc1.weight".to_string(),
+                    RawTensor::from_f32(&[4.0]),
+                ),
+            ]
+        };
+        let metadata = meta([("kind", "step".into()), ("step", "7".into())]);
+        let want = safetensors::serialize(tensors(), Some(metadata.clone())).unwrap();
+        let mut buf = Vec::new();
+        FrameWriter::new(&mut buf)
+            .write(metadata, tensors())
+            .unwrap();
+        assert_eq!(
+            u64::from_le_bytes(buf[..8].try_into().unwrap()) as usize,
+            want.len()
+        );
+        assert_eq!(&buf[8..], &want[..]);
+    }
+
+    #[test]
+    fn two_tensors_with_one_name_are_refused() {
+        let mut buf = Vec::new();
+        let twice = vec![
+            ("w", RawTensor::from_f32(&[1.0])),
+            ("w", RawTensor::from_f32(&[2.0])),
+        ];
+        let err = FrameWriter::new(&mut buf).write(meta([("kind", "step".into())]), twice);
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "two tensors named w in one frame"
+        );
+        assert!(buf.is_empty());
     }
 
     #[test]

@@ -34,4 +34,5 @@ pub mod optim;
 pub mod own;
 pub mod probe_spec;
 pub mod replay;
+pub mod sink;
 pub mod spec;

@@ -260,12 +260,12 @@ pub fn intermediate_names(spec: &RunSpec) -> Vec<String> {
 }
 
 /// Writes the end of a replay's stream: the `replay` frame holding `tensors` (metadata
-/// [`replay_meta`]) and the `end` frame with status `complete`.
+/// [`replay_meta`]) and the `end` frame with status `complete`; then finishes the writer.
 ///
 /// # Errors
-/// As [`crate::frames::FrameWriter::write`].
+/// As [`crate::frames::FrameWriter::write`] and [`crate::frames::FrameWriter::finish`].
 pub fn finish<W: std::io::Write>(
-    out: &mut crate::frames::FrameWriter<W>,
+    mut out: crate::frames::FrameWriter<W>,
     step: u32,
     missing: &[(String, String)],
     tensors: Vec<(String, crate::frames::RawTensor)>,
@@ -274,7 +274,8 @@ pub fn finish<W: std::io::Write>(
     out.write_meta(crate::frames::meta([
         ("kind", "end".into()),
         ("status", "complete".into()),
-    ]))
+    ]))?;
+    out.finish()
 }
 
 /// Metadata of the `replay` frame: kind, step and the `missing` list (name → reason).

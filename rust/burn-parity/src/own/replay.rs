@@ -149,7 +149,7 @@ pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, state: &ReplayState, sink: W)
         extra.sort();
         bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
     }
-    finish(&mut out, k, &missing, tensors)
+    finish(out, k, &missing, tensors)
 }
 
 /// A tap's values (row-major) as a frame tensor, checked to be in the run dtype.

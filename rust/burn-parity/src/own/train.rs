@@ -52,6 +52,7 @@ pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         let value = Host::read(loss.clone().inner(), spec.dtype)?.scalar()?;
         Ok((value, loss.backward()))
     })?;
+    out.flush()?; // every recorded step in the pipe: the time includes handing them over
     let seconds = started.elapsed().as_secs_f64().to_string();
     let end = match ended {
         Ok(()) => meta([
@@ -71,7 +72,8 @@ pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             ])
         }
     };
-    out.write_meta(end)
+    out.write_meta(end)?;
+    out.finish()
 }
 
 /// The first line of each cause of `e`, joined by `: `: a framework error as one line for a

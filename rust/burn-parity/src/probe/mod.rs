@@ -130,7 +130,7 @@ pub fn run<W: Write>(batch: &ProbeBatch, sink: W) -> Result<()> {
         ("kind", "end".into()),
         ("status", "complete".into()),
     ]))?;
-    Ok(())
+    out.finish()
 }
 
 fn write_probe<W: Write>(

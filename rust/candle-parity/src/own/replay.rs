@@ -111,5 +111,5 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, state: &ReplayState, sink: 
         extra.sort();
         bail!("internal: replay computed intermediates the contract does not name: {extra:?}");
     }
-    finish(&mut out, k, &missing, tensors)
+    finish(out, k, &missing, tensors)
 }

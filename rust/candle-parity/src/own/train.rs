@@ -67,13 +67,13 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         });
         let (loss, grads) = match pass {
             Ok(v) => v,
-            Err(e) => return failed(&mut out, t, &e, started),
+            Err(e) => return failed(out, t, &e, started),
         };
         let recorded_grads = net.recorded_grads(spec, t, &grads)?;
         // The update steps the Vars in place and hands the net back.
         net = match guarded(|| opt.update(spec, t, net, grads)) {
             Ok(n) => n,
-            Err(e) => return failed(&mut out, t, &e, started),
+            Err(e) => return failed(out, t, &e, started),
         };
         if spec.records_step(t) {
             let loss_value = scalar_f64(&loss)?;
@@ -83,28 +83,32 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             }
         }
     }
+    out.flush()?; // every recorded step in the pipe: the time includes handing them over
     out.write_meta(meta([
         ("kind", "end".into()),
         ("status", "complete".into()),
         ("train_seconds", started.elapsed().as_secs_f64().to_string()),
-    ]))
+    ]))?;
+    out.finish()
 }
 
 /// Ends the stream after the framework failed at step `t` with `e`: the `failed` end frame
 /// (see [`run`]) and the message on stderr.
 fn failed<W: Write>(
-    out: &mut FrameWriter<W>,
+    mut out: FrameWriter<W>,
     t: u32,
     e: &anyhow::Error,
     started: std::time::Instant,
 ) -> Result<()> {
     let error = message(e);
     eprintln!("step {t} failed: {error}");
+    out.flush()?;
     out.write_meta(meta([
         ("kind", "end".into()),
         ("status", "failed".into()),
         ("step", t.to_string()),
         ("error", error),
         ("train_seconds", started.elapsed().as_secs_f64().to_string()),
-    ]))
+    ]))?;
+    out.finish()
 }

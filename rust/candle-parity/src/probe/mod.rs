@@ -399,5 +399,5 @@ pub fn run<W: Write>(batch: &ProbeBatch, sink: W) -> Result<()> {
         ("kind", "end".into()),
         ("status", "complete".into()),
     ]))?;
-    Ok(())
+    out.finish()
 }
