@@ -5,7 +5,7 @@
 //! recorded step of a large model is megabytes: written directly, every step waited until
 //! the reading process had drained all but the pipe's last MiB of it. On the scale MLP
 //! (7.4 MB a step, 200 steps, 2 cores) that wait was about 0.5 s of a 7 s run
-//! (docs/performance.md, "The runner's own writer thread").
+//! (docs/performance.md, "2026-12-05: where the candle runner's time went").
 
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
