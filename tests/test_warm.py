@@ -79,6 +79,35 @@ def test_the_job_runs_in_a_child_of_the_server_with_the_jobs_settings(
     assert "warm start: not used" not in captured.err
 
 
+@pytest.mark.parametrize("users", [None, "glibc.malloc.check=0"])
+def test_the_server_starts_with_the_runners_allocator_setting_unless_the_user_set_one(
+    own_server, monkeypatch, users
+):
+    if users is None:
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    else:
+        monkeypatch.setenv("GLIBC_TUNABLES", users)
+    out = own_server / "seen.json"
+    warm.run_job(warm_entries.Job(out), warm_entries.report, PRELOAD)
+    s = seen(out)
+    assert s["ppid"] != os.getpid()  # a warm child
+    # what glibc leaves of the variable after reading it at start-up (2.36 keeps only the
+    # first tunable in the process's copy): a fresh process started with the same value
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import warm_entries; print(warm_entries._started_with('GLIBC_TUNABLES'))",
+        ],
+        env={**os.environ, "GLIBC_TUNABLES": users or warm.MALLOC_TUNABLES},
+        cwd=os.path.dirname(warm_entries.__file__),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert fresh != "None" and s["started_with"] == fresh
+
+
 def test_the_next_job_is_served_by_the_same_server(own_server):
     first, second = own_server / "1.json", own_server / "2.json"
     warm.run_job(warm_entries.Job(first), warm_entries.report, PRELOAD)

@@ -17,6 +17,12 @@ class Job:
         self.config = {"warm_start": warm_start}
 
 
+def _started_with(name):
+    with open("/proc/self/environ", "rb") as f:
+        pairs = [p.split(b"=", 1) for p in f.read().split(b"\0") if b"=" in p]
+    return next((v.decode() for k, v in pairs if k.decode() == name), None)
+
+
 def report(sm):
     """Write what the process running the job sees, and say so on stdout and stderr."""
     mask = os.umask(0)
@@ -29,6 +35,8 @@ def report(sm):
         "marker": os.environ.get("WARM_TEST_MARKER"),
         "argv": sys.argv,
         "path": sys.path,
+        # the environment the process was started with (a fork keeps its parent's)
+        "started_with": _started_with("GLIBC_TUNABLES"),
     }
     with open(sm.output[0], "w", encoding="utf-8") as f:
         json.dump(seen, f)

@@ -29,6 +29,14 @@ How (Linux only):
   thread pools and CUDA are first set up in the child, as in a fresh process. The server
   forks only while it has a single thread.
 
+- The server starts with glibc's allocator set as the Rust runners' is
+  (:data:`MALLOC_TUNABLES`, unless the environment sets ``GLIBC_TUNABLES``): blocks up to
+  32 MiB from the heap, freed memory kept. With glibc's defaults every block over 128 KiB
+  (a step's activations and gradients, a recorded step's copy) was mapped afresh and its
+  pages faulted in again: the scale MLP's PyTorch run (200 steps, recording nothing) took
+  2.73 s with the setting against 3.23 s without (docs/performance.md, "2026-12-05").
+  Where a block lives changes no number.
+
 Anywhere else (another OS, a Slurm job, ``warm_start: false``, a server that cannot
 be started or dies before it answers) the entry function runs in the job's own process, as
 it always did. Either way the same code runs on the same libraries: the traces are
@@ -71,6 +79,15 @@ PRELOAD += ("snakemake.script",)
 DISTRIBUTIONS = ("torch", "numpy", "pyarrow", "matplotlib", "snakemake")
 #: Seconds a server waits for the next job before it exits.
 IDLE_SECONDS = 30.0
+
+#: glibc's malloc settings for the Rust runners (``parity.run.rust``) and the warm server:
+#: blocks up to 32 MiB come from the heap, and freed memory stays in the process. By default
+#: glibc serves every block over 128 KiB with its own mmap and returns it with munmap, so
+#: each training step faulted its tensors' pages in afresh: the scale MLP's candle run (200
+#: steps, record nothing) spent 10.2 s of system time beside 7.4 s of user time, and 0.08 s
+#: with these, at the same peak memory (docs/performance.md, "Recording overhead"). Where a
+#: block lives changes no number.
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 #: Seconds a job waits for a server it found or started to take its request (the server
 #: imports torch first: a few seconds, more on a loaded machine) before it runs here.
 ANSWER_SECONDS = 120.0
@@ -237,8 +254,11 @@ def _connect(name: str, preload: Sequence[str]) -> socket.socket:
     # process's sys.path to find the libraries it preloads. It imports none of this
     # project's modules, so a child imports them from its own job's sys.path.
     argv = [sys.executable, "-P", __file__, name[1:], str(IDLE_SECONDS), json.dumps(sys.path)]
+    env = dict(os.environ)
+    env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
     server = subprocess.Popen(
         [*argv, *preload],
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

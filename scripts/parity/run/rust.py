@@ -24,6 +24,7 @@ import numpy as np
 
 from parity.core import integrity
 from parity.core.models import model_params
+from parity.core.warm import MALLOC_TUNABLES
 from parity.plan.keys import RunKey
 from parity.plan.limits import non_finite
 from parity.plan.runspec import runner_spec
@@ -62,15 +63,6 @@ def spec_json(spec: Mapping[str, Any]) -> str:
     if bad:
         raise RunnerError(f"the runner spec holds non-finite numbers: {', '.join(bad)}")
     return json.dumps(spec, indent=1, allow_nan=False)
-
-
-#: glibc's malloc settings for the Rust runners: blocks up to 32 MiB come from the heap,
-#: and freed memory stays in the process. By default glibc serves every block over 128 KiB
-#: with its own mmap and returns it with munmap, so each training step faulted its tensors'
-#: pages in afresh: the scale MLP's candle run (200 steps, record nothing) spent 10.2 s of
-#: system time beside 7.4 s of user time, and 0.08 s with these, at the same peak memory
-#: (docs/performance.md, "Recording overhead"). Where a block lives changes no number.
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 
 
 #: Bytes the pipe from a training runner holds (Linux's default is 64 KiB, and 1 MiB is the
