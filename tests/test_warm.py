@@ -17,6 +17,7 @@ import pytest
 
 import warm_entries
 from parity.core import warm
+from parity.core.malloc import MALLOC_TUNABLES
 from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
@@ -99,7 +100,7 @@ def test_the_server_starts_with_the_runners_allocator_setting_unless_the_user_se
             "-c",
             "import warm_entries; print(warm_entries._started_with('GLIBC_TUNABLES'))",
         ],
-        env={**os.environ, "GLIBC_TUNABLES": users or warm.MALLOC_TUNABLES},
+        env={**os.environ, "GLIBC_TUNABLES": users or MALLOC_TUNABLES},
         cwd=os.path.dirname(warm_entries.__file__),
         capture_output=True,
         text=True,
@@ -189,6 +190,7 @@ CLIENT = """
 import sys
 sys.path[:0] = [{tests!r}, {scripts!r}]
 from parity.core import warm
+from parity.core.malloc import MALLOC_TUNABLES
 import warm_entries
 warm.IDLE_SECONDS = 2.0
 warm.run_job(warm_entries.Job(sys.argv[1]), getattr(warm_entries, sys.argv[2]), ("json",))

@@ -25,17 +25,9 @@ How (Linux only):
   exits with the child's status; a child whose job process has gone (killed, even with
   SIGKILL) terminates itself.
 - The server never imports this project's modules other than this one, and never runs a
-  torch operation: the child imports the project's code fresh from disk, and torch's
-  thread pools and CUDA are first set up in the child, as in a fresh process. The server
-  forks only while it has a single thread.
-
-- The server starts with glibc's allocator set as the Rust runners' is
-  (:data:`MALLOC_TUNABLES`, unless the environment sets ``GLIBC_TUNABLES``): blocks up to
-  32 MiB from the heap, freed memory kept. With glibc's defaults every block over 128 KiB
-  (a step's activations and gradients, a recorded step's copy) was mapped afresh and its
-  pages faulted in again: the scale MLP's PyTorch run (200 steps, recording nothing) took
-  2.73 s with the setting against 3.23 s without (docs/performance.md, "2026-12-05").
-  Where a block lives changes no number.
+  torch operation: the child imports the project's code fresh from disk, and torch's thread
+  pools and CUDA are first set up in the child, as in a fresh process. It forks only while
+  single-threaded and allocates as the Rust runners do (``parity.core.malloc``).
 
 Anywhere else (another OS, a Slurm job, ``warm_start: false``, a server that cannot
 be started or dies before it answers) the entry function runs in the job's own process, as
@@ -43,8 +35,7 @@ it always did. Either way the same code runs on the same libraries: the traces a
 bit-identical (tests/test_warm.py checks both ways on real runs).
 
 One thing differs: Snakemake's ``benchmark:`` file measures the job's own process, which
-with a warm start only waits. The child's CPU time and peak memory are therefore written to
-the job's log.
+with a warm start only waits, so the child's CPU time and peak memory go to the job's log.
 """
 
 from __future__ import annotations
@@ -79,15 +70,6 @@ PRELOAD += ("snakemake.script",)
 DISTRIBUTIONS = ("torch", "numpy", "pyarrow", "matplotlib", "snakemake")
 #: Seconds a server waits for the next job before it exits.
 IDLE_SECONDS = 30.0
-
-#: glibc's malloc settings for the Rust runners (``parity.run.rust``) and the warm server:
-#: blocks up to 32 MiB come from the heap, and freed memory stays in the process. By default
-#: glibc serves every block over 128 KiB with its own mmap and returns it with munmap, so
-#: each training step faulted its tensors' pages in afresh: the scale MLP's candle run (200
-#: steps, record nothing) spent 10.2 s of system time beside 7.4 s of user time, and 0.08 s
-#: with these, at the same peak memory (docs/performance.md, "Recording overhead"). Where a
-#: block lives changes no number.
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 #: Seconds a job waits for a server it found or started to take its request (the server
 #: imports torch first: a few seconds, more on a loaded machine) before it runs here.
 ANSWER_SECONDS = 120.0
@@ -115,8 +97,7 @@ def enabled(sm) -> str | None:
 
 #: Environment variables that differ between Snakemake invocations and that no preloaded
 #: library reads (the child gets the job's own value): not part of a server's name.
-#: ``PARITY_RUN_ID`` is parity.core.integrity.RUN_ID_ENV (not imported: the server runs
-#: this file alone).
+#: ``PARITY_RUN_ID`` is parity.core.integrity.RUN_ID_ENV (the server imports nothing of ours).
 VOLATILE_ENV = frozenset({"PARITY_RUN_ID"})
 
 
@@ -250,15 +231,14 @@ def _connect(name: str, preload: Sequence[str]) -> socket.socket:
     sock = _try_connect(name)
     if sock is not None:
         return sock
-    # The server runs this file alone (-P: its folder is not put on sys.path), with this
-    # process's sys.path to find the libraries it preloads. It imports none of this
-    # project's modules, so a child imports them from its own job's sys.path.
+    # The server runs this file alone (-P) with this process's sys.path and imports none of
+    # our modules (a child imports its job's): the allocator setting is read here, job-side.
+    from parity.core.malloc import MALLOC_TUNABLES
+
     argv = [sys.executable, "-P", __file__, name[1:], str(IDLE_SECONDS), json.dumps(sys.path)]
-    env = dict(os.environ)
-    env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
     server = subprocess.Popen(
         [*argv, *preload],
-        env=env,
+        env={"GLIBC_TUNABLES": MALLOC_TUNABLES, **os.environ},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
