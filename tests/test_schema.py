@@ -1,6 +1,7 @@
 """The trace schema: written once, checked on write and on read."""
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -486,3 +487,64 @@ def test_an_expectation_is_checked_before_the_layout_is_built(tmp_path):
     path = write_trace(tmp_path / "t.parquet", [{"w": np.zeros(2)}, {"w": np.ones(2)}])
     with pytest.raises(TraceError, match="metadata 'experiment' is 'hand', expected 'other'"):
         TraceReader(path, expect={"experiment": "other"})
+
+
+def test_a_trace_of_many_row_groups_is_written_back_as_it_grows(tmp_path, monkeypatch):
+    """After each row group the writer asks the kernel to write back and drop everything
+    but that last row group (``Writeback``): never for a trace of one row group, each time
+    up to where the row group before ended; the values read back are unchanged, and the
+    descriptor it opened is closed with the trace."""
+    from parity.core import fileio
+
+    calls, sizes = [], []
+    real_fadvise, real_advance = os.posix_fadvise, fileio.Writeback.advance
+    monkeypatch.setattr(
+        fileio.os,
+        "posix_fadvise",
+        lambda fd, off, n, how: calls.append((off, n, how)) or real_fadvise(fd, off, n, how),
+    )
+
+    def advance(self):
+        sizes.append(os.fstat(self._fd).st_size)
+        real_advance(self)
+
+    monkeypatch.setattr(fileio.Writeback, "advance", advance)
+    write_trace(tmp_path / "one.parquet", [{"w": np.arange(4.0)}, {"w": np.ones(4)}], "f64")
+    assert len(sizes) == 1 and calls == []
+    sizes.clear()
+    monkeypatch.setattr(writer, "ROW_GROUP_BYTES", 64)
+    rng = np.random.default_rng(5)
+    steps = [{"w": rng.standard_normal(20)} for _ in range(4)]
+    path = write_trace(tmp_path / "many.parquet", steps, "f64")
+    assert len(sizes) == 4 and sizes == sorted(set(sizes))
+    assert calls == [(0, sizes[k], os.POSIX_FADV_DONTNEED) for k in range(3)]
+    got = [rec.tensors["w"].tobytes() for rec in TraceReader(path).iter_steps()]
+    assert got == [s["w"].tobytes() for s in steps]
+    assert not [fd for fd in os.listdir("/proc/self/fd") if str(tmp_path) in _link(fd)]
+
+
+def _link(fd: str) -> str:
+    """What this process's descriptor ``fd`` is open on ('' once it is closed)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except FileNotFoundError:
+        return ""
+
+
+def test_writeback_is_advice_only(tmp_path, monkeypatch):
+    """Where posix_fadvise is missing (macOS) or fails, a trace is written all the same."""
+    from parity.core import fileio
+
+    monkeypatch.setattr(writer, "ROW_GROUP_BYTES", 64)
+    steps = [{"w": np.full(20, float(k))} for k in range(3)]
+
+    def refuse(*a):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(fileio.os, "posix_fadvise", refuse)
+    a = write_trace(tmp_path / "a.parquet", steps, "f64")
+    monkeypatch.delattr(fileio.os, "posix_fadvise")
+    b = write_trace(tmp_path / "b.parquet", steps, "f64")
+    for path in (a, b):
+        got = [rec.tensors["w"].tolist() for rec in TraceReader(path).iter_steps()]
+        assert got == [s["w"].tolist() for s in steps]

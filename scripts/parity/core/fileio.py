@@ -86,6 +86,51 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+class Writeback:
+    """Keeps a large file being written from piling up in the page cache: after each piece
+    the writer appends, :meth:`advance` asks the kernel to write back everything but that
+    last piece and to drop what is already written back (``posix_fadvise`` with
+    ``POSIX_FADV_DONTNEED``, which starts writeback of dirty pages and drops clean ones).
+
+    Why (measured, docs/performance.md "Recording overhead"): left to the kernel, a trace
+    stays dirty in memory until the flusher writes it back, 30 s later, in the middle of
+    whatever runs then; once more is dirty than the kernel's threshold (a tenth of the
+    available memory by default), it throttles the process writing. The scale experiment
+    recording all of 800 steps (a 6 GB trace) took 1.57 times the run recording nothing;
+    written back as it is written, 1.18. The cost stays with the run that made it, and the
+    same pages are reused instead of fresh memory (on a VM that hands freed memory back to
+    its host, each fresh page costs a fault on the host).
+
+    Advice only: where ``posix_fadvise`` is missing (macOS) or fails, nothing is done and
+    nothing is raised. A file of one piece is never touched.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self._fd: int | None = None
+        self._last_end = 0  # the file's size after the piece before the last
+        if hasattr(os, "posix_fadvise"):
+            with contextlib.suppress(OSError):
+                self._fd = os.open(path, os.O_RDONLY)
+
+    def advance(self) -> None:
+        """Call after each piece is written (the file's new size is read from it)."""
+        if self._fd is None:
+            return
+        try:
+            end = os.fstat(self._fd).st_size
+            if self._last_end:
+                os.posix_fadvise(self._fd, 0, self._last_end, os.POSIX_FADV_DONTNEED)
+            self._last_end = end
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        """Release the descriptor (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 def current_umask() -> int:
     """This process's umask, read without changing it where Linux reports it
     (``/proc/self/status``), else by setting and restoring it."""

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from parity.core import integrity
-from parity.core.fileio import atomic_path
+from parity.core.fileio import Writeback, atomic_path
 from parity.trace.schema import (
     FLOAT_TYPES,
     INDEX_KEY,
@@ -120,6 +120,7 @@ class TraceWriter:
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
         self._writer = pq.ParquetWriter(self._tmp, self.schema, **writer_options(layout))
+        self._writeback = Writeback(self._tmp)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-writer")
         self._pending: list[Future] = []
 
@@ -224,6 +225,7 @@ class TraceWriter:
             return
         table = pa.Table.from_arrays([pa.chunked_array(chunks, self._type)], schema=self.schema)
         self._writer.write_table(table, row_group_size=rows)
+        self._writeback.advance()
 
     def _wait(self) -> None:
         """Wait for every row group being written; re-raise the first error."""
@@ -253,6 +255,7 @@ class TraceWriter:
             }
         )
         self._writer.close()
+        self._writeback.close()
         self._done = True
         self._atomic.__exit__(None, None, None)
 
@@ -273,6 +276,7 @@ class TraceWriter:
             with contextlib.suppress(Exception):  # the file is discarded anyway
                 self._wait()
             self._pool.shutdown()
+            self._writeback.close()
             self._writer.close()
         finally:
             exc = exc or RuntimeError("trace aborted")
