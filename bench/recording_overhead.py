@@ -11,6 +11,12 @@ written by the job it just ran. PyTorch and candle, recording every step and rec
 nothing, are run interleaved ``REPEAT`` times; the table gives the medians and both
 ratios side by side.
 
+Also measured, ``LONG_REPEAT`` times each: the same runs with ``LONG_STEPS`` steps, whose
+trace recording every step (6 GB in float32) is larger than the share of memory the
+kernel lets stay dirty before it throttles the writer on a machine of this size (a tenth
+of the available memory by default), so the ratio shows what a long recording costs where
+the trace must reach the disk while the run goes on.
+
 Also printed, to explain the ratios: the time to write the same bytes (every parameter of
 every step, float32) raw to a file in the same folder, one step per write, and the time
 :class:`parity.trace.writer.TraceWriter` takes to write the same steps as a trace (checks,
@@ -37,14 +43,21 @@ from parity.trace.writer import TraceWriter
 
 STEPS = 200
 REPEAT = 5
+LONG_STEPS = 800
+LONG_REPEAT = 3
 RULES = {"torch": "train_torch", "candle": "train_candle"}
 
 
-def train_seconds(workdir, run, every):
-    """``train_seconds`` of a fresh ``run`` (float32) recording every ``every``-th step."""
+def train_seconds(workdir, run, every, steps=STEPS):
+    """``train_seconds`` of a fresh ``run`` (float32) of ``steps`` steps recording every
+    ``every``-th step."""
     key = RunKey("scale_mlp", run, "f32", "cpu")
+    config = scale_config(every=every)
+    config["experiments"]["scale_mlp"]["steps"] = steps
+    # The float64 trace of LONG_STEPS steps would pass the default cap; only float32 runs.
+    config["limits"]["max_trace_bytes"] = max(config["limits"]["max_trace_bytes"], 16 << 30)
     started = time.time()
-    run_workflow(workdir, scale_config(every=every), key.trace, forcerun=(RULES[run],))
+    run_workflow(workdir, config, key.trace, forcerun=(RULES[run],))
     trace = workdir / key.trace
     if trace.stat().st_mtime < started:
         raise RuntimeError(f"{trace} was not written by this run")
@@ -90,6 +103,7 @@ def main():
     model = scale_config()["experiments"]["scale_mlp"]["model"]
     workdir = fresh_workdir("recording-overhead")
     times = {(run, every): [] for run in RULES for every in (1, STEPS)}
+    longs = {(run, every): [] for run in RULES for every in (1, LONG_STEPS)}
     raws, writers = [], []
     try:
         for _ in range(REPEAT):
@@ -98,6 +112,10 @@ def main():
             for run in RULES:
                 for every in (1, STEPS):
                     times[run, every].append(train_seconds(workdir, run, every))
+        for _ in range(LONG_REPEAT):
+            for run in RULES:
+                for every in (1, LONG_STEPS):
+                    longs[run, every].append(train_seconds(workdir, run, every, LONG_STEPS))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -128,6 +146,24 @@ def main():
             **{run: ", ".join(f"{t:.2f}" for t in times[run, STEPS]) for run in RULES},
         },
     ]
+    long_med = {k: statistics.median(v) for k, v in longs.items()}
+    rows.append(
+        {
+            "": f"{LONG_STEPS} steps ({LONG_REPEAT} runs each): record every step ÷ nothing",
+            **{
+                run: f"{long_med[run, 1]:.2f} s ÷ {long_med[run, LONG_STEPS]:.2f} s = "
+                f"**{long_med[run, 1] / long_med[run, LONG_STEPS]:.2f}**"
+                for run in RULES
+            },
+        }
+    )
+    for every, what in ((1, "record every step"), (LONG_STEPS, "record nothing")):
+        rows.append(
+            {
+                "": f"each run of {LONG_STEPS} steps, {what} (s)",
+                **{run: ", ".join(f"{t:.2f}" for t in longs[run, every]) for run in RULES},
+            }
+        )
     print(table(rows, ["", *RULES]))
     print("each try, raw write (s):", ", ".join(f"{t:.2f}" for t in raws))
     print("each try, TraceWriter alone (s):", ", ".join(f"{t:.2f}" for t in writers))
