@@ -254,8 +254,8 @@ class TraceWriter:
                 **integrity.seal(INDEX_KEY, json.dumps(self._index, separators=(",", ":"))),
             }
         )
-        self._writer.close()
         self._writeback.close()
+        self._writer.close()
         self._done = True
         self._atomic.__exit__(None, None, None)
 
