@@ -419,6 +419,34 @@ def test_arrays_handed_over_are_kept_as_they_are(tmp_path):
     assert [r.tensors["w"].tolist() for r in recs] == [[1, 2], [3, 4]]
 
 
+def test_owned_arrays_are_kept_without_a_copy_and_views_are_copied(tmp_path):
+    """What write_step keeps for the writer thread: an array that owns its memory (1-D or
+    2-D, as the PyTorch runner's copies are) or one handed over is kept as it is, no second
+    copy; a view the caller did not hand over is copied, so changing its base afterwards
+    changes nothing in the trace; an F-ordered array is flattened into a copy of its own."""
+    layout = TraceLayout.of("f32", [("a", (4,)), ("b", (2, 2))])
+    owned_1d = np.arange(4, dtype=np.float32)
+    owned_2d = np.arange(4, dtype=np.float32).reshape(2, 2).copy()
+    base = np.arange(8, dtype=np.float32)
+    fortran = np.asfortranarray(np.array([[1, 2], [3, 4]], np.float32))
+    path = tmp_path / "k.parquet"
+    with TraceWriter(path, layout, base_meta(steps=2)) as w:
+        w.write_step(0, None, {"a": owned_1d, "b": owned_2d})
+        kept = w._buffer[-1].tensors
+        assert np.shares_memory(kept["a"], owned_1d) and np.shares_memory(kept["b"], owned_2d)
+        w.write_step(1, 1.0, {"a": base[:4], "b": fortran})
+        kept = w._buffer[-1].tensors
+        assert not np.shares_memory(kept["a"], base)
+        assert not np.shares_memory(kept["b"], fortran)
+        w.write_step(2, 2.0, {"a": base[4:], "b": base[:4]}, handed_over=True)
+        kept = w._buffer[-1].tensors
+        assert np.shares_memory(kept["a"], base) and np.shares_memory(kept["b"], base)
+        base[:4] = -1  # after step 1 was written: its copy stays as it was
+    steps = list(TraceReader(path).iter_steps())
+    assert steps[1].tensors["a"].tolist() == [0, 1, 2, 3]
+    assert steps[1].tensors["b"].tolist() == [1, 2, 3, 4]  # flattened in C order
+
+
 def test_a_run_that_failed_keeps_the_steps_before_its_failure_and_the_error(tmp_path):
     """A framework error during step 2 of 3 (a backward the framework cannot run): the
     trace holds steps 0 and 1, status failed, the step and the framework's message."""

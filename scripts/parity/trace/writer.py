@@ -178,9 +178,13 @@ class TraceWriter:
                     f"step {step}: column {name!r} has {arr.size} values, "
                     f"expected {self._numel[name]}",
                 )
-            arr = arr.reshape(-1)
-            keep = arr.flags.c_contiguous and (handed_over or arr.flags.owndata)
-            row[name] = arr if keep else arr.copy()
+            # Whether the caller's array owns its memory is asked before flattening: the
+            # flat view never does, and asking it copied every owned array a second time
+            # (docs/performance.md, "the second copy").
+            flat = arr.reshape(-1)
+            ours = not np.may_share_memory(flat, arr)  # reshape copied (not C-ordered)
+            keep = ours or (flat.flags.c_contiguous and (handed_over or arr.flags.owndata))
+            row[name] = flat if keep else flat.copy()
         missing = [n for n in self.layout.names if n not in row]
         if missing:
             raise TraceError(self.path, f"step {step}: parameter column {missing[0]!r} is missing")
