@@ -180,7 +180,7 @@ class TraceWriter:
                 )
             # Whether the caller's array owns its memory is asked before flattening: the
             # flat view never does, and asking it copied every owned array a second time
-            # (docs/performance.md, "the second copy").
+            # (docs/performance.md, "an Intel Xeon, and the second copy").
             flat = arr.reshape(-1)
             ours = not np.may_share_memory(flat, arr)  # reshape copied (not C-ordered)
             keep = ours or (flat.flags.c_contiguous and (handed_over or arr.flags.owndata))
