@@ -11,11 +11,13 @@ exactly 0 is 1 (:class:`ReluGradOneAtZero`). Without it nothing here changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -270,10 +272,20 @@ def train(
     threads: int,
     log: logging.Logger,
     net: type = Net,
+    copy_beside: bool | None = None,
 ):
     """Run ``key`` with its resolved ``settings`` (``resolve.resolve_run``) from the fixture
     ``fixture`` and write its trace to ``out``; ``net`` makes the model (:class:`Net`, or an
     own model's ``parity.own.torch_model.OwnNet``).
+
+    ``copy_beside`` (default: on the CPU with a built-in model): a recorded step's tensors
+    are copied to host memory on a helper thread while the next forward pass runs, and the
+    loop waits for the copy before ``zero_grad`` and the optimizer step, the first calls
+    that change what it copies (the optimizer changes parameters and moments in place). It
+    saves the loop the copy, 3-4% of a step of the scale experiment on an Intel Xeon
+    (docs/performance.md, "an Intel Xeon, and the second copy"); the trace is the same
+    byte for byte. An own model's forward pass may change a recorded tensor in place (a
+    buffer), so it copies in the loop, as does a GPU run (its copy waits for the device).
 
     Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
     runner does not implement; the trace is then not written.
@@ -294,7 +306,8 @@ def train(
     fx = fixtures.load(fixture)
     fixtures.check(fixture, fx, s)
     names = [n for n, _ in model_params(s["model"])]
-    net = net(s["model"], fx, names, device, dtype)
+    net_cls = net
+    net = net_cls(s["model"], fx, names, device, dtype)
     p = net.params
     x = torch.from_numpy(fx["x"]).to(device=device)
     if x.is_floating_point():  # a transformer's x holds token ids (int64)
@@ -327,28 +340,48 @@ def train(
     )
     steps, every = s["steps"], rec["every"]
     batches = x.shape[0]
-    with TraceWriter(out, layout, meta) as w:
-        w.write_step(0, None, {n: _host(p[n]) for n in recorded})
+
+    def recorded_row() -> dict[str, np.ndarray]:
+        """The recorded tensors as they are now, copied to host memory."""
+        row = {n: _host(p[n]) for n in recorded}
+        for n in recorded if rec.get("grads") else ():
+            row[extra_column("grad", n)] = _host(p[n].grad)
+        for n in recorded if rec.get("moments") else ():
+            state = opt.state[p[n]]
+            row[extra_column("exp_avg", n)] = _host(state["exp_avg"])
+            row[extra_column("exp_avg_sq", n)] = _host(state["exp_avg_sq"])
+        return row
+
+    if copy_beside is None:
+        copy_beside = device.type == "cpu" and net_cls is Net
+    # A recorded step's copy, made beside the next forward pass: (step, loss, Future).
+    pending: tuple[int, float, Future] | None = None
+    with (
+        TraceWriter(out, layout, meta) as w,
+        ThreadPoolExecutor(1, "record-copy") if copy_beside else contextlib.nullcontext() as pool,
+    ):
+        w.write_step(0, None, {n: _host(p[n]) for n in recorded})  # no extras at step 0
         started = time.perf_counter()
         for t in range(1, steps + 1):
             i = (t - 1) % batches
             loss = loss_fn(s["loss"], net.forward(x[i], fault), y[i])
+            if pending is not None:  # before zero_grad and step change what it copies
+                w.write_step(pending[0], pending[1], pending[2].result())
+                pending = None
             opt.zero_grad()
             loss.backward()
             opt.step()
             if t % every and t != steps:
                 continue
-            row = {n: _host(p[n]) for n in recorded}
-            for n in recorded if rec.get("grads") else ():
-                row[extra_column("grad", n)] = _host(p[n].grad)
-            for n in recorded if rec.get("moments") else ():
-                state = opt.state[p[n]]
-                row[extra_column("exp_avg", n)] = _host(state["exp_avg"])
-                row[extra_column("exp_avg_sq", n)] = _host(state["exp_avg_sq"])
             value = float(loss.detach().to(torch.float64).cpu())
-            w.write_step(t, value, row)
+            if pool is not None:
+                pending = (t, value, pool.submit(recorded_row))
+            else:
+                w.write_step(t, value, recorded_row())
             if t % max(1, steps // 10) == 0 or t == steps:
                 log.info("step %d/%d loss %.8f", t, steps, value)
+        if pending is not None:
+            w.write_step(pending[0], pending[1], pending[2].result())
         # Wall time of the steps and their recording (benchmarks read it).
         w.meta["runner"]["train_seconds"] = time.perf_counter() - started
     log.info("wrote %s (%s)", out, w.meta["status"])

@@ -1,0 +1,103 @@
+"""The PyTorch runner's recording: a recorded step copied beside the next forward pass
+(``copy_beside``) writes the same trace, byte for byte in every value, as the copy made in
+the loop."""
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from parity.plan.keys import RunKey
+from parity.plan.plan import Plan
+from parity.run import torch as torch_runner
+from parity.trace import fixtures
+from parity.trace.reader import TraceReader
+
+from conftest import load_config
+
+LOG = logging.getLogger("test_torch_recording")
+
+
+@pytest.mark.parametrize(
+    ("experiment", "every"), [("a3_adamw", 1), ("cnn_adam", 1), ("transformer_adamw", 3)]
+)
+def test_copying_beside_the_next_step_records_the_same_values(
+    tmp_path, monkeypatch, experiment, every
+):
+    """Parameters, gradients and both AdamW moments, recorded every step (every third for
+    the transformer, the last step too): each value is bit-identical with and without the
+    helper thread, as is the loss of every recorded step. The helper's copies are slowed
+    down, so a loop that did not wait for them before changing the tensors would be caught
+    rather than win the race by chance."""
+    host = torch_runner._host
+
+    def slow_host(t):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.002)
+        return host(t)
+
+    monkeypatch.setattr(torch_runner, "_host", slow_host)
+    plan = Plan(load_config())
+    settings = plan.run_settings(experiment, "torch")
+    settings["steps"] = 10
+    settings["record"] = {**settings["record"], "every": every, "grads": True, "moments": True}
+    fixture = tmp_path / "fx.safetensors"
+    fixtures.write(fixture, plan.fixture_settings(experiment))
+    key = RunKey(experiment, "torch", "f32", "cpu")
+    traces = {}
+    for beside in (False, True):
+        out = tmp_path / f"beside-{beside}.parquet"
+        torch_runner.train(key, settings, str(fixture), str(out), 1, LOG, copy_beside=beside)
+        reader = TraceReader(out)
+        traces[beside] = list(reader.iter_steps(reader.layout.columns))
+    inline, beside = traces[False], traces[True]
+    assert [r.step for r in beside] == [r.step for r in inline]
+    assert [r.step for r in inline][-1] == 10 and len(inline) == (10 // every) + 1 + (
+        10 % every > 0
+    )
+    for a, b in zip(inline, beside, strict=True):
+        assert (a.loss is None and b.loss is None) or (
+            np.float64(a.loss).tobytes() == np.float64(b.loss).tobytes()
+        )
+        assert a.tensors.keys() == b.tensors.keys()
+        for name, value in a.tensors.items():
+            assert value.tobytes() == b.tensors[name].tobytes(), (a.step, name)
+    kinds = {n.split(":")[0] for n in inline[-1].tensors if ":" in n}
+    assert kinds == {"grad", "exp_avg", "exp_avg_sq"}
+
+
+def test_the_copy_is_made_beside_only_for_a_built_in_model_on_the_cpu(tmp_path, monkeypatch):
+    """The default: a helper thread copies for the built-in model on the CPU; an own
+    model's forward pass may change a recorded tensor in place, so it is copied in the
+    loop (no helper thread made)."""
+    made = []
+    real = torch_runner.ThreadPoolExecutor
+
+    def spy(*args, **kwargs):
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch_runner, "ThreadPoolExecutor", spy)
+    plan = Plan(load_config())
+    settings = plan.run_settings("a3_adamw", "torch")
+    settings["steps"] = 3
+    fixture = tmp_path / "fx.safetensors"
+    fixtures.write(fixture, plan.fixture_settings("a3_adamw"))
+    key = RunKey("a3_adamw", "torch", "f32", "cpu")
+    torch_runner.train(key, settings, str(fixture), str(tmp_path / "a.parquet"), 1, LOG)
+    assert len(made) == 1
+
+    class OwnLike(torch_runner.Net):
+        pass
+
+    torch_runner.train(
+        key, settings, str(fixture), str(tmp_path / "b.parquet"), 1, LOG, net=OwnLike
+    )
+    assert len(made) == 1
+    a = list(TraceReader(tmp_path / "a.parquet").iter_steps())
+    b = list(TraceReader(tmp_path / "b.parquet").iter_steps())
+    assert [r.tensors["fc1.weight"].tobytes() for r in a] == [
+        r.tensors["fc1.weight"].tobytes() for r in b
+    ]
