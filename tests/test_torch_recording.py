@@ -101,3 +101,74 @@ def test_the_copy_is_made_beside_only_for_a_built_in_model_on_the_cpu(tmp_path, 
     assert [r.tensors["fc1.weight"].tobytes() for r in a] == [
         r.tensors["fc1.weight"].tobytes() for r in b
     ]
+
+
+def test_a_writer_swapped_in_is_handed_every_recorded_step(tmp_path):
+    """``train(writer=...)`` (what bench/recording_floor.py measures with): the writer swapped
+    in is handed every recorded step, with the values and losses ``TraceWriter`` writes."""
+    plan = Plan(load_config())
+    settings = plan.run_settings("a3_adamw", "torch")
+    settings["steps"] = 5
+    fixture = tmp_path / "fx.safetensors"
+    fixtures.write(fixture, plan.fixture_settings("a3_adamw"))
+    key = RunKey("a3_adamw", "torch", "f32", "cpu")
+    handed = []
+
+    class Capture:
+        def __init__(self, path, layout, meta):
+            self.meta = {**meta, "runner": dict(meta["runner"]), "status": "complete"}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def write_step(self, step, loss, tensors, handed_over=False):
+            handed.append((step, loss, {n: np.array(v, copy=True) for n, v in tensors.items()}))
+
+    out = tmp_path / "a.parquet"
+    torch_runner.train(key, settings, str(fixture), str(out), 1, LOG)
+    torch_runner.train(key, settings, str(fixture), str(tmp_path / "b"), 1, LOG, writer=Capture)
+    assert not (tmp_path / "b").exists()
+    written = list(TraceReader(out).iter_steps())
+    assert [s for s, _, _ in handed] == [r.step for r in written] == list(range(6))
+    for (step, loss, tensors), r in zip(handed, written, strict=True):
+        assert loss == r.loss
+        assert {n: v.tobytes() for n, v in tensors.items()} == {
+            n: v.tobytes() for n, v in r.tensors.items()
+        }, step
+
+
+@pytest.mark.parametrize("kind", ["RawWrite", "DirectWrite"])
+def test_the_floor_benchmarks_raw_writers_write_every_byte_they_are_handed(tmp_path, kind):
+    """bench/recording_floor.py's ``raw`` and ``direct`` variants write each step's bytes,
+    in order, whole: steps of odd sizes that cross the O_DIRECT buffer (16 MiB) and end
+    mid-block."""
+    import importlib
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        floor = importlib.import_module("recording_floor")
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    rng = np.random.default_rng(7)
+    steps = [
+        [rng.standard_normal(n).astype(np.float32) for n in (1_000_003, 7)],
+        [rng.standard_normal(n).astype(np.float32) for n in (3_333_331, 5)],
+        [rng.standard_normal(n).astype(np.float32) for n in (2_500_001, 1)],
+    ]
+    path = tmp_path / "raw.bin"
+    cls = getattr(floor, kind)
+    try:
+        writer = cls(path, None, {"runner": {}})
+    except OSError as e:  # O_DIRECT unsupported where tmp_path lives
+        pytest.skip(f"{kind}: {e}")
+    for arrays in steps:
+        writer.work(arrays)
+    writer.close_file()
+    assert path.read_bytes() == b"".join(a.tobytes() for arrays in steps for a in arrays)
+    writer._pool.shutdown()

@@ -273,6 +273,7 @@ def train(
     log: logging.Logger,
     net: type = Net,
     copy_beside: bool | None = None,
+    writer: type = TraceWriter,
 ):
     """Run ``key`` with its resolved ``settings`` (``resolve.resolve_run``) from the fixture
     ``fixture`` and write its trace to ``out``; ``net`` makes the model (:class:`Net`, or an
@@ -286,6 +287,9 @@ def train(
     (docs/performance.md, "an Intel Xeon, and the second copy"); the trace is the same
     byte for byte. An own model's forward pass may change a recorded tensor in place (a
     buffer), so it copies in the loop, as does a GPU run (its copy waits for the device).
+
+    ``writer`` makes the trace writer (:class:`TraceWriter`; ``bench/recording_floor.py``
+    swaps in writers that do part of its work, to measure what each part costs).
 
     Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
     runner does not implement; the trace is then not written.
@@ -357,7 +361,7 @@ def train(
     # A recorded step's copy, made beside the next forward pass: (step, loss, Future).
     pending: tuple[int, float, Future] | None = None
     with (
-        TraceWriter(out, layout, meta) as w,
+        writer(out, layout, meta) as w,
         ThreadPoolExecutor(1, "record-copy") if copy_beside else contextlib.nullcontext() as pool,
     ):
         w.write_step(0, None, {n: _host(p[n]) for n in recorded})  # no extras at step 0

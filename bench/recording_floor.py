@@ -1,0 +1,246 @@
+"""What recording every step costs the PyTorch scale job, part by part: the job's own
+training loop (``parity.run.torch.train``, 200 steps, float32, one thread, copies made
+beside the next step as in the workflow) run in this process with its trace writer swapped
+for writers that do only part of the work, on the same step copies, on one thread beside
+the run as :class:`parity.trace.writer.TraceWriter`'s writer thread does:
+
+- ``nothing``: ``TraceWriter``, recording only the first and the last step (the baseline of
+  ``recording_overhead.py``);
+- ``copies``: every step copied out of torch, the copies handed over and dropped;
+- ``memcopy``: every step's bytes copied once more, into one buffer kept for the run: the
+  same bytes moved through memory, no file;
+- ``raw``: every step's bytes written raw to a file in the same folder, one write per array,
+  through the page cache and written back as the file grows (``parity.core.fileio.Writeback``,
+  as ``TraceWriter`` does): what writing these bytes costs in any file format;
+- ``direct``: the same bytes written raw past the page cache (``O_DIRECT``, Linux): copied
+  into one page-aligned buffer, written in whole 4 KiB blocks; the lever measured, not used
+  (docs/performance.md says why);
+- ``trace``: ``TraceWriter``, every step (what the workflow's job does).
+
+Each is run ``REPEAT`` times, interleaved in a new random order each round; the table gives
+the median ``train_seconds`` (the loop's wall time, as the runner measures it) and its ratio
+to ``nothing``. Where ``raw`` costs about what ``trace`` does, the cost is writing the
+bytes, not the trace format; where ``memcopy`` does too, it is the memory traffic beside
+the run on a machine whose cores share memory bandwidth (docs/performance.md, "what a step's
+bytes cost beside the run").
+
+The process runs with the allocator setting of the workflow's training jobs
+(``parity.core.malloc``), re-executing itself with it where ``GLIBC_TUNABLES`` is unset.
+
+    .venv/bin/python bench/recording_floor.py
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import random
+import shutil
+import statistics
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+from common import fresh_workdir, machine, run_workflow, scale_config, table
+
+from parity.core import paths
+from parity.core.fileio import Writeback
+from parity.core.malloc import MALLOC_TUNABLES
+
+STEPS = 200
+REPEAT = 7
+VARIANTS = ("nothing", "copies", "memcopy", "raw", "direct", "trace")
+#: Steps a stand-in writer lets wait for its thread, as TraceWriter does with row groups
+#: (a scale step is one row group).
+QUEUED = 2
+
+
+class Beside:
+    """A stand-in for ``TraceWriter`` with the interface ``train`` uses: each recorded step's
+    arrays go to one thread beside the run, where :meth:`work` does with them what the
+    variant measures; at most :data:`QUEUED` steps wait for it. Publishes nothing; keeps the
+    run's ``train_seconds`` in :attr:`seconds` once the run ends."""
+
+    seconds: ClassVar[list[float]] = []
+
+    def __init__(self, path, layout, meta):
+        self.path = Path(path)
+        self.meta = {**meta, "runner": dict(meta["runner"]), "status": "complete"}
+        self._pool = ThreadPoolExecutor(1, "bench-writer")
+        self._pending: list[Future] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        for f in self._pending:
+            f.result()
+        self._pool.shutdown()
+        self.finish()
+        if exc_type is None:
+            Beside.seconds.append(self.meta["runner"]["train_seconds"])
+
+    def write_step(self, step, loss, tensors, handed_over=False):
+        arrays = [np.asarray(v).reshape(-1) for v in tensors.values()]
+        while len(self._pending) >= QUEUED:
+            self._pending.pop(0).result()
+        self._pending.append(self._pool.submit(self.work, arrays))
+
+    def work(self, arrays: list[np.ndarray]) -> None:
+        """``copies``: nothing; the arrays are dropped."""
+
+    def finish(self) -> None:
+        """After the last step's work."""
+
+
+class MemCopy(Beside):
+    def work(self, arrays):
+        for a in arrays:
+            if not hasattr(self, "_into") or self._into.size < a.size:
+                self._into = np.empty(max(a.size, 1 << 20), a.dtype)
+            np.copyto(self._into[: a.size], a)
+
+
+class RawWrite(Beside):
+    def __init__(self, path, layout, meta):
+        super().__init__(path, layout, meta)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._writeback = Writeback(self.path)
+
+    def work(self, arrays):
+        for a in arrays:
+            view = memoryview(a).cast("B")
+            while view:
+                view = view[os.write(self._fd, view) :]
+        self._writeback.advance()
+
+    def close_file(self) -> None:
+        """Close the file, leaving it in place."""
+        self._writeback.close()
+        os.close(self._fd)
+
+    def finish(self):
+        self.close_file()
+        self.path.unlink()
+
+
+class DirectWrite(RawWrite):
+    BLOCK = 4096
+
+    def __init__(self, path, layout, meta):
+        super().__init__(path, layout, meta)
+        self._direct = os.open(self.path, os.O_WRONLY | os.O_DIRECT)  # OSError: unsupported
+        self._buffer = mmap.mmap(-1, 16 << 20)  # page-aligned
+        self._filled = 0
+        self._written = 0  # bytes written to the file
+
+    def work(self, arrays):
+        buf = np.frombuffer(self._buffer, np.uint8)
+        for a in arrays:
+            data = a.view(np.uint8)
+            while data.size:
+                n = min(data.size, buf.size - self._filled)
+                buf[self._filled : self._filled + n] = data[:n]
+                self._filled, data = self._filled + n, data[n:]
+                whole = self._filled // self.BLOCK * self.BLOCK
+                if self._filled == buf.size or (whole and data.size == 0):
+                    if os.write(self._direct, memoryview(self._buffer)[:whole]) != whole:
+                        raise OSError(f"{self.path}: a short O_DIRECT write")
+                    self._written += whole
+                    rest = self._filled - whole
+                    buf[:rest] = buf[whole : self._filled]
+                    self._filled = rest
+
+    def close_file(self):
+        """Write what is left of the last block through the page cache, close the file."""
+        os.pwrite(self._fd, memoryview(self._buffer)[: self._filled], self._written)
+        os.close(self._direct)
+        self._buffer.close()
+        super().close_file()
+
+
+def timed_trace_writer():
+    """``TraceWriter`` that keeps the run's ``train_seconds`` in :attr:`Beside.seconds`."""
+    from parity.trace.writer import TraceWriter
+
+    class Timed(TraceWriter):
+        def close(self):
+            super().close()
+            Beside.seconds.append(self.meta["runner"]["train_seconds"])
+
+    return Timed
+
+
+def settings_and_fixture(workdir: Path) -> tuple[dict, str]:
+    """The scale experiment's resolved PyTorch settings (``STEPS`` steps) and its fixture,
+    made by the workflow in ``workdir``."""
+    from snakemake.utils import validate
+
+    from parity.plan.plan import Plan
+
+    config = scale_config(every=1)
+    config["experiments"]["scale_mlp"]["steps"] = STEPS
+    fixture = paths.FIXTURE.format(experiment="scale_mlp")
+    run_workflow(workdir, config, fixture)
+    validate(config, str(Path(__file__).resolve().parents[1] / "schemas/config.schema.json"))
+    settings = Plan(config, workdir=str(workdir)).run_settings("scale_mlp", "torch")
+    return settings, str(workdir / fixture)
+
+
+def main():
+    if "GLIBC_TUNABLES" not in os.environ:  # as the workflow's training jobs run
+        os.execve(
+            sys.executable,
+            [sys.executable, *sys.argv],
+            {**os.environ, "GLIBC_TUNABLES": MALLOC_TUNABLES},
+        )
+    from parity.plan.keys import RunKey
+    from parity.run import torch as runner
+
+    writers = {
+        "nothing": timed_trace_writer(),
+        "copies": Beside,
+        "memcopy": MemCopy,
+        "raw": RawWrite,
+        "direct": DirectWrite,
+        "trace": timed_trace_writer(),
+    }
+    log = logging.getLogger("recording_floor")
+    key = RunKey("scale_mlp", "torch", "f32", "cpu")
+    workdir = fresh_workdir("recording-floor")
+    times = {v: [] for v in VARIANTS}
+    try:
+        settings, fixture = settings_and_fixture(workdir)
+        for _ in range(REPEAT):
+            for variant in random.sample(VARIANTS, len(VARIANTS)):
+                s = {**settings, "record": {**settings["record"], "every": 1}}
+                if variant == "nothing":
+                    s["record"]["every"] = STEPS
+                out = workdir / f"floor-{variant}.parquet"
+                runner.train(key, s, fixture, str(out), 1, log, writer=writers[variant])
+                out.unlink(missing_ok=True)
+                times[variant].append(Beside.seconds.pop())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    base = statistics.median(times["nothing"])
+    print(machine())
+    print(
+        f"PyTorch scale job, {STEPS} steps, float32, in one process; {REPEAT} interleaved runs each"
+    )
+    rows = [
+        {
+            "recording": v,
+            "median (s)": f"{statistics.median(times[v]):.2f}",
+            "÷ nothing": f"**{statistics.median(times[v]) / base:.2f}**",
+            "each run (s)": ", ".join(f"{t:.2f}" for t in times[v]),
+        }
+        for v in VARIANTS
+    ]
+    print(table(rows, ["recording", "median (s)", "÷ nothing", "each run (s)"]))
+
+
+if __name__ == "__main__":
+    main()
