@@ -20,6 +20,19 @@ from conftest import load_config
 LOG = logging.getLogger("test_torch_recording")
 
 
+def float32_run(tmp_path, experiment: str, steps: int, **record) -> tuple[RunKey, dict, str]:
+    """(key, settings, fixture path) of ``experiment``'s PyTorch run on the CPU in float32,
+    ``steps`` steps, ``record`` merged into its record settings, its fixture written to
+    ``tmp_path``."""
+    plan = Plan(load_config())
+    settings = plan.run_settings(experiment, "torch")
+    settings["steps"] = steps
+    settings["record"] = {**settings["record"], **record}
+    fixture = tmp_path / "fx.safetensors"
+    fixtures.write(fixture, plan.fixture_settings(experiment))
+    return RunKey(experiment, "torch", "f32", "cpu"), settings, fixture
+
+
 @pytest.mark.parametrize(
     ("experiment", "every"), [("a3_adamw", 1), ("cnn_adam", 1), ("transformer_adamw", 3)]
 )
@@ -39,17 +52,13 @@ def test_copying_beside_the_next_step_records_the_same_values(
         return host(t)
 
     monkeypatch.setattr(torch_runner, "_host", slow_host)
-    plan = Plan(load_config())
-    settings = plan.run_settings(experiment, "torch")
-    settings["steps"] = 10
-    settings["record"] = {**settings["record"], "every": every, "grads": True, "moments": True}
-    fixture = tmp_path / "fx.safetensors"
-    fixtures.write(fixture, plan.fixture_settings(experiment))
-    key = RunKey(experiment, "torch", "f32", "cpu")
+    key, settings, fixture = float32_run(
+        tmp_path, experiment, 10, every=every, grads=True, moments=True
+    )
     traces = {}
     for beside in (False, True):
         out = tmp_path / f"beside-{beside}.parquet"
-        torch_runner.train(key, settings, str(fixture), str(out), 1, LOG, copy_beside=beside)
+        torch_runner.train(key, settings, fixture, str(out), 1, LOG, copy_beside=beside)
         reader = TraceReader(out)
         traces[beside] = list(reader.iter_steps(reader.layout.columns))
     inline, beside = traces[False], traces[True]
@@ -80,21 +89,14 @@ def test_the_copy_is_made_beside_only_for_a_built_in_model_on_the_cpu(tmp_path, 
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch_runner, "ThreadPoolExecutor", spy)
-    plan = Plan(load_config())
-    settings = plan.run_settings("a3_adamw", "torch")
-    settings["steps"] = 3
-    fixture = tmp_path / "fx.safetensors"
-    fixtures.write(fixture, plan.fixture_settings("a3_adamw"))
-    key = RunKey("a3_adamw", "torch", "f32", "cpu")
-    torch_runner.train(key, settings, str(fixture), str(tmp_path / "a.parquet"), 1, LOG)
+    key, settings, fixture = float32_run(tmp_path, "a3_adamw", 3)
+    torch_runner.train(key, settings, fixture, str(tmp_path / "a.parquet"), 1, LOG)
     assert len(made) == 1
 
     class OwnLike(torch_runner.Net):
         pass
 
-    torch_runner.train(
-        key, settings, str(fixture), str(tmp_path / "b.parquet"), 1, LOG, net=OwnLike
-    )
+    torch_runner.train(key, settings, fixture, str(tmp_path / "b.parquet"), 1, LOG, net=OwnLike)
     assert len(made) == 1
     a = list(TraceReader(tmp_path / "a.parquet").iter_steps())
     b = list(TraceReader(tmp_path / "b.parquet").iter_steps())
@@ -106,12 +108,7 @@ def test_the_copy_is_made_beside_only_for_a_built_in_model_on_the_cpu(tmp_path, 
 def test_a_writer_swapped_in_is_handed_every_recorded_step(tmp_path):
     """``train(writer=...)`` (what bench/recording_floor.py measures with): the writer swapped
     in is handed every recorded step, with the values and losses ``TraceWriter`` writes."""
-    plan = Plan(load_config())
-    settings = plan.run_settings("a3_adamw", "torch")
-    settings["steps"] = 5
-    fixture = tmp_path / "fx.safetensors"
-    fixtures.write(fixture, plan.fixture_settings("a3_adamw"))
-    key = RunKey("a3_adamw", "torch", "f32", "cpu")
+    key, settings, fixture = float32_run(tmp_path, "a3_adamw", 5)
     handed = []
 
     class Capture:
@@ -128,8 +125,8 @@ def test_a_writer_swapped_in_is_handed_every_recorded_step(tmp_path):
             handed.append((step, loss, {n: np.array(v, copy=True) for n, v in tensors.items()}))
 
     out = tmp_path / "a.parquet"
-    torch_runner.train(key, settings, str(fixture), str(out), 1, LOG)
-    torch_runner.train(key, settings, str(fixture), str(tmp_path / "b"), 1, LOG, writer=Capture)
+    torch_runner.train(key, settings, fixture, str(out), 1, LOG)
+    torch_runner.train(key, settings, fixture, str(tmp_path / "b"), 1, LOG, writer=Capture)
     assert not (tmp_path / "b").exists()
     written = list(TraceReader(out).iter_steps())
     assert [s for s, _, _ in handed] == [r.step for r in written] == list(range(6))
