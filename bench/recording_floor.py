@@ -97,11 +97,16 @@ class Beside:
 
 
 class MemCopy(Beside):
+    def __init__(self, path, layout, meta):
+        super().__init__(path, layout, meta)
+        self._into = np.empty(0, np.uint8)  # grown to the largest array, kept for the run
+
     def work(self, arrays):
         for a in arrays:
-            if not hasattr(self, "_into") or self._into.size < a.size:
-                self._into = np.empty(max(a.size, 1 << 20), a.dtype)
-            np.copyto(self._into[: a.size], a)
+            data = a.view(np.uint8)
+            if self._into.size < data.size:
+                self._into = np.empty(data.size, np.uint8)
+            np.copyto(self._into[: data.size], data)
 
 
 class RawWrite(Beside):
