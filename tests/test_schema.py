@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -23,7 +25,7 @@ from parity.trace.schema import (
 )
 from parity.trace.writer import TraceWriter
 
-from conftest import base_meta, write_trace
+from conftest import REPO, base_meta, write_trace
 
 STEPS = [{"fc1.weight": [1.0, 2.0, 3.0, 4.0], "fc1.bias": [0.5, -0.5]}] * 3
 SHAPES = {"fc1.weight": (2, 2), "fc1.bias": (2,)}
@@ -372,6 +374,38 @@ def test_writer_keeps_a_copy_of_arrays_it_does_not_own(tmp_path):
         base[:] = -1
     recs = list(TraceReader(tmp_path / "c.parquet").iter_steps())
     assert [r.tensors["w"].tolist() for r in recs] == [[0, 1, 2, 3], [0, 2, 4, 6]]
+
+
+WRITE_IN_A_FRESH_PROCESS = """
+import sys
+import numpy as np
+from parity.trace.schema import TraceLayout
+from parity.trace.writer import TraceWriter
+meta = dict(steps=1, record_every=1, runner={}, experiment="hand", run="torch",
+            framework="torch", framework_version="test", device="cpu", host="h",
+            optimizer={"name": "sgd", "lr": 0.1}, fixture_sha256="0" * 64,
+            config_hash="1" * 64)
+with TraceWriter(sys.argv[1], TraceLayout.of("f32", [("w", (4,))]), meta) as w:
+    w.write_step(0, None, {"w": np.zeros(4, np.float32)})
+    w.write_step(1, 1.0, {"w": np.ones(4, np.float32)})
+print(sorted(m for m in sys.modules if m.partition(".")[0] == "pandas")[:3])
+"""
+
+
+def test_writing_a_trace_imports_no_pandas(tmp_path):
+    """pa.array() imports pandas on its first call, 0.16-0.24 s of imports on the writer
+    thread, holding the GIL, during a fresh job's first training steps; the writer wraps
+    its arrays without it (docs/performance.md, "the first steps of a fresh job")."""
+    out = subprocess.run(
+        [sys.executable, "-c", WRITE_IN_A_FRESH_PROCESS, str(tmp_path / "t.parquet")],
+        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]"
+    r = TraceReader(tmp_path / "t.parquet")
+    assert [rec.tensors["w"].tolist() for rec in r.iter_steps()] == [[0.0] * 4, [1.0] * 4]
 
 
 def test_writer_publishes_nothing_when_the_run_stops_early(tmp_path):

@@ -223,7 +223,16 @@ class TraceWriter:
                 if not _all_finite(r.loss, (r.tensors[n] for n in names)):
                     self.meta.update(status="diverged", diverged_step=r.step)
                     break
-        chunks = [pa.array(a, self._type) for r in records for a in r.tensors.values()]
+        # Each array as it is, wrapped without a copy. Not pa.array(): its first call in a
+        # process imports pandas (to look for pandas types), 0.16-0.24 s of imports holding
+        # the GIL on this thread during the run's first steps (docs/performance.md, "the
+        # first steps of a fresh job"). write_step made every array flat, C-contiguous and
+        # of the layout's little-endian dtype.
+        chunks = [
+            pa.Array.from_buffers(self._type, a.size, [None, pa.py_buffer(a)])
+            for r in records
+            for a in r.tensors.values()
+        ]
         rows = sum(len(c) for c in chunks)
         if rows == 0:
             return
