@@ -27,18 +27,29 @@ bytes cost beside the run").
 The process runs with the allocator setting of the workflow's training jobs
 (``parity.core.malloc``), re-executing itself with it where ``GLIBC_TUNABLES`` is unset.
 
-    .venv/bin/python bench/recording_floor.py
+``--fork`` runs each training run in a child forked from this process after it has imported
+what the warm server imports (``parity.core.warm.PRELOAD``), as the workflow's job runs: a
+fresh process, whose first calls into a library pay what a long-lived one paid once. It adds
+three columns, medians over the runs: the wall time of the first 10 steps, the median step
+after step 50 (each step timed at its loss call), and the child's minor page faults.
+
+    .venv/bin/python bench/recording_floor.py [--fork]
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import mmap
 import os
 import random
+import resource
 import shutil
 import statistics
 import sys
+import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
@@ -202,6 +213,12 @@ def main():
             [sys.executable, *sys.argv],
             {**os.environ, "GLIBC_TUNABLES": MALLOC_TUNABLES},
         )
+    fork = "--fork" in sys.argv[1:]
+    if fork:
+        from parity.core.warm import PRELOAD
+
+        for module in PRELOAD:
+            __import__(module)
     from parity.plan.keys import RunKey
     from parity.run import torch as runner
 
@@ -216,7 +233,7 @@ def main():
     log = logging.getLogger("recording_floor")
     key = RunKey("scale_mlp", "torch", "f32", "cpu")
     workdir = fresh_workdir("recording-floor")
-    times = {v: [] for v in VARIANTS}
+    runs = {v: [] for v in VARIANTS}
     try:
         settings, fixture = settings_and_fixture(workdir)
         for _ in range(REPEAT):
@@ -225,26 +242,83 @@ def main():
                 if variant == "nothing":
                     s["record"]["every"] = STEPS
                 out = workdir / f"floor-{variant}.parquet"
-                runner.train(key, s, fixture, str(out), 1, log, writer=writers[variant])
-                out.unlink(missing_ok=True)
-                times[variant].append(Beside.seconds.pop())
+
+                def one_run(variant=variant, s=s, out=out):
+                    runner.train(key, s, fixture, str(out), 1, log, writer=writers[variant])
+                    out.unlink(missing_ok=True)
+                    return {"seconds": Beside.seconds.pop()}
+
+                runs[variant].append(in_a_child(runner, one_run) if fork else one_run())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    base = statistics.median(times["nothing"])
+
+    def median(v, field):
+        return statistics.median(r[field] for r in runs[v])
+
+    base = median("nothing", "seconds")
     print(machine())
-    print(
-        f"PyTorch scale job, {STEPS} steps, float32, in one process; {REPEAT} interleaved runs each"
-    )
+    where = "each run in a forked child" if fork else "in one process"
+    print(f"PyTorch scale job, {STEPS} steps, float32, {where}; {REPEAT} interleaved runs each")
+    columns = ["recording", "median (s)", "÷ nothing"]
+    if fork:
+        columns += ["first 10 steps (ms)", "step after 50 (ms)", "minor faults"]
     rows = [
         {
             "recording": v,
-            "median (s)": f"{statistics.median(times[v]):.2f}",
-            "÷ nothing": f"**{statistics.median(times[v]) / base:.2f}**",
-            "each run (s)": ", ".join(f"{t:.2f}" for t in times[v]),
+            "median (s)": f"{median(v, 'seconds'):.2f}",
+            "÷ nothing": f"**{median(v, 'seconds') / base:.2f}**",
+            "each run (s)": ", ".join(f"{r['seconds']:.2f}" for r in runs[v]),
+            **(
+                {
+                    "first 10 steps (ms)": f"{1e3 * median(v, 'first10'):.0f}",
+                    "step after 50 (ms)": f"{1e3 * median(v, 'step'):.2f}",
+                    "minor faults": f"{median(v, 'minflt'):.0f}",
+                }
+                if fork
+                else {}
+            ),
         }
         for v in VARIANTS
     ]
-    print(table(rows, ["recording", "median (s)", "÷ nothing", "each run (s)"]))
+    print(table(rows, [*columns, "each run (s)"]))
+
+
+def in_a_child(runner, one_run) -> dict:
+    """``one_run()``'s result, run in a forked child with each step's start timed (the
+    runner's ``loss_fn`` wrapped): adds ``first10`` (seconds of steps 1-10), ``step`` (the
+    median step after step 50) and ``minflt`` (the child's minor page faults). Raises
+    ``RuntimeError`` if the child fails."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: reports on the pipe, never returns
+        status = 1
+        try:
+            os.close(read)
+            starts, loss_fn = [], runner.loss_fn
+
+            def timed(*args):
+                starts.append(time.perf_counter())
+                return loss_fn(*args)
+
+            runner.loss_fn = timed
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            result = one_run()
+            result["minflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            result["first10"] = starts[10] - starts[0]
+            result["step"] = statistics.median(b - a for a, b in itertools.pairwise(starts[50:]))
+            os.write(write, json.dumps(result).encode())
+            status = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not data:
+        raise RuntimeError(f"a forked training run failed (wait status {status})")
+    return json.loads(data)
 
 
 if __name__ == "__main__":
