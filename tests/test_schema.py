@@ -377,14 +377,12 @@ def test_writer_keeps_a_copy_of_arrays_it_does_not_own(tmp_path):
 
 
 WRITE_IN_A_FRESH_PROCESS = """
+import json
 import sys
 import numpy as np
 from parity.trace.schema import TraceLayout
 from parity.trace.writer import TraceWriter
-meta = dict(steps=1, record_every=1, runner={}, experiment="hand", run="torch",
-            framework="torch", framework_version="test", device="cpu", host="h",
-            optimizer={"name": "sgd", "lr": 0.1}, fixture_sha256="0" * 64,
-            config_hash="1" * 64)
+meta = json.loads(sys.argv[2])
 with TraceWriter(sys.argv[1], TraceLayout.of("f32", [("w", (4,))]), meta) as w:
     w.write_step(0, None, {"w": np.zeros(4, np.float32)})
     w.write_step(1, 1.0, {"w": np.ones(4, np.float32)})
@@ -397,7 +395,13 @@ def test_writing_a_trace_imports_no_pandas(tmp_path):
     thread, holding the GIL, during a fresh job's first training steps; the writer wraps
     its arrays without it (docs/performance.md, "the first steps of a fresh job")."""
     out = subprocess.run(
-        [sys.executable, "-c", WRITE_IN_A_FRESH_PROCESS, str(tmp_path / "t.parquet")],
+        [
+            sys.executable,
+            "-c",
+            WRITE_IN_A_FRESH_PROCESS,
+            str(tmp_path / "t.parquet"),
+            json.dumps(base_meta(steps=1)),
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
         capture_output=True,
         text=True,
