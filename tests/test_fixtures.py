@@ -82,6 +82,25 @@ def test_default_config_fixture_round_trips(tmp_path):
     assert np.array_equal(back["x"], fixtures.draw(settings)["x"])
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: np.asfortranarray(a),  # a transposed PyTorch parameter's .numpy()
+        lambda a: a.T.copy().T,  # the same, as a view
+        lambda a: np.repeat(a, 2, axis=1)[:, ::2],  # strided, neither C nor F ordered
+    ],
+)
+def test_an_array_in_any_memory_order_is_written_in_its_logical_order(tmp_path, make):
+    """safetensors' numpy writer writes memory as it lies; the fixture writer must not."""
+    logical = np.arange(12, dtype=np.float32).reshape(3, 4)
+    given = make(logical)
+    assert np.array_equal(given, logical) and not given.flags.c_contiguous
+    path = tmp_path / "f.safetensors"
+    fixtures.save(path, {"w": given}, {"any": "settings"})
+    assert np.array_equal(load_file(path)["w"], logical)
+    assert np.array_equal(fixtures.load(path)["w"], logical)  # its recorded sha256 holds
+
+
 def _every_experiment():
     plan = Plan(load_config())
     return [(e, plan.run_settings(e, next(iter(x["runs"])))) for e, x in plan.experiments.items()]

@@ -27,6 +27,7 @@ from parity.plan.plan import Plan
 from parity.plan.runspec import runner_spec
 from parity.run import own_check
 from parity.run import torch as torch_runner
+from parity.trace import fixtures
 from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_config
@@ -259,6 +260,29 @@ def test_the_same_settings_give_the_same_fixture_bytes(template_fixture, tmp_pat
     again = tmp_path / "again.safetensors"
     own_fixture.write(str(again), plan.fixture_settings("mine"))
     assert again.read_bytes() == path.read_bytes()
+
+
+def test_a_transposed_parameter_is_written_and_read_back_as_the_module_holds_it(tmp_path):
+    """A parameter made by ``.t()`` is column-major in memory: its fixture still holds its
+    logical values, and the checked load accepts it (it was once always refused as corrupt)."""
+    ref = write_factory(
+        tmp_path,
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = nn.Parameter(torch.randn(4, 2).t())\n"
+        "    def forward(self, x):\n"
+        "        return x @ self.w.t()\n\n"
+        "def make():\n"
+        "    return M()\n",
+    )
+    plan = Plan(own_config(tmp_path, {"factory": ref}), workdir=str(tmp_path))
+    path = tmp_path / "fixture.safetensors"
+    drawn = own_fixture.write(str(path), plan.fixture_settings("mine"))
+    assert not drawn["w"].flags.c_contiguous  # the case this test is about
+    back = fixtures.load(path)
+    np.testing.assert_array_equal(back["w"], drawn["w"])
+    assert back["w"].shape == (2, 4)
 
 
 def test_the_same_module_trains_alike_on_two_optimizer_paths_and_records_every_step(

@@ -200,7 +200,10 @@ def save(
 ) -> None:
     """Write ``tensors`` as a fixture atomically. The safetensors metadata
     ``parity.fixture`` records the generator, the settings and the sha256 of the tensors
-    (checked by :func:`load`)."""
+    (checked by :func:`load`). Each array is written in row-major (C) order whatever its
+    memory order: safetensors' numpy ``save_file`` writes an array's memory as it lies, so
+    a Fortran-ordered array (a transposed PyTorch parameter's ``.numpy()``) would be read
+    back scrambled."""
     # One metadata entry: safetensors keeps metadata in a hash map, so several entries
     # would be written in varying order and the bytes would differ from run to run.
     meta = {
@@ -215,4 +218,4 @@ def save(
         )
     }
     with atomic_path(path) as tmp:
-        save_file(dict(tensors), str(tmp), metadata=meta)
+        save_file({n: np.ascontiguousarray(a) for n, a in tensors.items()}, str(tmp), metadata=meta)
