@@ -155,6 +155,18 @@ def test_burn_runs_on_the_cpu_only(config):
     assert c.candidate == RunKey("a1_adam", "burn", "f32", "cpu")
 
 
+def test_without_comparisons_main_compares_pytorch_with_the_rust_run(config):
+    """The default comparison follows the runs: candle where there is one, else burn (an
+    experiment of burn alone was refused for a candle run it never named)."""
+    exp = copy.deepcopy(config["experiments"]["a3_adamw"])
+    exp.pop("comparisons", None)
+    config["experiments"]["burn_only"] = {**exp, "runs": {"torch": {}, "burn": {}}}
+    config["experiments"]["both"] = {**exp, "runs": {"torch": {}, "burn": {}, "candle": {}}}
+    plan = Plan(config)
+    assert plan.experiments["burn_only"]["comparisons"]["main"]["candidate"] == "burn"
+    assert plan.experiments["both"]["comparisons"]["main"]["candidate"] == "candle"
+
+
 def test_burn_runner_spec_uses_burns_own_optimizers(config):
     plan = Plan(config)
     adam = spec_of(plan, RunKey("a1_adam", "burn", "f64", "cpu"))

@@ -33,19 +33,22 @@ def resolve_experiment(
 ) -> dict:
     """Config ``experiments.<name>`` with defaults filled in: runs (default torch and
     candle) resolved by :func:`resolve_run`, comparisons (default ``main``: torch against
-    candle) with ``expect`` and ``tolerance``, the ``record`` setting merged from the top
-    level; for an experiment in ``determinism.experiments`` each run again as
-    ``<run>_repeat``, compared bit for bit; the runs and comparisons of each further
-    release of a Rust framework (``versions.add_release_runs``); an own model (family
-    ``own``) resolved by :func:`parity.plan.own.resolve_model` from its model card
-    (``workdir``: what its paths are relative to). Raises :class:`ConfigError` listing every
-    problem of the experiment."""
+    candle, or burn where the runs have no candle) with ``expect`` and ``tolerance``, the
+    ``record`` setting merged from the top level; for an experiment in
+    ``determinism.experiments`` each run again as ``<run>_repeat``, compared bit for bit;
+    the runs and comparisons of each further release of a Rust framework
+    (``versions.add_release_runs``); an own model (family ``own``) resolved by
+    :func:`parity.plan.own.resolve_model` from its model card (``workdir``: what its paths
+    are relative to). Raises :class:`ConfigError` listing every problem of the
+    experiment."""
     where = f"experiments.{name}"
     exp = copy.deepcopy(dict(exp))
     if exp["model"]["family"] == "own":
         exp["model"] = own.resolve_model(f"{where}.model", name, exp, workdir or os.getcwd())
     exp.setdefault("runs", {"torch": {}, "candle": {}})
-    exp.setdefault("comparisons", {MAIN: {"reference": "torch", "candidate": "candle"}})
+    if "comparisons" not in exp:  # PyTorch against the Rust run: candle, else burn
+        rust = next((r for r in ("candle", "burn") if r in exp["runs"]), "candle")
+        exp["comparisons"] = {MAIN: {"reference": "torch", "candidate": rust}}
     if name in config.get("determinism", {}).get("experiments", []):
         # Each run again as <run>_repeat, compared bit for bit (tolerance 0).
         for run in list(exp["runs"]):
