@@ -262,6 +262,55 @@ def test_the_same_settings_give_the_same_fixture_bytes(template_fixture, tmp_pat
     assert again.read_bytes() == path.read_bytes()
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # F.mse_loss would broadcast [3, 1] against the output [3, 2] with only a warning
+        (
+            {"targets": {"shape": [1]}},
+            (
+                r"experiments\.mine\.data\.targets\.shape: the PyTorch model's output for a "
+                r"batch of shape \[3, 4\] has shape \[3, 2\]; the loss \(mse, targets of "
+                r"shape \[3, 1\]\) needs \[3, 1\] \(targets of shape \[2\] would fit"
+            ),
+        ),
+        ({"targets": {"shape": [3]}}, r"data\.targets\.shape: .* has shape \[3, 2\]"),
+        (
+            {"inputs": {"shape": [5]}},
+            (
+                r"experiments\.mine\.data\.inputs\.shape: the PyTorch model's forward pass "
+                r"fails on a batch of shape \[3, 5\]: RuntimeError: .*mat1 and mat2"
+            ),
+        ),
+    ],
+)
+def test_data_that_does_not_fit_the_model_is_refused_by_the_fixture(tmp_path, data, message):
+    """Before any training job: the fixture job runs the model on its first batch."""
+    cfg = own_config(tmp_path, {"factory": str(REPO / TEMPLATE)})
+    exp = cfg["experiments"]["mine"]
+    exp["data"] = {**exp["data"], **data}
+    plan = Plan(cfg, workdir=str(tmp_path))
+    path = tmp_path / "fixture.safetensors"
+    with pytest.raises(own_fixture.OwnFixtureError, match=message):
+        own_fixture.write(str(path), plan.fixture_settings("mine"))
+    assert not path.exists()
+
+
+def test_class_labels_must_fit_the_models_output(tmp_path):
+    cfg = own_config(tmp_path, {"factory": str(REPO / TEMPLATE)}, loss="cross_entropy")
+    exp = cfg["experiments"]["mine"]
+    exp["data"] = {**exp["data"], "targets": {"classes": 5}}
+    plan = Plan(cfg, workdir=str(tmp_path))
+    with pytest.raises(
+        own_fixture.OwnFixtureError, match=r"data\.targets\.classes: .*needs \[3, 5\]"
+    ):
+        own_fixture.write(str(tmp_path / "f.safetensors"), plan.fixture_settings("mine"))
+    exp["data"]["targets"]["classes"] = 2
+    own_fixture.write(
+        str(tmp_path / "f.safetensors"), Plan(cfg, workdir=str(tmp_path)).fixture_settings("mine")
+    )
+
+
 def test_a_transposed_parameter_is_written_and_read_back_as_the_module_holds_it(tmp_path):
     """A parameter made by ``.t()`` is column-major in memory: its fixture still holds its
     logical values, and the checked load accepts it (it was once always refused as corrupt)."""
@@ -431,6 +480,46 @@ def test_a_port_that_differs_is_refused_with_every_difference(template_plan, ove
     plan, _ = template_plan
     problems = own_check.judge(_inspection(**over), plan.experiments["mine"]["model"], 3)
     assert any(expect in p for p in problems), problems
+
+
+def test_a_frozen_parameter_is_on_the_card_and_the_port_must_not_train_it(tmp_path):
+    """A parameter PyTorch does not train (requires_grad=False, as in fine-tuning) is
+    listed on the model card; a port that gives it a gradient is refused before training,
+    one that serves it without a gradient passes."""
+    ref = write_factory(
+        tmp_path,
+        "def make():\n"
+        "    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))\n"
+        "    m[0].weight.requires_grad_(False)\n"
+        "    return m\n",
+    )
+    plan = Plan(own_config(tmp_path, {"factory": ref}), workdir=str(tmp_path))
+    model = plan.experiments["mine"]["model"]
+    assert model["frozen"] == ["0.weight"]
+    problems = own_check.judge(_inspection(), model, 3)
+    assert problems == [
+        (
+            "the port trains parameters PyTorch's model freezes (requires_grad=False): "
+            "0.weight; serve each without a gradient, as docs/own-model.md shows (candle: "
+            "vb.get(…)?.detach())"
+        )
+    ]
+    assert own_check.judge(_inspection(no_grad=["0.weight"]), model, 3) == []
+    # no backward pass ran: nothing is known of the gradients, the error says what failed
+    problems = own_check.judge(_inspection(backward_error="boom"), model, 3)
+    assert not any("freezes" in p for p in problems)
+
+
+def test_a_model_card_of_an_older_format_is_made_again(tmp_path):
+    """The card's format is part of its key: a kept card without ``frozen`` is not read."""
+    spec = {"factory": str(REPO / TEMPLATE)}
+    key = plan_own.card_key(spec, tmp_path)
+    old = plan_own.CARD_FORMAT
+    try:
+        plan_own.CARD_FORMAT = old - 1
+        assert plan_own.card_key(spec, tmp_path) != key
+    finally:
+        plan_own.CARD_FORMAT = old
 
 
 def test_a_ports_build_gets_only_the_profile_tables_of_its_frameworks_packages():

@@ -7,6 +7,8 @@
   state_dict order (:func:`parity.own.torch_model.unique_parameters`);
 * ``tied``: alias → the name a tied tensor is recorded under (``lm_head.weight`` →
   ``model.embed_tokens.weight``);
+* ``frozen``: the parameters PyTorch does not train (``requires_grad=False``), in
+  state_dict order; the port must not train them either (:mod:`parity.run.own_check`);
 * ``buffers``: every buffer → its shape (not trained, not compared; config
   ``model.buffers`` names those handed to the Rust side);
 * ``rust_config``: what the Rust side's ``build`` receives (``torch_model.rust_config``);
@@ -54,6 +56,7 @@ def card(spec: Mapping[str, Any]) -> dict:
     return {
         "params": [[n, list(p.shape)] for n, p in params],
         "tied": tied,
+        "frozen": [n for n, p in params if not p.requires_grad],
         "buffers": {n: list(s) for n, s in torch_model.buffers(model).items()},
         "rust_config": torch_model.rust_config(spec, model),
         "vocab": vocab,

@@ -14,7 +14,10 @@ experiment's seed, made in float64 and rounded to float32 once, and its data.
   and ``y``, checked for their dimensions and dtypes.
 
 The fixture is refused when the model built here does not have the parameters its model
-card lists (the plan was made from a model whose code has changed since: rerun).
+card lists (the plan was made from a model whose code has changed since: rerun), and when
+the data does not fit the model (:func:`check_fit`: its forward pass on the first batch
+fails, or gives an output of another shape than the loss needs), so no training job runs on
+data that PyTorch would broadcast or refuse.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from safetensors.numpy import load_file
 
 from parity.own import torch_model
+from parity.plan.own import expected_output
 from parity.trace import fixtures
 
 
@@ -107,7 +111,72 @@ def draw(settings: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if name in out:
             raise OwnFixtureError(f"the model has a parameter or buffer named {name!r}")
         out[name] = a
+    # Last: a training-mode forward pass may update buffers (BatchNorm's running
+    # statistics), and those handed over were copied above.
+    check_fit(module, model, settings["loss"], out["x"][0], out["y"][0])
     return out
+
+
+def _data_key(model: Mapping[str, Any], part: str) -> str:
+    """The config key that sets the ``part`` (``inputs`` or ``targets``) of the data."""
+    where = f"experiments.{model['name']}.data"
+    io = model["io"]
+    if "file" in io:
+        return f"{where}.file"
+    if io["input"]["kind"] == "tokens":
+        return f"{where}.tokens"
+    if part == "targets" and io["target"]["kind"] == "classes":
+        return f"{where}.targets.classes"
+    return f"{where}.{part}.shape"
+
+
+def check_fit(
+    module: torch.nn.Module, model: Mapping[str, Any], loss: str, x: np.ndarray, y: np.ndarray
+) -> None:
+    """Refuse data that does not fit the PyTorch model: its forward pass on one batch ``x``
+    (``[B, …]``, float inputs run in the module's float64, token ids as int64) must run and
+    give the output shape the loss needs for targets ``y``
+    (:func:`parity.plan.own.expected_output`; for class labels from a file, ``[B, C]`` with
+    every label below C). ``F.mse_loss`` broadcasts a target of another shape with only a
+    warning, so without this a PyTorch run would train on a loss the port's check then
+    refuses. Raises :class:`OwnFixtureError` naming the config key to change."""
+    batch = x.shape[0]
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    if xt.is_floating_point():
+        xt = xt.to(torch.float64)
+    try:
+        with torch.no_grad():
+            out = torch_model.forward(module, model["torch"], xt)
+    except torch_model.OwnModelError:
+        raise
+    except Exception as e:  # the user's model raises what it raises
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise OwnFixtureError(
+            f"{_data_key(model, 'inputs')}: the PyTorch model's forward pass fails on a batch "
+            f"of shape {list(xt.shape)}: {type(e).__name__}: {reason}"
+        ) from e
+    got = list(out.shape)
+    want = expected_output(model, batch)
+    if want is None:  # class labels from a file: the class count is the model's
+        largest = int(y.max()) if y.size else -1
+        if len(got) == 2 and got[0] == batch and largest < got[1]:
+            return
+        need = f"[{batch}, C] with C above the largest label, {largest}"
+    elif got == want:
+        return
+    else:
+        need = str(want)
+        if (
+            model["io"]["target"]["kind"] == "float"
+            and got[:1] == [batch]
+            and "file" not in model["io"]
+        ):
+            need += f" (targets of shape {got[1:]} would fit the model)"
+    raise OwnFixtureError(
+        f"{_data_key(model, 'targets')}: the PyTorch model's output for a batch of shape "
+        f"{list(xt.shape)} has shape {got}; the loss ({loss}, targets of shape "
+        f"{list(y.shape)}) needs {need}"
+    )
 
 
 def write(path: str, settings: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -33,6 +33,9 @@ from parity.core.config import ConfigError, canonical_hash
 
 #: Where an experiment's model card is kept (``{experiment}``).
 CARD = "results/own/{experiment}/card.json"
+#: The model card's format, part of its key: a card kept from an older format is made
+#: again (2: ``frozen`` added).
+CARD_FORMAT = 2
 #: Seconds the model card may take (importing transformers and building the model).
 CARD_TIMEOUT = 900
 #: The Rust frameworks an own model can be ported to (each has its runner library:
@@ -65,7 +68,8 @@ def factory_file(spec: Mapping[str, Any], workdir: str | os.PathLike) -> Path | 
 def card_key(spec: Mapping[str, Any], workdir: str | os.PathLike) -> str:
     """What a model card depends on, hashed: the spec, the factory's file and every ``.py``
     file beside it (the modules it is likely to import), and the installed versions."""
-    h = hashlib.sha256(canonical_hash({"spec": spec, "versions": _versions()}).encode())
+    key = {"spec": spec, "versions": _versions(), "format": CARD_FORMAT}
+    h = hashlib.sha256(canonical_hash(key).encode())
     f = factory_file(spec, workdir)
     if f is not None and f.is_file():
         for p in sorted(f.parent.glob("*.py")):
@@ -250,6 +254,7 @@ def resolve_model(
     """Config ``experiments.<experiment>.model`` of family ``own`` resolved (module docs):
     ``torch``, the Rust sides with their crate paths made absolute (relative to
     ``workdir``), ``rename`` per side, and from the model card ``params``, ``tied``,
+    ``frozen``,
     ``buffers`` (those named in ``model.buffers``, with their shapes), ``rust_config``,
     ``io`` and ``card_sha256``. Raises :class:`ConfigError` listing every problem: a model
     that cannot be built, a source of randomness, a buffer or a rename that does not exist,
@@ -307,6 +312,7 @@ def resolve_model(
         name=experiment,
         params=card["params"],
         tied=card["tied"],
+        frozen=card["frozen"],
         buffers=buffers,
         rust_config=card["rust_config"],
         io=io,
@@ -314,6 +320,18 @@ def resolve_model(
     )
     model.setdefault("rename", {})
     return model
+
+
+def expected_output(model: Mapping[str, Any], batch: int) -> list[int] | None:
+    """The shape the loss needs of the model's output for a batch of ``batch`` samples:
+    ``[B, T, vocab]`` for tokens, ``[B, classes]`` for class labels (the class count of a
+    data file is not known: None), ``[B, *shape]`` for float targets."""
+    io = model["io"]
+    if io["target"]["kind"] == "tokens":
+        return [batch, *io["input"]["shape"], io["input"]["vocab"]]
+    if io["target"]["kind"] == "classes":
+        return None if "file" in io else [batch, io["target"]["classes"]]
+    return [batch, *io["target"]["shape"]]
 
 
 def outputs(model: Mapping[str, Any]) -> int:

@@ -34,6 +34,7 @@ from typing import Any
 from parity.core.fileio import write_text_atomic
 from parity.core.models import model_params
 from parity.plan.keys import RunKey
+from parity.plan.own import expected_output
 from parity.plan.runspec import runner_spec
 from parity.run.rust import RunnerError, check_binary, invocation, log_tail
 from parity.trace import fixtures
@@ -42,18 +43,6 @@ from parity.trace import fixtures
 class PortMismatch(RuntimeError):
     """A Rust port that does not match the PyTorch model; the message lists every
     difference."""
-
-
-def expected_output(model: Mapping[str, Any], batch: int) -> list[int] | None:
-    """The shape the loss needs of the model's output for a batch of ``batch`` samples:
-    ``[B, T, vocab]`` for tokens, ``[B, classes]`` for class labels (the class count of a
-    data file is not known: None), ``[B, *shape]`` for float targets."""
-    io = model["io"]
-    if io["target"]["kind"] == "tokens":
-        return [batch, *io["input"]["shape"], io["input"]["vocab"]]
-    if io["target"]["kind"] == "classes":
-        return None if "file" in io else [batch, io["target"]["classes"]]
-    return [batch, *io["target"]["shape"]]
 
 
 def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -> list[str]:
@@ -79,6 +68,16 @@ def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -
     extra = [n for n in got if n not in want]
     if extra and not inspection.get("missing"):
         problems.append(f"the port asks for tensors PyTorch's model lacks: {', '.join(extra)}")
+    if not inspection.get("forward_error") and not inspection.get("backward_error"):
+        # after a backward pass: no_grad lists the port's parameters without a gradient
+        no_grad = set(inspection.get("no_grad", []))
+        trained = [n for n in model.get("frozen", []) if n in got and n not in no_grad]
+        if trained:
+            problems.append(
+                "the port trains parameters PyTorch's model freezes (requires_grad=False): "
+                f"{', '.join(trained)}; serve each without a gradient, as docs/own-model.md "
+                "shows (candle: vb.get(…)?.detach())"
+            )
     if inspection.get("forward_error"):
         problems.append(f"the port's forward pass fails: {inspection['forward_error']}")
     else:
@@ -128,7 +127,7 @@ def own_check(
     if problems:
         raise PortMismatch(
             f"{key.experiment}: the {key.framework} port does not match the PyTorch model "
-            f"(nothing was trained):\n  " + "\n  ".join(problems)
+            f"(the port was not trained):\n  " + "\n  ".join(problems)
         )
     result = {
         "experiment": key.experiment,
