@@ -6,7 +6,7 @@ rule fixture:
     output:
         paths.FIXTURE,
     log:
-        "results/logs/fixture/{experiment}.log",
+        paths.FIXTURE_LOG,
     benchmark:
         "results/benchmarks/fixture/{experiment}.tsv"
     wildcard_constraints:

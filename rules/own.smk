@@ -17,7 +17,7 @@ rule own_fixture:
     output:
         paths.FIXTURE,
     log:
-        "results/logs/fixture/{experiment}.log",
+        paths.FIXTURE_LOG,
     benchmark:
         "results/benchmarks/fixture/{experiment}.tsv"
     wildcard_constraints:

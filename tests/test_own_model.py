@@ -144,12 +144,40 @@ def test_a_missing_factory_file_is_refused(tmp_path):
     [
         ({"transformers": "LlamaForCausalLMX"}, "has no model class 'LlamaForCausalLMX'"),
         ({"transformers": "LlamaForCausalLM", "config": {"hidden_act": "nope"}}, "cannot"),
+        # transformers' message spans lines; the key and the class stay in the one reported
+        (
+            {
+                "transformers": "LlamaForCausalLM",
+                "config": {"hidden_size": 30, "num_attention_heads": 4, "vocab_size": 32},
+            },
+            "model.torch.config: LlamaConfig refuses it: ",
+        ),
     ],
 )
 def test_a_transformers_class_or_config_that_does_not_exist_is_refused(tmp_path, spec, message):
     with pytest.raises(ConfigError) as e:
         Plan(own_config(tmp_path, spec), workdir=str(tmp_path))
     assert "experiments.mine.model.torch" in str(e.value) and message in str(e.value)
+
+
+def test_a_dtype_fixed_in_the_models_code_is_refused_before_any_job(tmp_path):
+    """The fixture is drawn in float64: a parameter made float32 whatever the default dtype
+    cannot be drawn, so the plan refuses it (it used to stop the fixture job)."""
+    ref = write_factory(
+        tmp_path,
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = nn.Parameter(torch.zeros(2, 4, dtype=torch.float32))\n"
+        "    def forward(self, x):\n"
+        "        return x @ self.w.t()\n\n"
+        "def make():\n"
+        "    return M()\n",
+    )
+    with pytest.raises(
+        ConfigError, match=r"model\.torch: parameters \['w'\] are not torch.float64"
+    ):
+        Plan(own_config(tmp_path, {"factory": ref}), workdir=str(tmp_path))
 
 
 def test_a_model_with_active_dropout_is_refused_naming_the_module(tmp_path):
@@ -552,3 +580,33 @@ def test_the_runner_crate_links_the_port_and_the_runner_library_by_path(tmp_path
     assert 'candle_parity::own::main::<port::models::Port>("abcd")' in main
     with pytest.raises(ValueError, match="not a Rust type path"):
         own_crate.main_rs("candle", "Port; drop", "abcd")
+
+
+def test_a_run_that_never_ran_names_the_failed_job_before_it(tmp_path, monkeypatch):
+    """The partial summary points at the log of the job that failed before a run (the
+    fixture, the port's build or its check), not at a training log that was never written."""
+    from parity.core import paths
+    from parity.report import partial
+
+    monkeypatch.chdir(tmp_path)
+    key = RunKey("mine", "candle", "f32", "cpu")
+    fields = {"experiment": "mine", "framework": "candle", "device": "cpu"}
+    assert partial._upstream_failure(key) is None  # nothing ran at all
+    check_log = Path(paths.OWN_CHECK_LOG.format(**fields))
+    check_log.parent.mkdir(parents=True)
+    check_log.write_text("PortMismatch: …\n")
+    assert partial._upstream_failure(key) == (
+        f"run candle f32 cpu never ran: the check of its port (own_check) failed; see {check_log}"
+    )
+    fixture_log = Path(paths.FIXTURE_LOG.format(**fields))
+    fixture_log.parent.mkdir(parents=True)
+    fixture_log.write_text("OwnFixtureError: …\n")
+    # the first failed job in the order they run
+    assert "its fixture job failed; see results/logs/fixture/mine.log" in partial._upstream_failure(
+        key
+    )
+    assert "fixture job" in partial._upstream_failure(RunKey("mine", "torch", "f32", "cpu"))
+    fixture = Path(paths.FIXTURE.format(**fields))
+    fixture.parent.mkdir(parents=True)
+    fixture.write_bytes(b"made")
+    assert partial._upstream_failure(RunKey("mine", "torch", "f32", "cpu")) is None

@@ -14,6 +14,7 @@ TRAIN_BENCHMARK = "results/benchmarks/train/{experiment}/{run}-{dtype}-{device}.
 
 #: An experiment's fixture (initial parameters and data, safetensors).
 FIXTURE = "results/fixtures/{experiment}.safetensors"
+FIXTURE_LOG = "results/logs/fixture/{experiment}.log"
 
 #: A Rust runner's binary, built from one release of its framework (``parity.plan.versions``)
 #: for a device's cargo features.

@@ -172,6 +172,25 @@ def _build_failure(key, expectation: Mapping) -> str | None:
     return versions.build_failure(key.framework, version, key.device)
 
 
+def _upstream_failure(key) -> str | None:
+    """Why run ``key`` never started, where a job it needs failed: the first of its
+    experiment's fixture and, for an own model's port, its build and its check
+    (``own_check``) whose output is missing and whose log exists, as "run … never ran: …
+    failed; see <log>"; None when none did."""
+    fields = {"experiment": key.experiment, "framework": key.framework, "device": key.device}
+    steps = [("its fixture job", paths.FIXTURE, paths.FIXTURE_LOG)]
+    if key.framework in frameworks.RUST_FRAMEWORKS:
+        steps += [
+            ("the build of its port", paths.OWN_BINARY, paths.OWN_BUILD_LOG),
+            ("the check of its port (own_check)", paths.OWN_CHECK, paths.OWN_CHECK_LOG),
+        ]
+    for what, output, log in steps:
+        output, log = output.format(**fields), log.format(**fields)
+        if not os.path.exists(output) and os.path.exists(log):
+            return f"run {key.label} never ran: {what} failed; see {log}"
+    return None
+
+
 def partial_summary(
     comparisons: ComparisonJobs,
     unsupported: Sequence[Mapping],
@@ -185,8 +204,9 @@ def partial_summary(
     """Summary of a run that failed part-way, written beside ``summary.csv``: every
     comparison whose per-step result is current (:func:`current_result`) is summarised
     (with its split and diagnosis where those are current); each other one is an ``error``
-    row whose status says why and names the log to read: the training job's when a trace
-    is missing (that run failed), else the comparison job's. Each cross-host job of
+    row whose status says why and names the log to read: the runner build's, or the
+    failed job's before a run (:func:`_upstream_failure`), or the training job's when a
+    trace is missing (that run failed), else the comparison job's. Each cross-host job of
     ``remote_jobs`` with a current result gives its rows; each other one gives an
     ``error`` row per row its host owes (:func:`remote_error_rows`: the host, the stage
     that failed, the log). ``why`` says why summary.csv is not current. Returns the
@@ -207,11 +227,14 @@ def partial_summary(
             for role, k in missing.items()
             if (why := _build_failure(k, job["expectations"][role]))
         ]
+        upstream = [why for k in missing.values() if (why := _upstream_failure(k))]
         first = next(iter(missing.values()), None)
         log = first.log if first else c.log("perstep")
         status = f"no current result ({problem}); see {log}"
         if unbuilt:
             status = f"no current result: {unbuilt[0]}"
+        elif upstream:
+            status = f"no current result: {upstream[0]}"
         elif first:
             status += f" (run {first.label} failed: its trace is missing)"
         errors.append(
