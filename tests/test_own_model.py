@@ -510,6 +510,47 @@ def test_a_port_that_differs_is_refused_with_every_difference(template_plan, ove
     assert any(expect in p for p in problems), problems
 
 
+def test_a_build_that_only_asked_wrongly_is_checked_to_its_end(template_plan):
+    """The inspection's store serves zeros for a wrong shape or a missing name, so such a
+    build ran to its end: every difference is listed, not only the build error."""
+    plan, _ = template_plan
+    model = plan.experiments["mine"]["model"]
+    asked = '"0.weight" asked for with shape [4, 8], the fixture\'s is [8, 4]'
+    inspection = _inspection(
+        params=[["0.weight", [4, 8]]],
+        shape_mismatch=[["0.weight", [8, 4], [4, 8]]],
+        build_error=asked,
+    )
+    assert own_check.judge(inspection, model, 3) == [
+        "0.weight: the port asks for shape [4, 8], PyTorch's is [8, 4]",
+        (
+            "the port never asks for 3 of PyTorch's parameters: 0.bias, 2.weight, 2.bias "
+            "(rename them in model.rename if the port names them differently)"
+        ),
+    ]
+    # a build that failed after asking: only its error, what it would have asked is unknown
+    inspection["build_error"] = asked + "; then the build failed: shape mismatch in matmul"
+    (only,) = own_check.judge(inspection, model, 3)
+    assert only.startswith("the port cannot be built from the fixture: ")
+
+
+def test_a_missing_buffer_the_model_has_points_at_model_buffers(template_plan):
+    plan, _ = template_plan
+    model = {**plan.experiments["mine"]["model"], "other_buffers": ["1.running_mean"]}
+    inspection = _inspection(
+        missing=["norm.running_mean"],
+        build_error='the fixture holds no tensor "norm.running_mean"',
+    )
+    problems = own_check.judge(inspection, model, 3)
+    assert problems[0] == (
+        "the port asks for 'norm.running_mean', which the PyTorch model does not have"
+    )
+    assert problems[1].startswith(
+        "the PyTorch model has buffers it does not hand to the port: 1.running_mean; name "
+        "those the port needs in model.buffers"
+    )
+
+
 def test_a_frozen_parameter_is_on_the_card_and_the_port_must_not_train_it(tmp_path):
     """A parameter PyTorch does not train (requires_grad=False, as in fine-tuning) is
     listed on the model card; a port that gives it a gradient is refused before training,

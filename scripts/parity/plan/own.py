@@ -254,7 +254,7 @@ def resolve_model(
     """Config ``experiments.<experiment>.model`` of family ``own`` resolved (module docs):
     ``torch``, the Rust sides with their crate paths made absolute (relative to
     ``workdir``), ``rename`` per side, and from the model card ``params``, ``tied``,
-    ``frozen``,
+    ``frozen``, ``other_buffers`` (the model's buffers not handed over),
     ``buffers`` (those named in ``model.buffers``, with their shapes), ``rust_config``,
     ``io`` and ``card_sha256``. Raises :class:`ConfigError` listing every problem: a model
     that cannot be built, a source of randomness, a buffer or a rename that does not exist,
@@ -314,6 +314,7 @@ def resolve_model(
         tied=card["tied"],
         frozen=card["frozen"],
         buffers=buffers,
+        other_buffers=[b for b in card["buffers"] if b not in buffers],
         rust_config=card["rust_config"],
         io=io,
         card_sha256=canonical_hash(card),

@@ -49,16 +49,31 @@ def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -
     """Every difference between the port (``inspection``) and the PyTorch model (its
     resolved ``model``), one line each; empty when they match."""
     problems = []
-    if inspection.get("build_error"):
-        return [f"the port cannot be built from the fixture: {inspection['build_error']}"]
+    missing = list(inspection.get("missing", []))
+    mismatched = {n for n, _, _ in inspection.get("shape_mismatch", [])}
+    error = inspection.get("build_error")
+    # A build that only asked for names the fixture lacks or holds with another shape ran
+    # to its end (the inspection's store serves zeros of the asked shape), so what it did
+    # not ask for is known too; a build that failed stops the check at its error.
+    if error and not ((missing or mismatched) and "then the build failed" not in error):
+        return [f"the port cannot be built from the fixture: {error}"]
     want = {n: list(s) for n, s in model_params(model)}
     want.update({n: list(s) for n, s in model.get("buffers", {}).items()})
     got = {n: list(s) for n, s in inspection["params"]}
-    for n in inspection.get("missing", []):
+    for n in missing:
         problems.append(f"the port asks for {n!r}, which the PyTorch model does not have")
+    unhanded = model.get("other_buffers", [])
+    leaves = {n.rsplit(".", 1)[-1] for n in missing}
+    if any(b.rsplit(".", 1)[-1] in leaves for b in unhanded):
+        problems.append(
+            "the PyTorch model has buffers it does not hand to the port: "
+            f"{', '.join(unhanded)}; name those the port needs in model.buffers (and in "
+            "model.rename where the port names them differently)"
+        )
     for n, fixture_shape, asked in inspection.get("shape_mismatch", []):
         problems.append(f"{n}: the port asks for shape {asked}, PyTorch's is {fixture_shape}")
-    absent = [n for n in want if n not in got and n not in model.get("buffers", {})]
+    buffers = model.get("buffers", {})
+    absent = [n for n in want if n not in got and n not in buffers and n not in mismatched]
     if absent:
         problems.append(
             f"the port never asks for {len(absent)} of PyTorch's parameters: "
@@ -66,8 +81,10 @@ def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -
             + " (rename them in model.rename if the port names them differently)"
         )
     extra = [n for n in got if n not in want]
-    if extra and not inspection.get("missing"):
+    if extra and not missing:
         problems.append(f"the port asks for tensors PyTorch's model lacks: {', '.join(extra)}")
+    if error:
+        return problems
     if not inspection.get("forward_error") and not inspection.get("backward_error"):
         # after a backward pass: no_grad lists the port's parameters without a gradient
         no_grad = set(inspection.get("no_grad", []))
