@@ -438,6 +438,12 @@ def test_the_walk_names_the_module_whose_backward_differs(template_fixture):
             r[q] = r[q] * 1.01
     w = walk.walk(m, 3, {**rec, **bad}, {}, walk.Settings(), flow)
     assert w.culprit == "grad:0.out" and w.culprit_phase == "backward"
+    # the template is an nn.Sequential: its paths are numbers, the note says what they are
+    assert walk.culprit_module(w.culprit, flow) == "`0` is a `Linear`"
+    assert walk.culprit_module("update:2.bias", flow) == "`2` is a `Linear`"
+    assert walk.culprit_module("1.out", flow) == "`1` is a `Tanh`"
+    assert walk.culprit_module("loss", flow) is None
+    assert walk.culprit_module("grad:0.out", None) is None
 
 
 # ----- the Rust side's contract ------------------------------------------------------

@@ -274,6 +274,9 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
             "forward hooks; the reference is not a PyTorch run"
         )
     w = localise.walk(ref_settings["model"], batch, records, missing, s, dataflow)
+    module = localise.culprit_module(w.culprit, dataflow)
+    if module:
+        notes.append(f"the culprit's module: {module}")
     return {
         "step": k,
         "step_reason": why,
