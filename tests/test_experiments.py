@@ -242,3 +242,21 @@ def test_every_problem_of_a_config_is_named_at_once(config):
         "experiments.cnn_adam.model.kernel",
     ]
     assert str(err.value).count("config: experiments.") == 4
+
+
+def test_the_optimizer_defaults_show_the_frameworks_the_runs_use(config):
+    """Each Rust framework's defaults need its runner built: a config without burn runs
+    (a user's candle port) builds no burn for the defaults table."""
+    from parity.report import sealed
+
+    torch_, candle, burn = sealed.DEFAULTS_JSON
+    assert sealed.defaults_json(Plan(config)) == [torch_, candle, burn]
+    config["only"] = ["a3_adamw"]
+    exp = config["experiments"]["a3_adamw"]
+    exp["runs"] = {"torch": {}, "candle": {}}
+    exp["comparisons"] = {"main": {"reference": "torch", "candidate": "candle"}}
+    plan = Plan(config)
+    assert {k.framework for k in plan.runs()} == {"torch", "candle"}
+    assert sealed.defaults_json(plan) == [torch_, candle]
+    assert sealed.page_inputs("optimizer_defaults", plan, None, "t.rst") == [torch_, candle]
+    assert sealed.page_inputs("training_loop", plan, None, "t.rst") == ["t.rst", torch_, candle]

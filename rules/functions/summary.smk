@@ -7,8 +7,9 @@ from parity.report import sealed
 TRAINING_LOOP_TEXT = workdir_path(
     os.path.join(PARITY_DIR, "report", "training_loop.rst")
 )
-#: Each framework's optimizer defaults as it prints them (parity.report.sealed).
-DEFAULTS_JSON = list(sealed.DEFAULTS_JSON)
+#: The optimizer defaults of PyTorch and of each Rust framework a run uses, as each
+#: prints them (parity.report.sealed.defaults_json).
+DEFAULTS_JSON = sealed.defaults_json(PLAN)
 
 
 def job_codes():

@@ -43,8 +43,17 @@ PAGES = {
 }
 
 #: Each framework's optimizer defaults as it prints them: what the defaults table and the
-#: training-loop page are made from.
+#: training-loop page are made from (those :func:`defaults_json` keeps).
 DEFAULTS_JSON = tuple(f"results/defaults/{fw}.json" for fw in ("torch", "candle", "burn"))
+
+
+def defaults_json(plan) -> list[str]:
+    """The optimizer defaults the table and the training-loop page show for ``plan`` (a
+    ``parity.plan.plan.Plan``): PyTorch's, and each Rust framework's that one of its runs
+    uses. Each Rust framework's printout needs its runner built, so a user's candle port
+    alone builds no burn for a column about a framework it does not run."""
+    used = {"torch"} | {k.framework for k in plan.runs()}
+    return [p for p in DEFAULTS_JSON if p.rsplit("/", 1)[1].removesuffix(".json") in used]
 #: The job script of each page (under ``scripts/``): its rule's code hash is of it.
 SCRIPTS = {
     "provenance": "provenance.py",
@@ -83,7 +92,7 @@ def page_spec(page: str, inputs: Sequence[str], params: Any, code: str | None) -
 def page_inputs(page: str, plan, probe_plan, text: str) -> list[str]:
     """The files ``page`` is made from, as its rule's input names them: every trace of
     ``plan`` (a ``parity.plan.plan.Plan``) for the provenance, the comparison results the
-    framework table reads, the frameworks' defaults (:data:`DEFAULTS_JSON`), the summary
+    framework table reads, the frameworks' defaults (:func:`defaults_json`), the summary
     and with probes (``probe_plan``, None without) the probe table for the release matrix,
     our text ``text`` (``report/training_loop.rst``, relative to the working directory)
     and the defaults for the training-loop page, the summary, its record and with probes
@@ -91,12 +100,12 @@ def page_inputs(page: str, plan, probe_plan, text: str) -> list[str]:
     return {
         "provenance": lambda: [k.trace for k in plan.runs()],
         "framework_summary": plan.framework_summary_inputs,
-        "optimizer_defaults": lambda: list(DEFAULTS_JSON),
+        "optimizer_defaults": lambda: defaults_json(plan),
         "versions": lambda: (
             [paths.SUMMARY.format(ext="csv")]
             + ([paths.PROBES_TABLE.format(ext="csv")] if probe_plan is not None else [])
         ),
-        "training_loop": lambda: [text, *DEFAULTS_JSON],
+        "training_loop": lambda: [text, *defaults_json(plan)],
         "index": lambda: (
             [paths.SUMMARY.format(ext="csv"), paths.SUMMARY_SOURCES]
             + ([paths.PROBES_TABLE.format(ext="csv")] if probe_plan is not None else [])
