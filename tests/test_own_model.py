@@ -17,7 +17,7 @@ import torch
 
 from parity.core.config import ConfigError
 from parity.core.models import model_params
-from parity.localise import walk
+from parity.localise import replay, walk
 from parity.own import crate as own_crate
 from parity.own import fixture as own_fixture
 from parity.own import torch_model
@@ -439,11 +439,11 @@ def test_the_walk_names_the_module_whose_backward_differs(template_fixture):
     w = walk.walk(m, 3, {**rec, **bad}, {}, walk.Settings(), flow)
     assert w.culprit == "grad:0.out" and w.culprit_phase == "backward"
     # the template is an nn.Sequential: its paths are numbers, the note says what they are
-    assert walk.culprit_module(w.culprit, flow) == "`0` is a `Linear`"
-    assert walk.culprit_module("update:2.bias", flow) == "`2` is a `Linear`"
-    assert walk.culprit_module("1.out", flow) == "`1` is a `Tanh`"
-    assert walk.culprit_module("loss", flow) is None
-    assert walk.culprit_module("grad:0.out", None) is None
+    assert replay.culprit_module(w.culprit, flow) == "`0` is a `Linear`"
+    assert replay.culprit_module("update:2.bias", flow) == "`2` is a `Linear`"
+    assert replay.culprit_module("1.out", flow) == "`1` is a `Tanh`"
+    assert replay.culprit_module("loss", flow) is None
+    assert replay.culprit_module("grad:0.out", None) is None
 
 
 # ----- the Rust side's contract ------------------------------------------------------

@@ -32,7 +32,7 @@ import copy
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -221,6 +221,21 @@ def run_replay(
         raise ReplayError(f"{key.label}: {e}") from None
 
 
+def culprit_module(culprit: str | None, dataflow: Sequence[Mapping] | None) -> str | None:
+    """What module of an own model ``culprit`` belongs to, from its PyTorch replay's
+    ``dataflow``: "`1` is a `Tanh`" for ``1.out``, ``grad:1.out`` or a parameter's
+    ``grad:1.weight`` or ``update:1.weight`` (the module named by its path, as in
+    ``nn.Sequential``, where a path alone says little); None for no culprit, a quantity of
+    no recorded module (``output``, ``loss``) or a built-in family (no dataflow)."""
+    if not culprit or not dataflow:
+        return None
+    name = culprit.partition(":")[2] if ":" in culprit else culprit
+    types = {d["name"]: d.get("module") for d in dataflow}
+    path = name.removesuffix(".out") if name.endswith(".out") else name.rpartition(".")[0]
+    kind = types.get(f"{path}.out")
+    return f"`{path}` is a `{kind}`" if kind and path else None
+
+
 def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: str | None) -> dict:
     """Run the replays and the walk for ``job`` (``Plan.localise_params``). Returns the result
     (step, culprit, rows, notes; the job adds its status). Raises :class:`ReplayError` when
@@ -274,7 +289,7 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
             "forward hooks; the reference is not a PyTorch run"
         )
     w = localise.walk(ref_settings["model"], batch, records, missing, s, dataflow)
-    module = localise.culprit_module(w.culprit, dataflow)
+    module = culprit_module(w.culprit, dataflow)
     if module:
         notes.append(f"the culprit's module: {module}")
     return {

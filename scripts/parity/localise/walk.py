@@ -160,21 +160,6 @@ def own_quantities(params: Sequence[str], dataflow: Sequence[Mapping]) -> list[Q
     return [Quantity(i + 1, ph, n, ins) for i, (ph, n, ins) in enumerate(out)]
 
 
-def culprit_module(culprit: str | None, dataflow: Sequence[Mapping] | None) -> str | None:
-    """What module of an own model ``culprit`` belongs to, from its PyTorch replay's
-    ``dataflow``: "`1` is a `Tanh`" for ``1.out``, ``grad:1.out`` or a parameter's
-    ``grad:1.weight`` or ``update:1.weight`` (the module named by its path, as in
-    ``nn.Sequential``, where a path alone says little); None for no culprit, a quantity of
-    no recorded module (``output``, ``loss``) or a built-in family (no dataflow)."""
-    if not culprit or not dataflow:
-        return None
-    name = culprit.partition(":")[2] if ":" in culprit else culprit
-    types = {d["name"]: d.get("module") for d in dataflow}
-    path = name.removesuffix(".out") if name.endswith(".out") else name.rpartition(".")[0]
-    kind = types.get(f"{path}.out")
-    return f"`{path}` is a `{kind}`" if kind and path else None
-
-
 def quantities(model: Mapping, dataflow: Sequence[Mapping] | None = None) -> list[Quantity]:
     """Every quantity of one training step of ``model`` in dataflow order (forward, backward
     in reverse, update), each with the quantities it is computed from; an own model's from
