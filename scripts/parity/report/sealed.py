@@ -54,6 +54,8 @@ def defaults_json(plan) -> list[str]:
     alone builds no burn for a column about a framework it does not run."""
     used = {"torch"} | {k.framework for k in plan.runs()}
     return [p for p in DEFAULTS_JSON if p.rsplit("/", 1)[1].removesuffix(".json") in used]
+
+
 #: The job script of each page (under ``scripts/``): its rule's code hash is of it.
 SCRIPTS = {
     "provenance": "provenance.py",
