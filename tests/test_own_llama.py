@@ -160,3 +160,30 @@ def test_the_markdown_summary_names_the_parameters_never_updated(tmp_path):
     lines = [line for line in md.splitlines() if "never updated" in line]
     stuck = "candidate: model.norm.weight; candidate: model.embed_tokens.weight"
     assert lines == [f"- never updated in llama_published main cpu: {stuck}"]
+
+
+def test_a_fail_the_float64_diagnosis_calls_rounding_says_so(tmp_path):
+    """A comparison that fails its tolerance while the fp64-referenced rule holds and the
+    float64 runs stay within float64 rounding (a bias before a normalisation under AdamW)
+    is marked so in the Markdown summary; one whose float64 runs part is not."""
+    base = {
+        **dict.fromkeys(summary_tables.SUMMARY_COLUMNS),
+        "comparison": "main",
+        "device": "cpu",
+        "verdict": "fail",
+        "expected_verdict": "pass",
+        "f64_f64": 2.2e-16,
+        "fp64_rule_verdict": "pass",
+        "f64_divergence_step": None,
+    }
+    rows = [
+        {**base, "experiment": "bias_then_norm"},
+        {**base, "experiment": "wrong_formula", "f64_divergence_step": 1},
+        {**base, "experiment": "rule_fails", "fp64_rule_verdict": "fail"},
+        {**base, "experiment": "no_float64", "f64_f64": None, "fp64_rule_verdict": None},
+    ]
+    summary_tables.write_tables(rows, str(tmp_path / "s.csv"), str(tmp_path / "s.md"), 4)
+    heads = [ln for ln in (tmp_path / "s.md").read_text().splitlines() if ln.startswith("- **")]
+    assert len(heads) == 4
+    marked = [ln for ln in heads if "finds rounding, not another formula" in ln]
+    assert marked == [next(ln for ln in heads if "bias_then_norm" in ln)]

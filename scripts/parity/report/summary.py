@@ -177,6 +177,18 @@ def summary_rows(
     return rows
 
 
+def _rounding_only(row: Mapping) -> bool:
+    """Whether a comparison that failed its tolerance differs by rounding alone, as its
+    float64 diagnosis judges it: the fp64-referenced rule never fails and the float64 runs
+    never leave float64 rounding of each other. False without a diagnosis."""
+    return (
+        row.get("verdict") == verdicts.FAIL
+        and row.get("fp64_rule_verdict") == verdicts.PASS
+        and row.get("f64_divergence_step") is None
+        and row.get("f64_f64") is not None
+    )
+
+
 def write_tables(
     rows: list[dict], out_csv: str, out_md: str, n_results: int, intro: str = ""
 ) -> dict:
@@ -221,6 +233,14 @@ def write_tables(
             head += " (a negative control passed: the harness no longer sees this fault)"
         if r["verdict"] in (verdicts.FRAMEWORK_ERROR, verdicts.ERROR):
             head += f" ({r['status']})"
+        if _rounding_only(r):
+            head += (
+                " (yet the float64 diagnosis finds rounding, not another formula: the "
+                "fp64-referenced rule holds at every step and the float64 runs never leave "
+                "float64 rounding; a parameter whose exact gradient is 0, such as a bias "
+                "right before a normalisation under Adam, does this: docs/own-model.md, "
+                '"A fail whose culprit is none")'
+            )
         head += "\n"
     if bad:
         head += "\n"
