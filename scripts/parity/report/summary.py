@@ -238,8 +238,8 @@ def write_tables(
                 " (yet the float64 diagnosis finds rounding, not another formula: the "
                 "fp64-referenced rule holds at every step and the float64 runs never leave "
                 "float64 rounding; a parameter whose exact gradient is 0, such as a bias "
-                "right before a normalisation under Adam, does this: docs/own-model.md, "
-                '"A fail whose culprit is none")'
+                "right before a normalisation under Adam, does this: "
+                "docs/own-model.md#what-comes-out)"
             )
         head += "\n"
     if bad:
