@@ -44,7 +44,8 @@ PAGES = {
 
 #: Each framework's optimizer defaults as it prints them: what the defaults table and the
 #: training-loop page are made from (those :func:`defaults_json` keeps).
-DEFAULTS_JSON = tuple(f"results/defaults/{fw}.json" for fw in ("torch", "candle", "burn"))
+DEFAULTS_FRAMEWORKS = ("torch", "candle", "burn")
+DEFAULTS_JSON = tuple(f"results/defaults/{fw}.json" for fw in DEFAULTS_FRAMEWORKS)
 
 
 def defaults_json(plan) -> list[str]:
@@ -53,7 +54,7 @@ def defaults_json(plan) -> list[str]:
     uses. Each Rust framework's printout needs its runner built, so a user's candle port
     alone builds no burn for a column about a framework it does not run."""
     used = {"torch"} | {k.framework for k in plan.runs()}
-    return [p for p in DEFAULTS_JSON if p.rsplit("/", 1)[1].removesuffix(".json") in used]
+    return [p for fw, p in zip(DEFAULTS_FRAMEWORKS, DEFAULTS_JSON, strict=True) if fw in used]
 
 
 #: The job script of each page (under ``scripts/``): its rule's code hash is of it.
