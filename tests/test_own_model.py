@@ -576,7 +576,7 @@ def test_a_frozen_parameter_is_on_the_card_and_the_port_must_not_train_it(tmp_pa
         (
             "the port trains parameters PyTorch's model freezes (requires_grad=False): "
             "0.weight; serve each without a gradient, as docs/own-model.md shows (candle: "
-            "vb.get(…)?.detach())"
+            "vb.get(…)?.detach(); burn: Param::set_require_grad(false) in init)"
         )
     ]
     assert own_check.judge(_inspection(no_grad=["0.weight"]), model, 3) == []

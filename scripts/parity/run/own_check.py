@@ -93,7 +93,8 @@ def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -
             problems.append(
                 "the port trains parameters PyTorch's model freezes (requires_grad=False): "
                 f"{', '.join(trained)}; serve each without a gradient, as docs/own-model.md "
-                "shows (candle: vb.get(…)?.detach())"
+                "shows (candle: vb.get(…)?.detach(); burn: Param::set_require_grad(false) in "
+                "init)"
             )
     if inspection.get("forward_error"):
         problems.append(f"the port's forward pass fails: {inspection['forward_error']}")
