@@ -184,7 +184,8 @@ def test_burn_runner_spec_uses_burns_own_optimizers(config):
     sgd = spec_of(plan, RunKey("a3_sgd", "burn", "f32", "cpu"))
     assert sgd["optimizer"] == {"name": "sgd", "lr": 0.1}
     cnn = spec_of(plan, RunKey("cnn_adam", "burn", "f32", "cpu"))
-    assert cnn["model"]["conv_impl"] == "conv1d"
+    assert cnn["model"]["config"]["conv_impl"] == "conv1d"
+    assert (cnn["model"]["input"], cnn["model"]["target"]) == ("float", "classes")
 
 
 def test_framework_summary_finds_the_burn_comparison(config):

@@ -624,7 +624,7 @@ def test_the_runner_crate_links_the_port_and_the_runner_library_by_path(tmp_path
     assert f'port = {{ package = "my-port", path = "{crate}" }}' in text
     assert "[workspace]" in text and profile in text
     main = own_crate.main_rs("candle", "models::Port", "abcd")
-    assert 'candle_parity::own::main::<port::models::Port>("abcd")' in main
+    assert 'candle_parity::main::<port::models::Port>("abcd")' in main
     with pytest.raises(ValueError, match="not a Rust type path"):
         own_crate.main_rs("candle", "Port; drop", "abcd")
 

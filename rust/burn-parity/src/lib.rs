@@ -1,45 +1,74 @@
-//! burn side of the parity workflow: one training run, one batch of op probes or one
-//! replayed step per invocation.
+//! burn side of the parity workflow: one training run, one batch of op probes, one replayed
+//! step or one inspection per invocation.
 //!
-//! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls the
-//! `burn-parity` binary, and turns the frames it writes ([`parity_common::frames`]) into a
-//! Parquet trace, exactly as for `candle-parity`. burn runs on its ndarray backend (CPU only,
+//! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls a
+//! runner binary, and turns the frames it writes ([`parity_common::frames`]) into a Parquet
+//! trace, exactly as for `candle-parity`. burn runs on its ndarray backend (CPU only,
 //! single-threaded: the `rayon` feature is off) with autodiff, in float32 or float64.
 //!
-//! Modules: [`device`] opens the ndarray device in the run's float type and reads tensors
-//! back; [`layout`] converts Linear weights between PyTorch's `[out, in]` and burn's
-//! `[in, out]`; [`model`] loads the run's model from the fixture, holds the data and the
-//! losses, and maps every state_dict key onto burn's parameters (export, gradients,
-//! replacing parameters by a given state); the families are [`mlp`] and [`cnn`] (burn's
-//! `Linear`/`Conv1d` modules) and [`transformer`] (a GPT-style pre-LayerNorm decoder from
-//! burn-nn's `Embedding`, `LayerNorm` and `Linear`, causal attention in burn's tensor ops),
-//! built from the shared Linear loaders and parameter slots of `layers`; [`taps`] marks the forward
-//! pass's intermediates so their gradients can be read; [`optim`] configures burn's
-//! optimizers with every hyperparameter from the spec (parity-common's
-//! [`parity_common::optim::RunOptimizer`], over the [`model::Net`]'s
-//! [`parity_common::optim::Parameters`]); [`moments`] reads Adam's and AdamW's
-//! moments out of burn's optimizer record and starts the optimizer from given ones; [`train`]
-//! is the loop (`loss.backward()` → `GradientsParams::from_grads` → `optim.step`), recording
-//! parameters, gradients and moments; [`replay`] runs one step from a given state with every
-//! intermediate ([`parity_common::replay`]); [`probe`] interprets a batch of op probes
+//! Every model is a port ([`parity_common::burn::BurnModel`]): the built-in families in
+//! [`families`] (an MLP, a 1-D CNN and a GPT-style transformer of burn-nn modules), and a
+//! user's own model, whose crate the workflow links into a runner of its own whose whole
+//! `main` is
+//!
+//! ```ignore
+//! fn main() -> std::process::ExitCode {
+//!     burn_parity::main::<port::TinyMixer>("0123456789abcdef")
+//! }
+//! ```
+//!
+//! (`burn-parity` itself is `main::<NoPort>`). Every port is loaded from the fixture through
+//! burn-store ([`load`]: the fixture's tensors in PyTorch names and layout, burn-store's
+//! `PyTorchToBurnAdapter`, the port's key remapping) and recorded back in PyTorch names and
+//! layout. One loop serves them all: `train` ([`train`]: forward → loss → `loss.backward()`
+//! → `GradientsParams::from_grads` → `optim.step`), `replay` ([`replay`], one step from a
+//! given state with every named intermediate) and `inspect`, each written once and generic
+//! over the port; [`optim`] configures burn's optimizers with every hyperparameter from the
+//! spec, and [`moments`] reads Adam's and AdamW's moments out of burn's optimizer record and
+//! starts the optimizer from given ones. [`probe`] interprets a batch of op probes
 //! ([`parity_common::probe_spec::ProbeBatch`]) with burn's tensor API.
+//!
+//! **Public face.** [`main`] and [`NoPort`] are what a runner binary needs; [`families`] the
+//! built-in ports. The other public items serve the crate's own tests; a user's port needs
+//! none of them, only parity-common's `burn` module.
 
-pub mod cnn;
 mod data;
 pub mod device;
+pub mod families;
 mod fixture;
-mod layers;
+mod inspect;
 pub mod layout;
-pub mod mlp;
-pub mod model;
+pub mod load;
 pub mod moments;
+pub mod net;
 pub mod optim;
-pub mod own;
 pub mod probe;
 pub mod replay;
-pub mod taps;
+mod runner;
 pub mod train;
-pub mod transformer;
+
+pub use runner::{with_port, NoPort};
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.
 pub const BURN_VERSION: &str = env!("BURN_VERSION");
+
+/// Runs the shared command line ([`parity_common::cli::run`]) as burn's runner with the
+/// user's port `M` ([`NoPort`] for a runner without one): the whole `main` of a runner
+/// binary. `source_id` is what `source-id` prints (the build's hash of the runner's sources,
+/// and the port's).
+///
+/// Returns success, or failure after printing the error (with its causes) to stderr: a spec
+/// or fixture that cannot be read, a port that cannot be initialised or loaded (in `train`
+/// and `replay`; `inspect` reports it as data). A framework error inside the training loop
+/// is not a failure: it ends the stream ([`train::run`]).
+pub fn main<M: parity_common::burn::BurnModel>(source_id: &'static str) -> std::process::ExitCode {
+    // Set once per process; a second call keeps the first id, as a binary has one.
+    let _ = runner::SOURCE_ID.set(source_id);
+    match parity_common::cli::run::<runner::BurnRunner<M>>() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

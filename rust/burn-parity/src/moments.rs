@@ -26,7 +26,7 @@ use parity_common::replay::{Moments, StateTensor};
 use parity_common::spec::FloatType;
 
 use crate::device::{dtype, Host};
-use crate::model::ParamInfo;
+use crate::load::ParamInfo;
 
 /// The Adam/AdamW state of one parameter, read from burn's optimizer.
 #[derive(Debug, Clone, PartialEq)]

@@ -23,13 +23,11 @@ use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
-use burn::tensor::Gradients;
-use parity_common::optim::{FrameMoments, RunOptimizer};
 use parity_common::probe_spec::ProbeOptimizer;
 use parity_common::replay::Moments;
 use parity_common::spec::{AdamWImpl, FactorType, FloatType, Optimizer};
 
-use crate::model::{Net, ParamInfo};
+use crate::load::ParamInfo;
 use crate::moments::{self, ParamMoments};
 
 /// The optimizer of one run and its learning rate.
@@ -181,8 +179,14 @@ impl Stepper {
         Self::new(&spec, false)
     }
 
+    /// burn's type that steps (`burn::optim::Sgd`, `burn::optim::Adam`,
+    /// `burn::optim::AdamW`), for the trace's provenance.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// `optim.step(lr, module, grads)`: one update of every parameter of `module` (a probe's
-    /// leaves; a [`Net`] steps through [`RunOptimizer::step`]) that has a gradient.
+    /// leaves, or a port through [`crate::net::NetOptimizer`]) that has a gradient.
     pub fn step_module<M: Module>(&mut self, module: M, grads: GradientsParams) -> M {
         self.optim.step(self.lr, module, grads)
     }
@@ -192,7 +196,7 @@ impl Stepper {
         self.name != "burn::optim::Sgd"
     }
 
-    /// The moments burn's Adam/AdamW holds for each of `params` (the net's, state_dict order),
+    /// The moments burn's Adam/AdamW holds for each of `params` (the port's, state_dict order),
     /// in PyTorch layout and the run dtype `ty`, with burn's step count (see [`moments::read`]).
     ///
     /// # Errors
@@ -255,52 +259,6 @@ impl Stepper {
              parameter, read back exactly before the step",
             self.name, given.steps_taken
         ))
-    }
-}
-
-/// burn-parity's side of the optimizer both runners drive (see [`RunOptimizer`]): burn's
-/// `ModuleOptimizer` takes the net and returns it updated.
-impl RunOptimizer for Stepper {
-    type Params = Net;
-
-    /// burn's type that steps (`burn::optim::Sgd`, `burn::optim::Adam`,
-    /// `burn::optim::AdamW`), for the trace's provenance.
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// `GradientsParams::from_grads(grads, &net)`, then `optim.step(lr, net, grads)`
-    /// ([`Stepper::step_module`]).
-    ///
-    /// # Errors
-    /// None (burn's step panics on its own failures).
-    fn step(&mut self, net: Net, grads: Gradients) -> Result<Net> {
-        let grads = GradientsParams::from_grads(grads, &net);
-        Ok(self.step_module(net, grads))
-    }
-
-    /// [`Stepper::moments`] of every parameter of `net`, the kept ones in the frame's host
-    /// form (PyTorch layout, run dtype `ty`).
-    ///
-    /// # Errors
-    /// As [`Stepper::moments`]: for SGD, before the first step, or when burn's record cannot
-    /// be read (for any parameter, kept or not).
-    fn frame_moments(
-        &self,
-        net: &Net,
-        ty: FloatType,
-        keep: &dyn Fn(&str) -> bool,
-    ) -> Result<Vec<FrameMoments>> {
-        Ok(self
-            .moments(&net.params(), ty)?
-            .into_iter()
-            .filter(|m| keep(&m.name))
-            .map(|m| FrameMoments {
-                name: m.name,
-                exp_avg: m.exp_avg.into_raw(),
-                exp_avg_sq: m.exp_avg_sq.into_raw(),
-            })
-            .collect())
     }
 }
 

@@ -1,6 +1,9 @@
 //! Layout checks of the f64 forward pass (see common/mod.rs); one process per float type.
 
 mod common;
+// Only the run spec's model and parameters of the replay helpers are used here.
+#[allow(dead_code)]
+mod replay_common;
 mod tempdir;
 
 #[test]

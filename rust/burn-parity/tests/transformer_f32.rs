@@ -1,6 +1,7 @@
 //! Transformer checks in f32 (see transformer_cases/mod.rs); one process per float type.
 
-// Only the fixture writer, the specs and the frame decoder of the replay helpers are used here.
+// Only the fixture writer, the specs, `train` and the frame decoder of the replay helpers are
+// used here.
 #[allow(dead_code)]
 mod replay_common;
 mod tempdir;

@@ -1,65 +1,124 @@
-//! The training loop: forward → loss → `loss.backward()` → `opt.step(&grads)`, streaming
-//! one frame per recorded step (what a step records is parity-common's
-//! [`RunOptimizer::write_step`], the same for every runner).
+//! The training loop, written once for every port: forward → loss → `loss.backward()` →
+//! `opt.step(&grads)`, streaming one frame per recorded step (what a step records is
+//! parity-common's [`RunOptimizer::write_step`], the same for every runner).
 
 use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::Result;
+use candle_core::Device;
+use parity_common::candle::{CandleModel, FixtureStore, Taps};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::optim::{Parameters, RunOptimizer};
 use parity_common::spec::RunSpec;
 
+use crate::data::{Data, Fixture};
 use crate::device::{self, scalar_f64};
-use crate::model::{self, Net};
+use crate::net::{guarded, loss, message, Net};
 use crate::optim::Stepper;
 
-/// Runs `spec` and writes its frames to `sink`: a header, one `step` frame per recorded
-/// step (step 0 = initial parameters, no loss), and an `end` frame (with `train_seconds`,
-/// the wall time of the steps and their recording). Progress goes to stderr
-/// about ten times per run.
+/// A port of `spec` built from its fixture on its device, and the run's data.
+pub struct Started<M> {
+    /// The device the run is on.
+    pub dev: Device,
+    /// The port and its parameters.
+    pub net: Net<M>,
+    /// The batches.
+    pub data: Data,
+}
+
+impl<M: CandleModel> Started<M> {
+    /// Opens the device, reads the fixture ([`Fixture::read`]) and builds port `M` over it
+    /// ([`Net::build`]).
+    ///
+    /// # Errors
+    /// An unavailable device, an unreadable or unfitting fixture, the port's build.
+    pub fn new(spec: &RunSpec) -> Result<Self> {
+        let dev = device::open(spec.device)?;
+        let fixture = Fixture::read(spec, &dev)?;
+        let dtype = device::dtype(spec.dtype);
+        let store = FixtureStore::new(spec, &fixture.tensors, dtype, &dev, false)?;
+        let net = Net::<M>::build(spec, &store)?;
+        Ok(Self {
+            dev,
+            net,
+            data: fixture.data,
+        })
+    }
+}
+
+/// Trains port `M` as `spec` says and writes its frames to `sink`: a header (with `port`, the
+/// port's Rust type), one `step` frame per recorded step (step 0 = initial parameters, no
+/// loss), and an `end` frame (with `train_seconds`, the wall time of the steps and their
+/// recording). Progress goes to stderr about ten times per run.
 ///
-/// Each `step` frame holds ([`RunOptimizer::step_tensors`]), after that step's update: every
-/// recorded parameter (flattened,
-/// PyTorch layout, run dtype), `loss` (F64, one element: the loss of that step's forward
-/// pass, before the update), and on request `grad:<name>`, `exp_avg:<name>`,
-/// `exp_avg_sq:<name>`. A parameter without a gradient (a transformer's parameters cut off
-/// by a fused op without backward, see [`crate::transformer`]) has no `grad:<name>`; the
-/// optimizer leaves it unchanged.
+/// Step `t` (from 1) trains on batch `(t − 1) mod batches`: the forward pass (taps
+/// inactive), [`loss`], `loss.backward()`, then the optimizer's update
+/// ([`RunOptimizer::update`]: skipped at the step a [`parity_common::spec::Fault::SkipUpdate`]
+/// names). Each `step` frame holds ([`RunOptimizer::step_tensors`]), after that step's update:
+/// every recorded parameter by state_dict key (flattened, PyTorch layout, run dtype, a tied
+/// tensor once), `loss` (F64, one element: the loss of that step's forward pass, before the
+/// update), and on request `grad:<name>`, `exp_avg:<name>`, `exp_avg_sq:<name>`. A parameter
+/// without a gradient (cut off by a fused op without backward) has no `grad:<name>` and is
+/// not updated. Non-finite values are recorded as they are; the workflow marks the run as
+/// diverged.
 ///
-/// Non-finite values are recorded as they are; the workflow marks the run as diverged.
-///
-/// A [`parity_common::spec::Fault`] other than `None` changes the run deliberately (the
-/// detection-power suite): `SkipUpdate` skips `opt.step` at its step
-/// ([`RunOptimizer::update`]), the others act in the model, the loss or the manual AdamW.
+/// When the framework fails inside the loop (the port's forward pass, the loss, the backward
+/// pass or the optimizer's update returns an error or panics at step k), the stream ends
+/// with an `end` frame `{"status": "failed", "step": "k", "error": <candle's message>}`
+/// and this returns `Ok`: every finished step is in the stream, and the workflow reports the
+/// framework's message. The message also goes to stderr (the job's log).
 ///
 /// # Errors
-/// Fixture problems (see [`Net::load`]), an unavailable device, unsupported recording
-/// requests (see [`Stepper::new`]), tensor failures, or a failing sink.
-pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
-    let dev = device::open(spec.device)?;
-    let (mut net, data) = Net::load(spec, &dev)?;
-    let mut opt = Stepper::new(&spec.optimizer, net.vars(), spec.record.moments, spec.fault)?;
+/// Before the header: as [`Started::new`], or an optimizer candle lacks or a recording it
+/// cannot give ([`Stepper::new`]). At any time: a failing sink or device copy.
+pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
+    let Started { dev, mut net, data } = Started::<M>::new(spec)?;
+    let mut opt = Stepper::new(
+        &spec.optimizer,
+        net.params.vars(),
+        spec.record.moments,
+        spec.fault,
+    )?;
     let mut out = FrameWriter::new(sink);
-
     let mut header = header_meta(&dev);
+    header.insert("port".into(), std::any::type_name::<M>().into());
     opt.describe(&mut header);
     out.write_meta(header)?;
 
-    opt.write_step(&mut out, spec, 0, &net, None, Vec::new())?;
+    opt.write_step(&mut out, spec, 0, &net.params, None, Vec::new())?;
     let progress_every = (spec.steps / 10).max(1);
     // Wall time of the training steps, recording included (benchmarks read it).
     let started = std::time::Instant::now();
     for t in 1..=spec.steps {
         let (x, y) = data.batch(t)?;
-        let output = net.forward(&x)?;
-        let loss = model::loss(spec.loss, &output, &y, spec.fault)?;
-        let grads = loss.backward()?;
-        let recorded_grads = net.recorded_grads(spec, t, &grads)?;
-        net = opt.update(spec, t, net, grads)?;
+        let pass = guarded(|| {
+            let output = net.forward(&x, &mut Taps::inactive())?;
+            let loss = loss(spec, &output, &y)?;
+            let grads = loss.backward()?;
+            Ok((loss, grads))
+        });
+        let (loss, grads) = match pass {
+            Ok(v) => v,
+            Err(e) => return failed(out, t, &e, started),
+        };
+        let recorded_grads = net.params.recorded_grads(spec, t, &grads)?;
+        // The update steps the Vars in place and hands the parameters back.
+        let params = std::mem::take(&mut net.params);
+        net.params = match guarded(|| opt.update(spec, t, params, grads)) {
+            Ok(p) => p,
+            Err(e) => return failed(out, t, &e, started),
+        };
         if spec.records_step(t) {
             let loss_value = scalar_f64(&loss)?;
-            opt.write_step(&mut out, spec, t, &net, Some(loss_value), recorded_grads)?;
+            opt.write_step(
+                &mut out,
+                spec,
+                t,
+                &net.params,
+                Some(loss_value),
+                recorded_grads,
+            )?;
             if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
             }
@@ -74,9 +133,30 @@ pub fn run<W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     out.finish()
 }
 
+/// Ends the stream after the framework failed at step `t` with `e`: the `failed` end frame
+/// (see [`run`]) and the message on stderr.
+fn failed<W: Write>(
+    mut out: FrameWriter<W>,
+    t: u32,
+    e: &anyhow::Error,
+    started: std::time::Instant,
+) -> Result<()> {
+    let error = message(e);
+    eprintln!("step {t} failed: {error}");
+    out.flush()?;
+    out.write_meta(meta([
+        ("kind", "end".into()),
+        ("status", "failed".into()),
+        ("step", t.to_string()),
+        ("error", error),
+        ("train_seconds", started.elapsed().as_secs_f64().to_string()),
+    ]))?;
+    out.finish()
+}
+
 /// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo
 /// features (the probe runner writes the same header).
-pub fn header_meta(dev: &candle_core::Device) -> HashMap<String, String> {
+pub fn header_meta(dev: &Device) -> HashMap<String, String> {
     meta([
         ("kind", "header".into()),
         ("framework", "candle".into()),

@@ -15,10 +15,13 @@ mod common;
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
-use candle_core::{Device, Tensor};
-use candle_parity::model::Net;
+use candle_parity::families::transformer::NO_GRADIENT_FUSED;
+use candle_parity::families::PortJob;
+use candle_parity::train::Started;
+use candle_parity::NoPort;
 use common::*;
-use parity_common::replay::{forward_names, intermediate_names, ReplayState};
+use parity_common::candle::{CandleModel, Taps};
+use parity_common::replay::{replay_names, ReplayState};
 use parity_common::spec::RunSpec;
 use safetensors::Dtype;
 use serde_json::{json, Value};
@@ -86,9 +89,7 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
     safetensors::serialize_to_file(state, None, &state_path)?;
     let state = ReplayState::from_path(&state_path, K, &reference)?;
 
-    let mut buf = Vec::new();
-    candle_parity::replay::run(&reference, &state, &mut buf)?;
-    let mut frames = decode(&buf)?;
+    let mut frames = decode(&replay(&reference, &state)?)?;
     assert_eq!(frames.len(), 3);
     assert_eq!(frames[0].meta["kind"], "header");
     assert_eq!(frames[2].meta["kind"], "end");
@@ -105,23 +106,27 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
         .collect();
     // The intermediates a fused op cuts off come first (the contract's order), then the
     // parameters train gives no gradient.
-    let cut_off: Vec<String> = forward_names(&reference.model)
+    let forward = forward_names(&c.model);
+    let cut_off: Vec<String> = forward
         .iter()
-        .filter(|n| *n != "loss")
         .map(|n| format!("grad:{n}"))
         .filter(|g| !frame.tensors.contains_key(g))
         .collect();
     let missing: Vec<String> = cut_off
         .iter()
         .chain(&no_grad)
-        .map(|g| format!("{g}: {}", candle_parity::replay::NO_GRADIENT_FUSED))
+        .map(|g| format!("{g}: {NO_GRADIENT_FUSED}"))
         .collect();
     assert_eq!(frame.meta["missing"], missing.join("; "));
     if no_grad.is_empty() {
         assert!(cut_off.is_empty(), "{cut_off:?} without a fused op");
     }
 
-    let mut want = intermediate_names(&reference);
+    let taps: Vec<String> = forward
+        .iter()
+        .map(|n| n.strip_suffix(".out").unwrap().to_string())
+        .collect();
+    let mut want = replay_names(&taps, false, &reference.params);
     want.retain(|n| !no_grad.contains(n) && !cut_off.contains(n));
     want.sort();
     let mut got: Vec<String> = frame.tensors.keys().cloned().collect();
@@ -152,23 +157,31 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
     })
 }
 
-/// `Net::forward` from the state's parameters on step K's batch.
-fn forward_from_state(r: &Replayed) -> Result<(Vec<f64>, Vec<f64>)> {
-    let (net, data) = Net::load(&r.spec, &Device::Cpu)?;
-    for ((_, var), (_, t)) in net.params().iter().zip(&r.state.params) {
-        var.set(&Tensor::from_vec(
-            t.to_f32(),
-            t.shape.as_slice(),
-            &Device::Cpu,
-        )?)?;
+/// The port's forward pass (taps inactive) from the state's parameters on step K's batch,
+/// and that batch's targets.
+struct Forward<'a>(&'a Replayed);
+
+impl PortJob for Forward<'_> {
+    type Output = (Vec<f64>, Vec<f64>);
+    fn run<M: CandleModel>(self) -> Result<Self::Output> {
+        let r = self.0;
+        let started = Started::<M>::new(&r.spec)?;
+        candle_parity::replay::set_vars(&started.net.params.0, &r.state)?;
+        let (x, y) = started.data.batch(K)?;
+        let flat = |t: candle_core::Tensor| -> Result<Vec<f64>> {
+            Ok(t.flatten_all()?
+                .to_dtype(candle_core::DType::F64)?
+                .to_vec1::<f64>()?)
+        };
+        Ok((
+            flat(started.net.forward(&x, &mut Taps::inactive())?)?,
+            flat(y)?,
+        ))
     }
-    let (x, y) = data.batch(K)?;
-    let flat = |t: Tensor| -> Result<Vec<f64>> {
-        Ok(t.flatten_all()?
-            .to_dtype(candle_core::DType::F64)?
-            .to_vec1::<f64>()?)
-    };
-    Ok((flat(net.forward(&x)?)?, flat(y)?))
+}
+
+fn forward_from_state(r: &Replayed) -> Result<(Vec<f64>, Vec<f64>)> {
+    candle_parity::with_port::<NoPort, _>(&r.spec, Forward(r))
 }
 
 #[test]
@@ -178,7 +191,7 @@ fn mlp_sgd_mse_and_the_hand_checks() -> Result<()> {
     assert_eq!(r.header["replay_note"], "");
     let out = r.frame.get("fc3.out");
     let (forward, y) = forward_from_state(&r)?;
-    assert_eq!(bits(out), bits(&forward), "fc3.out ≠ Net::forward");
+    assert_eq!(bits(out), bits(&forward), "fc3.out ≠ the forward pass");
     // d mean((out − y)²) / d out = 2(out − y)/n. In float32 candle computes it as
     // (d · f32(1/n)) · 2 (mean_all is an affine by 1/n, sqr's backward is `arg·grad·2`),
     // which is bit for bit what this computes; it is also within float32 rounding of the
@@ -322,9 +335,7 @@ fn what_cannot_start_from_the_state_is_refused() -> Result<()> {
                 steps_taken: K - 1,
             }),
         };
-        let err = candle_parity::replay::run(&spec, &state, Vec::new())
-            .err()
-            .context("not refused")?;
+        let err = replay(&spec, &state).err().context("not refused")?;
         Ok(format!("{err:#}"))
     };
     let adam = json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0});

@@ -6,8 +6,10 @@ mod common;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Module, Tensor};
-use candle_parity::model::Net;
+use candle_parity::families::transformer::Transformer;
+use candle_parity::train::Started;
 use common::*;
+use parity_common::candle::Taps;
 use parity_common::spec::RunSpec;
 use serde_json::Value;
 
@@ -50,27 +52,27 @@ fn losses(frames: &[Frame], steps: u32) -> Vec<f64> {
 fn forward_shapes_and_the_causal_mask() -> Result<()> {
     let dir = TempDir::new()?;
     let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
-    let (net, data) = Net::load(&spec, &Device::Cpu)?;
+    let Started { net, data, .. } = Started::<Transformer>::new(&spec)?;
     assert_eq!(data.x.dims(), [BATCHES, T_BATCH, SEQ]);
-    assert_eq!(data.x.dtype(), DType::I64);
+    assert_eq!(data.x.dtype(), DType::U32);
     let (x, y) = data.batch(1)?;
     assert_eq!(y.dims(), [T_BATCH, SEQ]);
-    let logits = net.forward(&x)?;
+    let logits = net.forward(&x, &mut Taps::inactive())?;
     assert_eq!(logits.dims(), [T_BATCH, SEQ, VOCAB]);
     assert_eq!(logits.dtype(), DType::F32);
     let base = logits.to_vec3::<f32>()?;
-    let ids = x.to_vec2::<i64>()?;
+    let ids = x.to_vec2::<u32>()?;
     for t in 0..SEQ {
-        let changed: Vec<i64> = ids
+        let changed: Vec<u32> = ids
             .iter()
             .flat_map(|row| {
                 row.iter()
                     .enumerate()
-                    .map(|(i, &v)| if i == t { (v + 1) % VOCAB as i64 } else { v })
+                    .map(|(i, &v)| if i == t { (v + 1) % VOCAB as u32 } else { v })
             })
             .collect();
         let x2 = Tensor::from_vec(changed, (T_BATCH, SEQ), &Device::Cpu)?;
-        let other = net.forward(&x2)?.to_vec3::<f32>()?;
+        let other = net.forward(&x2, &mut Taps::inactive())?.to_vec3::<f32>()?;
         for b in 0..T_BATCH {
             for i in 0..t {
                 let (p, q): (Vec<u32>, Vec<u32>) = (
@@ -96,10 +98,11 @@ fn one_head_of_attention_by_hand() -> Result<()> {
     for (dtype, tol) in [("f64", 1e-12), ("f32", 2e-6)] {
         let dir = TempDir::new()?;
         let spec = tspec(&dir, composed(), sgd(), dtype, 1)?;
-        let (net, _) = Net::load(&spec, &Device::Cpu)?;
+        let Started { net, .. } = Started::<Transformer>::new(&spec)?;
         let p = |name: &str| -> Result<Vec<f64>> {
             let (_, v) = net
-                .params()
+                .params
+                .0
                 .iter()
                 .find(|(n, _)| n == name)
                 .context("no such parameter")?;
@@ -112,7 +115,7 @@ fn one_head_of_attention_by_hand() -> Result<()> {
             "f64" => DType::F64,
             _ => DType::F32,
         })?;
-        let o = values(&net.transformer()?.attention(0, &a)?)?;
+        let o = values(&net.port.attention(0, &a)?)?;
         assert_eq!(o.len(), b * t * d);
 
         // x·Wᵀ + b for one row of a, all outputs.
@@ -212,10 +215,16 @@ fn fused_ops_forward_alike_but_leave_parameters_untrained() -> Result<()> {
     let fused = transformer("fused", "generic", "erf");
     let spec_c = tspec(&dir, composed(), sgd(), "f32", 2)?;
     let spec_f = tspec(&dir, fused.clone(), sgd(), "f32", 2)?;
-    let (net_c, data) = Net::load(&spec_c, &Device::Cpu)?;
-    let (net_f, _) = Net::load(&spec_f, &Device::Cpu)?;
+    let Started {
+        net: net_c, data, ..
+    } = Started::<Transformer>::new(&spec_c)?;
+    let net_f = Started::<Transformer>::new(&spec_f)?.net;
     let (x, _) = data.batch(1)?;
-    let (lc, lf) = (values(&net_c.forward(&x)?)?, values(&net_f.forward(&x)?)?);
+    let off = &mut Taps::inactive();
+    let (lc, lf) = (
+        values(&net_c.forward(&x, off)?)?,
+        values(&net_f.forward(&x, off)?)?,
+    );
     let max = lc
         .iter()
         .zip(&lf)
@@ -268,8 +277,9 @@ fn fused_ops_forward_alike_but_leave_parameters_untrained() -> Result<()> {
     Ok(())
 }
 
-/// candle's fused CPU layer norm has no float64 kernel: a float64 run with it fails with
-/// candle's message. The fused softmax has one, and runs.
+/// candle's fused CPU layer norm has no float64 kernel: a float64 run with it fails at step 1
+/// with candle's message, which the stream's `failed` end reports. The fused softmax has one,
+/// and runs.
 #[test]
 fn float64_with_the_fused_ops() -> Result<()> {
     let dir = TempDir::new()?;
@@ -280,8 +290,13 @@ fn float64_with_the_fused_ops() -> Result<()> {
         "f64",
         1,
     )?;
-    let err = train(&spec).err().context("float64 fused layer norm ran")?;
-    let msg = format!("{err:#}");
+    let frames = train(&spec)?;
+    let end = &frames.last().context("no frames")?.meta;
+    assert_eq!(
+        (end["status"].as_str(), end["step"].as_str()),
+        ("failed", "1")
+    );
+    let msg = &end["error"];
     assert!(msg.contains("unsupported dtype for rmsnorm F64"), "{msg}");
     let spec = tspec(
         &dir,
@@ -308,8 +323,10 @@ fn gelu_tanh_differs_from_erf() -> Result<()> {
             "f32",
             1,
         )?;
-        let (net, data) = Net::load(&spec, &Device::Cpu)?;
-        logits.push(values(&net.forward(&data.batch(1)?.0)?)?);
+        let Started { net, data, .. } = Started::<Transformer>::new(&spec)?;
+        logits.push(values(
+            &net.forward(&data.batch(1)?.0, &mut Taps::inactive())?,
+        )?);
     }
     assert_ne!(bits(&logits[0]), bits(&logits[1]));
     let max = logits[0]
@@ -362,50 +379,50 @@ fn gelu_erf_op_has_a_truncated_backward_constant() -> Result<()> {
     Ok(())
 }
 
-/// The loader refuses token ids outside the vocabulary and float inputs.
+/// Token ids outside the vocabulary fail the forward pass with candle's error (a `failed`
+/// end at step 1), and float inputs are refused by the fixture's reader.
 #[test]
 fn bad_token_fixtures_are_refused() -> Result<()> {
     let dir = TempDir::new()?;
     let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
     let mut tensors = candle_core::safetensors::load(&spec.fixture, &Device::Cpu)?;
     let x = tensors["x"].clone();
-    let refused = |tensors: &std::collections::HashMap<String, Tensor>| -> Result<String> {
-        candle_core::safetensors::save(tensors, &spec.fixture)?;
-        let err = Net::load(&spec, &Device::Cpu)
-            .err()
-            .context("not refused")?;
-        Ok(format!("{err:#}"))
-    };
     tensors.insert("x".into(), (&x + VOCAB as f64)?);
-    assert!(refused(&tensors)?.contains("outside 0..11"));
+    candle_core::safetensors::save(&tensors, &spec.fixture)?;
+    let frames = train(&spec)?;
+    let end = &frames.last().context("no frames")?.meta;
+    assert_eq!(end["status"], "failed", "{end:?}");
     tensors.insert("x".into(), x.to_dtype(DType::F32)?);
-    assert!(refused(&tensors)?.contains("int64 [batches, batch, T]"));
+    candle_core::safetensors::save(&tensors, &spec.fixture)?;
+    let err = Started::<Transformer>::new(&spec)
+        .err()
+        .context("not refused")?;
+    assert!(format!("{err:#}").contains("expected I64"), "{err:#}");
     Ok(())
 }
 
-/// The replay's taps on the transformer: every name of `forward_names` but `loss`, in
+/// The replay's taps on the transformer: every name of `TransformerConfig::tap_names`, in
 /// forward order, each with its PyTorch shape; the tapped logits are bit for bit the
 /// untapped ones, and every tap receives a gradient (with the composed ops).
 #[test]
 fn taps_name_every_module_output_in_forward_order() -> Result<()> {
     let dir = TempDir::new()?;
     let spec = tspec(&dir, composed(), sgd(), "f32", 1)?;
-    let (net, data) = Net::load(&spec, &Device::Cpu)?;
+    let Started { net, data, .. } = Started::<Transformer>::new(&spec)?;
     let (x, _) = data.batch(1)?;
-    let tapped = net.forward_tapped(&x)?;
-    let names: Vec<&str> = tapped.forward.iter().map(|(n, _)| n.as_str()).collect();
-    let mut want = parity_common::replay::forward_names(&spec.model);
-    assert_eq!(want.pop().as_deref(), Some("loss"));
-    assert_eq!(names, want);
+    let mut taps = Taps::active();
+    let output = net.forward(&x, &mut taps)?;
+    let names: Vec<String> = taps.paths().iter().map(|p| format!("{p}.out")).collect();
+    assert_eq!(names, forward_names(&composed()));
     assert_eq!(names[12], "blocks.0.mlp.gelu.out");
     let dims = |n: &str| {
-        tapped
-            .forward
+        taps.recorded()
             .iter()
-            .find(|(m, _)| m == n)
+            .find(|t| format!("{}.out", t.path) == n)
             .unwrap()
-            .1
+            .value
             .dims()
+            .to_vec()
     };
     let (b, t, d, h) = (T_BATCH, SEQ, D_MODEL, 2);
     assert_eq!(dims("pos_emb.out"), [t, d]);
@@ -420,10 +437,11 @@ fn taps_name_every_module_output_in_forward_order() -> Result<()> {
             .map(|v| v.to_bits())
             .collect())
     };
-    assert_eq!(bits(&tapped.output)?, bits(&net.forward(&x)?)?);
-    let grads = tapped.output.sum_all()?.backward()?;
-    for (name, tap) in &tapped.taps {
-        assert!(grads.get(tap).is_some(), "no gradient at {name}");
+    let plain = net.forward(&x, &mut Taps::inactive())?;
+    assert_eq!(bits(&output)?, bits(&plain)?);
+    let grads = output.sum_all()?.backward()?;
+    for tap in taps.recorded() {
+        assert!(grads.get(&tap.var).is_some(), "no gradient at {}", tap.path);
     }
     Ok(())
 }

@@ -1,16 +1,16 @@
 //! The command line every Rust runner shares (`candle-parity`, `burn-parity`, an own model's
 //! runner): the same subcommands, which the workflow calls alike (`scripts/parity/run/rust.py`,
-//! `scripts/build.py`, the defaults rule). A runner says what its framework does for
-//! each through [`Runner`] and calls [`run`] from its `main`.
+//! `scripts/parity/run/build.py`, the defaults rule). A runner says what its framework does
+//! for each through [`Runner`] and calls [`run`] from its `main`.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::frames::open_sink;
-use crate::own::Inspection;
+use crate::port::Inspection;
 use crate::probe_spec::ProbeBatch;
 use crate::replay::ReplayState;
 use crate::spec::RunSpec;
@@ -60,20 +60,14 @@ pub trait Runner {
     /// When the library's config types cannot be serialised.
     fn defaults() -> Result<serde_json::Value>;
 
-    /// Builds an own model's port from the fixture as `train` does, runs one forward pass
-    /// and one backward on batch 0, and reports what it found ([`Inspection`]; the port's
-    /// build, forward and backward errors are data in it).
+    /// Builds the run's port from the fixture as `train` does, runs one forward pass and one
+    /// backward on batch 0, and reports what it found ([`Inspection`]; the port's build,
+    /// forward and backward errors are data in it).
     ///
     /// # Errors
-    /// By default always: only an own model's runner (`candle_parity::own`) inspects. An
-    /// own model's runner: a fixture it cannot read, an unavailable device.
-    fn inspect(_spec: &RunSpec) -> Result<Inspection> {
-        bail!(
-            "{} runs the built-in model families; `inspect` is the subcommand of an own \
-             model's runner (docs/own-model.md)",
-            Self::NAME
-        )
-    }
+    /// A fixture the runner cannot read, an unavailable device, a model the runner has no
+    /// port for.
+    fn inspect(spec: &RunSpec) -> Result<Inspection>;
 }
 
 #[derive(Parser)]
@@ -120,8 +114,8 @@ enum Command {
         #[arg(long, default_value = "-")]
         out: PathBuf,
     },
-    /// Build an own model's port from the fixture, run one forward and one backward pass on
-    /// batch 0, and print what it found as one JSON object (parity_common::own::Inspection).
+    /// Build the run's port from the fixture, run one forward and one backward pass on batch
+    /// 0, and print what it found as one JSON object (parity_common::Inspection).
     Inspect {
         /// Run spec JSON written by the workflow (an own model's).
         #[arg(long)]

@@ -88,6 +88,25 @@ impl Fault {
         )
     }
 
+    /// Whether this fault acts in the model's forward pass, where only a built-in family's
+    /// port can apply it ([`crate::spec::ModelSpec::port_config`] hands it over).
+    pub fn in_model(self) -> bool {
+        matches!(self, Fault::TransposedWeight)
+    }
+
+    /// Its `kind` in the JSON form (`transposed_weight`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::EpsInSqrt => "eps_in_sqrt",
+            Fault::NoBiasCorrection => "no_bias_correction",
+            Fault::StepFromZero => "step_from_zero",
+            Fault::MseSum => "mse_sum",
+            Fault::TransposedWeight => "transposed_weight",
+            Fault::SkipUpdate { .. } => "skip_update",
+        }
+    }
+
     /// Whether the optimizer step of step `t` (from 1) is skipped.
     pub fn skips(self, t: u32) -> bool {
         matches!(self, Fault::SkipUpdate { step } if step == t)

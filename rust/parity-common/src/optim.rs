@@ -94,7 +94,7 @@ pub trait Parameters {
     }
 
     /// `grad:<param>` of every parameter with a gradient in `grads`, as a `replay` frame
-    /// holds them ([`crate::replay::intermediate_names`]), in the run dtype `ty`.
+    /// holds them ([`crate::replay::replay_names`]), in the run dtype `ty`.
     ///
     /// # Errors
     /// As [`Parameters::frame_grads`].
@@ -341,7 +341,9 @@ mod tests {
         let v = serde_json::json!({
             "experiment": "e", "run": "r", "fixture": "f.safetensors",
             "dtype": "f32", "device": "cpu", "steps": 3,
-            "model": {"family": "mlp", "sizes": [2, 1], "activation": "relu"},
+            "model": {"family": "mlp", "config": {"sizes": [2, 1], "activation": "relu"},
+                      "input": "float", "target": "float", "tied": {}, "buffers": [],
+                      "rename": {}},
             "loss": "mse",
             "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
                            "weight_decay": 0.0, "implementation": "manual", "bias_correction": "f64"},

@@ -10,9 +10,10 @@
 //! * a `header` frame (as `train` does, plus `optimizer_impl` and `replay_note`: how the
 //!   optimizer was started from the given moments, or `""`);
 //! * one `replay` frame, metadata `step` = k, holding every intermediate under the names of
-//!   [`intermediate_names`] (flattened, PyTorch layout, the run's dtype): the forward
-//!   quantities and `loss` (one element), `grad:` of each forward quantity except `loss`,
-//!   `grad:<param>` of each parameter, and `after:<param>`, each parameter after the update;
+//!   [`replay_names`] (flattened, PyTorch layout, the run's dtype): the port's named
+//!   intermediates (its taps) and `loss` (one element), `grad:` of each of them except
+//!   `loss`, `grad:<param>` of each parameter, and `after:<param>`, each parameter after the
+//!   update;
 //! * an `end` frame with status `complete`.
 //!
 //! An intermediate a framework cannot give is left out and named, with the reason, in the
@@ -24,7 +25,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::spec::{Activation, Model, Optimizer, RunSpec};
+use crate::spec::{Optimizer, ParamSpec, RunSpec};
 
 /// One tensor of the state: shape in PyTorch layout and values widened to f64 (exactly, from
 /// the float32 state the workflow writes).
@@ -160,99 +161,37 @@ impl ReplayState {
     }
 }
 
-/// The names of the forward quantities of `model`, in forward order, `loss` last: for an MLP
-/// of L layers `fc1.out`, `relu1.out`, …, `fcL.out` (each layer's output before its
-/// activation, then the activation's output; none after the last layer); for the 1-D CNN
-/// `conv.out` (`[batch, channels, length − kernel + 1]`, bias included), `relu.out` (same
-/// shape), `fc.out` (`[batch, classes]`); for the transformer every module output and
-/// named attention op ([`transformer_forward_names`]), the logits `head.out`
-/// (`[batch, seq_len, vocab]`) last; for an own model its output `output` (its taps, named
-/// after the PyTorch model's module paths when its forward pass runs, come before it: see
-/// [`crate::own::replay_names`]). The names follow the PyTorch model's module paths;
-/// `scripts/parity/localise/walk.py` defines the same list and the dataflow between them.
-pub fn forward_names(model: &Model) -> Vec<String> {
-    let act = |a: &Activation| match a {
-        Activation::Relu => "relu",
-    };
-    let mut out = Vec::new();
-    match model {
-        Model::Mlp { sizes, activation } => {
-            let layers = sizes.len() - 1;
-            for i in 1..=layers {
-                out.push(format!("fc{i}.out"));
-                if i < layers {
-                    out.push(format!("{}{i}.out", act(activation)));
-                }
-            }
-        }
-        Model::Cnn1d { activation, .. } => {
-            out.push("conv.out".into());
-            out.push(format!("{}.out", act(activation)));
-            out.push("fc.out".into());
-        }
-        Model::Transformer { blocks, .. } => out.extend(transformer_forward_names(*blocks)),
-        Model::Own { .. } => out.push("output".into()),
-    }
-    out.push("loss".into());
-    out
+/// The name of a tap's output among the intermediates: `<path>.out`, as a forward hook on
+/// the PyTorch module at `path` names its output (`scripts/parity/own/torch_model.py`,
+/// `quantity`).
+pub fn quantity(path: &str) -> String {
+    format!("{path}.out")
 }
 
-/// The transformer's named intermediates, in forward order, for `blocks` blocks: each named
-/// `<module path>.out` after the PyTorch model's module paths (the parameters' prefixes),
-/// as a forward hook on that module would name its output, with the attention's inner ops
-/// named as modules of `attn`:
-///
-/// * `tok_emb.out` `[B, T, d]`, `pos_emb.out` `[T, d]` (their sum is block 0's input);
-/// * per block `blocks.{i}.`: `ln1.out`; `attn.q.out`, `attn.k.out`, `attn.v.out` (each
-///   `[B, T, d]`, before the split into heads); `attn.scores.out` (`(q·kᵀ)·(1/√dh)` before
-///   the causal mask, `[B, H, T, T]`); `attn.softmax.out` (the attention weights, mask and
-///   softmax applied, `[B, H, T, T]`); `attn.context.out` (weights·v, heads merged,
-///   `[B, T, d]`); `attn.out.out`; `ln2.out`; `mlp.fc1.out` `[B, T, 4d]`; `mlp.gelu.out`
-///   `[B, T, 4d]`; `mlp.fc2.out`; then `blocks.{i}.out`, the residual stream after the
-///   block;
-/// * `ln_f.out`, `head.out` (the logits `[B, T, V]`).
-///
-/// `scripts/parity/localise/walk.py` (`transformer_dataflow`) gives the same names with what
-/// each is computed from.
-pub fn transformer_forward_names(blocks: usize) -> Vec<String> {
-    let mut out = vec!["tok_emb.out".to_string(), "pos_emb.out".to_string()];
-    for i in 0..blocks {
-        out.extend(
-            [
-                "ln1",
-                "attn.q",
-                "attn.k",
-                "attn.v",
-                "attn.scores",
-                "attn.softmax",
-                "attn.context",
-                "attn.out",
-                "ln2",
-                "mlp.fc1",
-                "mlp.gelu",
-                "mlp.fc2",
-            ]
-            .iter()
-            .map(|m| format!("blocks.{i}.{m}.out")),
-        );
-        out.push(format!("blocks.{i}.out"));
-    }
-    out.extend(["ln_f.out".to_string(), "head.out".to_string()]);
-    out
-}
+/// The name a replay records a port's output under when the port does not name it with a
+/// tap of its own ([`replay_names`]): a model's `output`, as the PyTorch side names it.
+pub const OUTPUT: &str = "output";
 
-/// Every tensor name a `replay` frame holds for `spec` (see the module docs): the forward
-/// names, `grad:` of each but `loss`, then per parameter `grad:<param>` and `after:<param>`.
-pub fn intermediate_names(spec: &RunSpec) -> Vec<String> {
-    let forward = forward_names(&spec.model);
+/// Every tensor name a `replay` frame holds, in this order: each tap's `<path>.out` (`taps`,
+/// the paths in the order the forward pass first called them), [`OUTPUT`] when `output` is
+/// set (the port's forward result, tapped by the runner), `loss`, `grad:` of each of those
+/// but `loss`, then per parameter (state_dict order) `grad:<param>` and `after:<param>`. A
+/// name the runner cannot give (a tap or a parameter without a gradient) is left out of the
+/// frame and listed in its `missing` metadata ([`replay_meta`]).
+///
+/// The built-in families name their last layer's output with a tap of their own (`fc2.out`,
+/// `head.out`), as `scripts/parity/localise/walk.py` expects, and record no `output`; a
+/// user's port gets `output` beside its taps.
+pub fn replay_names(taps: &[String], output: bool, params: &[ParamSpec]) -> Vec<String> {
+    let forward: Vec<String> = taps
+        .iter()
+        .map(|p| quantity(p))
+        .chain(output.then(|| OUTPUT.to_string()))
+        .collect();
     let mut out = forward.clone();
-    out.extend(
-        forward
-            .iter()
-            .filter(|n| *n != "loss")
-            .map(|n| format!("grad:{n}")),
-    );
-    for p in &spec.params {
+    out.push("loss".into());
+    out.extend(forward.iter().map(|n| format!("grad:{n}")));
+    for p in params {
         out.push(format!("grad:{}", p.name));
         out.push(format!("after:{}", p.name));
     }
@@ -295,91 +234,39 @@ pub fn replay_meta(step: u32, missing: &[(String, String)]) -> HashMap<String, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{ConvImpl, GeluImpl, LayerNormImpl, Model, SoftmaxImpl};
 
     #[test]
-    fn forward_names_follow_the_module_paths() {
-        let mlp = Model::Mlp {
-            sizes: vec![8, 16, 16, 4],
-            activation: Activation::Relu,
-        };
+    fn replay_names_put_the_taps_before_the_output() {
+        let params = [ParamSpec {
+            name: "0.weight".into(),
+            shape: vec![2, 2],
+        }];
+        let taps = ["0".to_string(), "1".to_string()];
         assert_eq!(
-            forward_names(&mlp),
+            replay_names(&taps, true, &params),
             [
-                "fc1.out",
-                "relu1.out",
-                "fc2.out",
-                "relu2.out",
-                "fc3.out",
-                "loss"
+                "0.out",
+                "1.out",
+                "output",
+                "loss",
+                "grad:0.out",
+                "grad:1.out",
+                "grad:output",
+                "grad:0.weight",
+                "after:0.weight"
             ]
         );
-        let cnn = Model::Cnn1d {
-            in_channels: 1,
-            channels: 4,
-            kernel: 5,
-            length: 16,
-            classes: 3,
-            activation: Activation::Relu,
-            conv_impl: ConvImpl::Conv1d,
-        };
         assert_eq!(
-            forward_names(&cnn),
-            ["conv.out", "relu.out", "fc.out", "loss"]
-        );
-    }
-
-    #[test]
-    fn transformer_names_follow_the_module_paths_in_forward_order() {
-        let tf = Model::Transformer {
-            vocab: 11,
-            d_model: 8,
-            heads: 2,
-            blocks: 2,
-            seq_len: 5,
-            layer_norm: LayerNormImpl::Composed,
-            softmax: SoftmaxImpl::Generic,
-            gelu: GeluImpl::Erf,
-        };
-        let names = forward_names(&tf);
-        let block = |i: usize| {
+            replay_names(&taps, false, &params),
             [
-                "ln1.out",
-                "attn.q.out",
-                "attn.k.out",
-                "attn.v.out",
-                "attn.scores.out",
-                "attn.softmax.out",
-                "attn.context.out",
-                "attn.out.out",
-                "ln2.out",
-                "mlp.fc1.out",
-                "mlp.gelu.out",
-                "mlp.fc2.out",
+                "0.out",
+                "1.out",
+                "loss",
+                "grad:0.out",
+                "grad:1.out",
+                "grad:0.weight",
+                "after:0.weight"
             ]
-            .iter()
-            .map(move |s| format!("blocks.{i}.{s}"))
-            .chain([format!("blocks.{i}.out")])
-        };
-        let want: Vec<String> = ["tok_emb.out", "pos_emb.out"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain(block(0))
-            .chain(block(1))
-            .chain(
-                ["ln_f.out", "head.out", "loss"]
-                    .iter()
-                    .map(|s| s.to_string()),
-            )
-            .collect();
-        assert_eq!(names, want);
-        assert_eq!(names.len(), 2 + 2 * 13 + 3);
-        assert_eq!(names[12], "blocks.0.mlp.gelu.out");
-        // Every parameter's module has its output among the names (the walk gives each
-        // parameter's gradient from its module's output gradient).
-        for p in tf.params() {
-            let module = p.name.rsplit_once('.').unwrap().0;
-            assert!(names.contains(&format!("{module}.out")), "{}", p.name);
-        }
+        );
     }
 }

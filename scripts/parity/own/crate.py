@@ -1,7 +1,7 @@
 """The cargo crate that links a user's Rust port to a runner (docs/own-model.md).
 
-A user's crate implements parity-common's trait for candle (``parity_common::own::candle::
-CandleModel``) or burn (``parity_common::own::burn::BurnModel``); it has no ``main``. The
+A user's crate implements parity-common's trait for candle (``parity_common::candle::
+CandleModel``) or burn (``parity_common::burn::BurnModel``); it has no ``main``. The
 build job of an own model (rule ``build_own``) writes a runner crate of a few lines
 beside the experiment's results, ``results/own/{experiment}/{framework}-runner/``:
 
@@ -10,7 +10,7 @@ beside the experiment's results, ``results/own/{experiment}/{framework}-runner/`
   ``burn-parity``, by path, with the device's features) and on the user's crate (by path,
   renamed ``port``), with the release profile of ``rust/Cargo.toml``, so the dependencies
   the runner shares with the workflow's own runner are the same build artifacts;
-* ``src/main.rs``: ``fn main`` calling the runner library's ``own::main`` with the user's
+* ``src/main.rs``: ``fn main`` calling the runner library's ``main`` with the user's
   model type and the build's source id;
 * ``Cargo.lock``: started from ``rust/Cargo.lock`` the first time (cargo then adds what the
   user's crate needs and keeps every version the workflow's runner was built with), so the
@@ -109,7 +109,7 @@ def _toml_path(p: Path) -> str:
 
 
 def main_rs(framework: str, model_type: str, source: str) -> str:
-    """The runner's ``src/main.rs``: the runner library's ``own::main`` for the user's
+    """The runner's ``src/main.rs``: the runner library's ``main`` for the user's
     ``model_type`` (a path inside the crate, ``TinyLlama`` or ``models::TinyLlama``)."""
     if not re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*", model_type):
         raise ValueError(f"{model_type!r} is not a Rust type path")
@@ -117,7 +117,7 @@ def main_rs(framework: str, model_type: str, source: str) -> str:
     return (
         "// Written by the parity workflow (rule build_own); edits are overwritten.\n"
         f"fn main() -> std::process::ExitCode {{\n"
-        f'    {lib}::own::main::<port::{model_type}>("{source}")\n'
+        f'    {lib}::main::<port::{model_type}>("{source}")\n'
         "}\n"
     )
 

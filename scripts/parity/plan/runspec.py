@@ -1,7 +1,8 @@
 """The JSON run spec a Rust runner reads (``parity_common::spec::RunSpec``).
 
-Every field is explicit; the Rust side refuses unknown fields and checks the parameter list
-against its model's (``RunSpec::check``). Pure Python: no I/O.
+Every field is explicit; the Rust side refuses unknown fields, and the port it builds asks
+for exactly the spec's parameters by name (a port that asks for another or leaves one out
+is refused). Pure Python: no I/O.
 """
 
 from __future__ import annotations
@@ -33,11 +34,10 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
         if opt["name"] == "adamw":  # Adam is burn's only; candle refuses it
             optimizer["implementation"] = opt["implementation"]
             optimizer["bias_correction"] = opt["bias_correction"]
-    model = dict(settings["model"])
-    model.pop("fc_in", None)
-    model.pop("attention", None)  # PyTorch's choice; the Rust runners have one path
-    if model["family"] == "own":
-        model = own_model(model, settings["framework"])
+    if settings["model"]["family"] == "own":
+        model = own_model(settings["model"], settings["framework"])
+    else:
+        model = family_model(settings["model"], settings["loss"])
     record = settings["record"]
     return {
         "experiment": key.experiment,
@@ -60,15 +60,37 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
     }
 
 
+def family_model(model: Mapping[str, Any], loss: str) -> dict:
+    """The ``model`` of a built-in family's run spec (``parity_common::spec::ModelSpec``):
+    the family's name, its settings as the port's ``config`` (``sizes``, ``conv_impl``, …;
+    ``fc_in``, a check of the config's, and ``attention``, PyTorch's choice, are left out),
+    its data (token ids and next tokens for the transformer, else floats with float targets
+    under the MSE and class labels under the cross-entropy), and no tied parameters,
+    buffers or renames."""
+    config = {k: v for k, v in model.items() if k not in ("family", "fc_in", "attention")}
+    tokens = model["family"] == "transformer"
+    target = "tokens" if tokens else "float" if loss == "mse" else "classes"
+    return {
+        "family": model["family"],
+        "config": config,
+        "input": "tokens" if tokens else "float",
+        "target": target,
+        "tied": {},
+        "buffers": [],
+        "rename": {},
+    }
+
+
 def own_model(model: Mapping[str, Any], framework: str) -> dict:
-    """The ``model`` of an own model's run spec (``parity_common::spec::OwnModel``): what the
-    port's ``build`` receives (``config``), what a sample's input and target are (``input``:
+    """The ``model`` of an own model's run spec (``parity_common::spec::ModelSpec``): the
+    port (``own``, the user's crate linked into its runner, or the runner crate's built-in
+    port the side names, ``family``), what the port's ``build`` receives (``config``), what a sample's input and target are (``input``:
     ``tokens`` or ``float``; ``target``: ``tokens``, ``classes`` or ``float``), the tied
     parameters (alias → recorded name), the buffers the fixture hands over (name, shape),
     and the rename table of this Rust side (Rust name → state_dict key)."""
     io = model["io"]
     return {
-        "family": "own",
+        "family": model.get(framework, {}).get("family", "own"),
         "config": model["rust_config"],
         "input": io["input"]["kind"],
         "target": io["target"]["kind"],

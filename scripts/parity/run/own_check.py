@@ -3,7 +3,7 @@
 
 The runner's ``inspect`` subcommand builds the user's model from the fixture (as ``train``
 does), runs one forward pass and one ``backward`` on the first batch, and reports as JSON
-(``parity_common::own::Inspection``):
+(``parity_common::Inspection``):
 
 * ``params``: what the model asked for, ``[state_dict key, shape]`` (after the config's
   rename table), in the order it asked;

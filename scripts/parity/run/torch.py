@@ -120,7 +120,7 @@ def transformer(
     x: torch.Tensor,
     tap: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ):
-    """The transformer family (``parity_common::spec::Model::Transformer``) in functional
+    """The transformer family (``parity_common::families::TransformerConfig``) in functional
     form: token ids ``x`` ``[B, T]`` int64 → logits ``[B, T, vocab]``.
 
     Attention (``model["attention"]``): ``explicit`` computes (q·kᵀ)·(1/√d_head) (the scale

@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use candle_core::Tensor;
 use candle_nn::{Linear, Module, VarBuilder};
-use parity_common::own::candle::{CandleModel, Taps};
+use parity_common::candle::{CandleModel, Taps};
 
 /// Linear → tanh → Linear, as the PyTorch factory builds it.
 pub struct Model {

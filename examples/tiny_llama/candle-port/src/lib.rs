@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Embedding, Linear, Module, VarBuilder};
 use candle_transformers::models::llama::{Config, LlamaConfig};
-use parity_common::own::candle::{CandleModel, Taps};
+use parity_common::candle::{CandleModel, Taps};
 
 /// `LlamaAttention`: q, k, v, o projections without bias, grouped-query heads.
 struct Attention {

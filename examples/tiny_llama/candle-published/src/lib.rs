@@ -34,7 +34,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::llama::{Cache, Config, Llama, LlamaConfig};
-use parity_common::own::candle::{CandleModel, Taps};
+use parity_common::candle::{CandleModel, Taps};
 
 /// candle-transformers' `Llama` and what its forward pass needs (module docs).
 pub struct PublishedLlama {

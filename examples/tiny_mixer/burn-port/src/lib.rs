@@ -17,7 +17,7 @@ use burn::module::Module;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::activation::{gelu, relu};
 use burn::tensor::{Device, Tensor};
-use parity_common::own::burn::{BurnModel, Input, Output, Taps};
+use parity_common::burn::{BurnModel, Input, Output, Taps};
 
 /// The hidden activation of the MLPs (the factory's `activation`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,7 +160,7 @@ impl BurnModel for TinyMixer {
 
     /// PyTorch's `….token_mlp.0.…`/`….2.…` (and the channel MLP's) to the port's
     /// `fc1`/`fc2`; everything else keeps its name.
-    fn key_remap() -> Vec<(String, String)> {
+    fn key_remap(_config: &serde_json::Value) -> Vec<(String, String)> {
         vec![
             (r"_mlp\.0\.".into(), "_mlp.fc1.".into()),
             (r"_mlp\.2\.".into(), "_mlp.fc2.".into()),

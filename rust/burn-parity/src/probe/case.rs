@@ -427,7 +427,7 @@ impl Case<'_> {
 }
 
 /// The optimizer state slot `s` of one parameter after the step, read from burn's record.
-fn state(stepper: &Stepper, p: &crate::model::ParamInfo, s: StateSlot, ty: FloatType) -> Outcome {
+fn state(stepper: &Stepper, p: &crate::load::ParamInfo, s: StateSlot, ty: FloatType) -> Outcome {
     let read = match s {
         StateSlot::MomentumBuffer => stepper.momentum_buffer(p, ty),
         StateSlot::ExpAvg | StateSlot::ExpAvgSq => {

@@ -6,7 +6,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 
 use super::dyn_tensor::Dyn;
-use crate::model::ParamInfo;
+use crate::load::ParamInfo;
 
 /// Every input with `requires_grad` as a burn parameter, by rank.
 #[derive(Module, Debug)]

@@ -2,19 +2,26 @@
 //! separate test binaries because burn's ndarray device takes its default float type once
 //! per process.
 //!
-//! A fixture is written in PyTorch layout (`fc.weight` `[out, in]`), loaded by
-//! [`Net::load`], and the forward pass is compared with the same model written out as loops
+//! A fixture is written in PyTorch layout (`fc.weight` `[out, in]`), loaded into the family's
+//! port by [`Started::new`] (burn-store, as `train` loads it), and the port's forward pass
+//! (flattened as the loss takes it, [`flat_output`]) is compared with the same model written out as loops
 //! over the PyTorch-layout values (PyTorch's `F.linear(x, W, b) = x Wᵀ + b`, `F.conv1d`,
 //! ReLU, `flatten(1)`). Small dyadic values keep every product and sum exact, so the
 //! check is equality; weights are not square, so reading `[out, in]` as `[in, out]` would
 //! be caught by the values, not only by a shape.
 
 use burn::tensor::Tensor;
-use burn_parity::device::{self, Host};
-use burn_parity::model::Net;
+use burn_parity::device::Host;
+use burn_parity::families::cnn::Cnn;
+use burn_parity::families::mlp::Mlp;
+use burn_parity::net::flat_output;
+use burn_parity::train::Started;
+use parity_common::burn::{BurnModel, Taps};
 use parity_common::frames::RawTensor;
-use parity_common::spec::{DeviceKind, FloatType, Model, RunSpec};
+use parity_common::optim::Parameters;
+use parity_common::spec::{FloatType, RunSpec};
 
+use crate::replay_common::fixture::spec_json;
 use crate::tempdir::{Fixture, TempDir};
 
 /// Writes a fixture (float32 tensors and optional int64 labels `y`) to a temporary folder
@@ -43,25 +50,11 @@ fn fixture_spec(
         raw.push(("y".into(), RawTensor { dtype, shape, data }));
     }
     std::fs::write(&path, safetensors::serialize(raw, None).unwrap()).unwrap();
-    let m: Model = serde_json::from_value(model.clone()).unwrap();
-    let params: Vec<_> = m
-        .params()
-        .into_iter()
-        .map(|p| serde_json::json!({"name": p.name, "shape": p.shape}))
-        .collect();
-    let spec = serde_json::json!({
-        "experiment": tag, "run": "burn", "fixture": path, "dtype": dtype, "device": "cpu",
-        "steps": 1, "model": model, "loss": loss,
-        "optimizer": {"name": "sgd", "lr": 0.1},
-        "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-        "params": params,
-        "fault": {"kind": "none"}
-    });
+    let spec = spec_json(tag, &path, &model, loss, dtype);
     Fixture::new(RunSpec::from_json(&spec.to_string()).unwrap(), dir)
 }
 
-/// Host values of a forward output (or an exported tensor), widened to f64, and whether
-/// they were float64 already.
+/// Host values of a forward output, widened to f64, and whether they were float64 already.
 fn widen(h: Host) -> (Vec<f64>, bool) {
     match h {
         Host::F32(v) => (v.into_iter().map(f64::from).collect(), false),
@@ -73,6 +66,17 @@ fn output(t: Tensor<2>, ty: FloatType) -> Vec<f64> {
     let (v, is_f64) = widen(Host::read(t.inner(), ty).unwrap());
     assert_eq!(is_f64, ty == FloatType::F64);
     v
+}
+
+/// Port `M` loaded from the fixture of `spec`, and its forward pass (taps inactive) on step
+/// 1's batch flattened as the loss takes it; with the port, for further checks.
+fn forward_step_1<M: BurnModel>(spec: &RunSpec) -> (Started<M>, Vec<f64>) {
+    let started = Started::<M>::new(spec, None).unwrap();
+    let x = started.data.input(started.data.index(1));
+    let out = started.net.forward(x, &mut Taps::inactive()).unwrap();
+    let (_, flat) = flat_output(spec, out);
+    let values = output(flat, spec.dtype);
+    (started, values)
 }
 
 /// MLP 2→3 (one Linear, no activation after the last layer) on a batch of two samples.
@@ -107,14 +111,18 @@ pub fn linear_from_a_fixture_computes_torch_linear(dtype: &str) {
         None,
         dtype,
     );
-    let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
-    let (net, data) = Net::load(&spec, &dev).unwrap();
-    assert_eq!(output(net.forward_step(&data, 1), spec.dtype), expected);
-    // Exported again in PyTorch layout and the run's own type: the fixture's values.
-    let exported = net.export(spec.dtype).unwrap();
+    let (started, out) = forward_step_1::<Mlp>(&spec);
+    assert_eq!(out, expected);
+    // Recorded again in PyTorch layout and the run's own type (as every step frame records
+    // the parameters): the fixture's values.
+    let exported = started.net.frame_params(spec.dtype, &|_| true).unwrap();
     assert_eq!(exported[0].0, "fc1.weight");
-    let (back, is_f64) = widen(exported[0].1.clone());
-    assert_eq!(is_f64, spec.dtype == FloatType::F64);
+    let want_dtype = match spec.dtype {
+        FloatType::F32 => safetensors::Dtype::F32,
+        FloatType::F64 => safetensors::Dtype::F64,
+    };
+    assert_eq!(exported[0].1.dtype, want_dtype);
+    let back = crate::replay_common::widen(&exported[0].1);
     assert_eq!(back, w.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
 }
 
@@ -153,23 +161,41 @@ pub fn cnn_from_a_fixture_computes_torch_conv1d_relu_flatten_linear(dtype: &str)
         }
     }
     assert!(clipped > 0, "the data must exercise the ReLU");
-    let spec = fixture_spec(
-        "cnn",
+    let model = |conv_impl: &str| {
         serde_json::json!({"family": "cnn1d", "in_channels": 1, "channels": c_out,
             "kernel": k, "length": len, "classes": classes, "activation": "relu",
-            "conv_impl": "conv1d"}),
+            "conv_impl": conv_impl})
+    };
+    let tensors = vec![
+        ("conv.weight", vec![c_out, 1, k], conv_w),
+        ("conv.bias", vec![c_out], conv_b),
+        ("fc.weight", vec![classes, fc_in], fc_w),
+        ("fc.bias", vec![classes], fc_b),
+        ("x", vec![1, 2, 1, len], x),
+    ];
+    let labels = (vec![1, 2], vec![2, 0]);
+    let spec = fixture_spec(
+        "cnn",
+        model("conv1d"),
         "cross_entropy",
-        vec![
-            ("conv.weight", vec![c_out, 1, k], conv_w),
-            ("conv.bias", vec![c_out], conv_b),
-            ("fc.weight", vec![classes, fc_in], fc_w),
-            ("fc.bias", vec![classes], fc_b),
-            ("x", vec![1, 2, 1, len], x),
-        ],
-        Some((vec![1, 2], vec![2, 0])),
+        tensors.clone(),
+        Some(labels.clone()),
         dtype,
     );
-    let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
-    let (net, data) = Net::load(&spec, &dev).unwrap();
-    assert_eq!(output(net.forward_step(&data, 1), spec.dtype), expected);
+    let (_, out) = forward_step_1::<Cnn>(&spec);
+    assert_eq!(out, expected);
+    // candle's conv2d workaround is refused when the port is initialised: burn-parity calls
+    // burn's conv1d.
+    let spec = fixture_spec(
+        "cnn-conv2d",
+        model("conv2d"),
+        "cross_entropy",
+        tensors,
+        Some(labels),
+        dtype,
+    );
+    let err = Started::<Cnn>::new(&spec, None).err().expect("refused");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("initialising the port"), "{msg}");
+    assert!(msg.contains("conv_impl Conv2d"), "{msg}");
 }

@@ -12,13 +12,18 @@
 
 use std::collections::HashMap;
 
+use anyhow::Result;
+use burn::tensor::{DType, TensorData};
+use burn_parity::families::PortJob;
+use burn_parity::NoPort;
+use parity_common::burn::BurnModel;
 use parity_common::frames::RawTensor;
-use parity_common::replay::{intermediate_names, ReplayState};
-use parity_common::spec::RunSpec;
+use parity_common::replay::{replay_names, ReplayState};
+use parity_common::spec::{FloatType, RunSpec};
 
-mod fixture;
+pub mod fixture;
 
-pub use fixture::spec;
+pub use fixture::{spec, tap_names};
 
 /// One decoded frame: metadata and tensors (dtype, shape, little-endian bytes).
 pub struct Frame {
@@ -70,6 +75,21 @@ pub fn widen(t: &RawTensor) -> Vec<f64> {
     }
 }
 
+/// A tap's values or gradient ([`parity_common::burn::Taps`]), checked to be in the run
+/// dtype `ty`, widened exactly to f64.
+pub fn widen_data(d: &TensorData, ty: FloatType) -> Vec<f64> {
+    match (d.dtype(), ty) {
+        (DType::F32, FloatType::F32) => d
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect(),
+        (DType::F64, FloatType::F64) => d.as_slice::<f64>().unwrap().to_vec(),
+        (other, _) => panic!("a {} run tapped a tensor of dtype {other:?}", ty.name()),
+    }
+}
+
 /// The MLP 4 → 6 → 3 (two Linear layers, one ReLU).
 pub fn mlp() -> serde_json::Value {
     serde_json::json!({"family": "mlp", "sizes": [4, 6, 3], "activation": "relu"})
@@ -103,11 +123,47 @@ pub fn adamw() -> serde_json::Value {
         "weight_decay": 0.01, "implementation": "burn", "bias_correction": "f32"})
 }
 
-/// Trains `spec` and returns its frames.
-pub fn train(spec: &RunSpec) -> Vec<Frame> {
+/// `train` of the spec's built-in family, as the runner dispatches it.
+struct Train<'a>(&'a RunSpec, &'a mut Vec<u8>);
+
+impl PortJob for Train<'_> {
+    type Output = ();
+    fn run<M: BurnModel>(self) -> Result<()> {
+        burn_parity::train::run::<M, _>(self.0, self.1)
+    }
+}
+
+/// `replay` of the spec's built-in family, as the runner dispatches it.
+struct Replay<'a>(&'a RunSpec, &'a ReplayState, &'a mut Vec<u8>);
+
+impl PortJob for Replay<'_> {
+    type Output = ();
+    fn run<M: BurnModel>(self) -> Result<()> {
+        burn_parity::replay::run::<M, _>(self.0, self.1, self.2)
+    }
+}
+
+/// Trains `spec` (its family's port, dispatched as the runner does) and returns its frames,
+/// or the error that ended it before its header (a framework error inside the loop ends
+/// the stream with a `failed` end frame instead).
+pub fn try_train(spec: &RunSpec) -> Result<Vec<Frame>> {
     let mut buf = Vec::new();
-    burn_parity::train::run(spec, &mut buf).unwrap();
-    decode(&buf)
+    burn_parity::with_port::<NoPort, _>(spec, Train(spec, &mut buf))?;
+    Ok(decode(&buf))
+}
+
+/// Trains `spec` and returns its frames, checking that the run completed: its last frame is
+/// the `end` frame with status `complete` and the training time.
+pub fn train(spec: &RunSpec) -> Vec<Frame> {
+    let frames = try_train(spec).unwrap();
+    assert_eq!(frames[0].meta["kind"], "header");
+    assert!(frames[0].meta["port"].starts_with("burn_parity::families::"));
+    let end = &frames.last().expect("no frames").meta;
+    assert_eq!(end["kind"], "end");
+    assert_eq!(end["status"], "complete", "{end:?}");
+    let seconds: f64 = end["train_seconds"].parse().unwrap();
+    assert!(seconds >= 0.0, "train_seconds {seconds}");
+    frames
 }
 
 /// Writes the state for replaying step `k` from the training frames (parameters and moments
@@ -150,10 +206,11 @@ pub fn state(spec: &RunSpec, frames: &[Frame], k: u32) -> ReplayState {
     ReplayState::from_path(&path, k, spec).unwrap()
 }
 
-/// Replays step `k` from `state` and returns its frames.
+/// Replays step `k` from `state` (the spec's family's port, dispatched as the runner does)
+/// and returns its frames.
 pub fn replay(spec: &RunSpec, state: &ReplayState) -> Vec<Frame> {
     let mut buf = Vec::new();
-    burn_parity::replay::run(spec, state, &mut buf).unwrap();
+    burn_parity::with_port::<NoPort, _>(spec, Replay(spec, state, &mut buf)).unwrap();
     decode(&buf)
 }
 
@@ -172,6 +229,11 @@ pub fn self_consistent(spec: &RunSpec, ks: &[u32]) -> Frame {
         assert_eq!(header.meta["kind"], "header");
         assert_eq!(header.meta["framework"], "burn");
         assert!(header.meta["optimizer_impl"].starts_with("burn::optim::"));
+        assert!(
+            header.meta["port"].starts_with("burn_parity::families::"),
+            "{}",
+            header.meta["port"]
+        );
         assert!(!header.meta["replay_note"].is_empty());
         assert_eq!(end.meta["kind"], "end");
         assert_eq!(end.meta["status"], "complete");
@@ -179,7 +241,12 @@ pub fn self_consistent(spec: &RunSpec, ks: &[u32]) -> Frame {
         assert_eq!(rep.meta["step"], k.to_string());
         assert_eq!(rep.meta["missing"], "", "nothing is missing");
         let mut names: Vec<&String> = rep.tensors.keys().collect();
-        let mut expected = intermediate_names(spec);
+        // The built-in families name their output with their last tap: no `output`.
+        let taps: Vec<String> = tap_names(&spec.model)
+            .iter()
+            .map(|n| n.strip_suffix(".out").unwrap().to_string())
+            .collect();
+        let mut expected = replay_names(&taps, false, &spec.params);
         names.sort();
         expected.sort();
         assert_eq!(names, expected.iter().collect::<Vec<_>>());
@@ -299,8 +366,8 @@ pub fn mse_output_gradient_is_two_residuals_over_n(dtype: &str) {
 pub fn a_negative_zero_tap_keeps_every_bit(dtype: &str) {
     use burn::tensor::Tensor;
     use burn_parity::device::{self, Host};
-    use burn_parity::taps::Taps;
-    use parity_common::spec::{DeviceKind, FloatType};
+    use parity_common::burn::Taps;
+    use parity_common::spec::DeviceKind;
 
     let ty = if dtype == "f32" {
         FloatType::F32
@@ -318,8 +385,8 @@ pub fn a_negative_zero_tap_keeps_every_bit(dtype: &str) {
             .map(|v| v.to_bits())
             .collect()
     };
-    let mut taps = Taps::on(&dev);
-    let tapped = taps.mark2("h", h.clone());
+    let mut taps = Taps::active(&dev);
+    let tapped = taps.tap("h", h.clone());
     assert_eq!(
         bits(tapped.clone()),
         bits(h.clone()),
@@ -331,19 +398,19 @@ pub fn a_negative_zero_tap_keeps_every_bit(dtype: &str) {
         bits(h.clone()),
         "a +0 tap would turn −0 into +0"
     );
+    assert_eq!(taps.paths(), ["h"]);
     // loss = Σ c ⊙ tapped, so d loss / d h = c, through the tap as through h itself.
     let c = [0.5f64, -1.0, 2.0, 0.25, -0.75, 4.0];
     let c_t = device::float_tensor_from_f64(&c, [2, 3], ty, &dev);
     let grads = (tapped * c_t).sum().backward();
     let g_h = Host::read(h.grad(&grads).unwrap(), ty).unwrap().widened();
-    let (name, g_tap) = taps.grads(&grads, ty).unwrap().pop().unwrap();
+    let (name, g_tap) = taps.grads(&grads).pop().unwrap();
     assert_eq!(name, "h");
-    assert_eq!(g_tap.unwrap().widened(), c.to_vec());
+    assert_eq!(widen_data(&g_tap.unwrap(), ty), c.to_vec());
     assert_eq!(g_h, c.to_vec());
-    let (_, value) = taps.values(ty).unwrap().pop().unwrap();
+    let (_, value) = taps.values().pop().unwrap();
     assert_eq!(
-        value
-            .widened()
+        widen_data(&value, ty)
             .iter()
             .map(|v| v.to_bits())
             .collect::<Vec<_>>(),
@@ -379,7 +446,7 @@ pub fn recorded_moments_are_burns_first_step(dtype: &str) {
 
 /// The transformer with SGD, Adam (L2 decay) and AdamW replays its training steps bit for bit
 /// (step 1 from zero moments, later steps from recorded ones), every intermediate of
-/// `forward_names` with its gradient included; its logits `head.out` are
+/// `TransformerConfig::tap_names` with its gradient included; its logits `head.out` are
 /// `[batch 3, seq_len 5, vocab 11]`, and `grad:head.out` is (softmax − one-hot) / 15 per
 /// position, so each position's gradient sums to zero within rounding; the attention
 /// weights `blocks.1.attn.softmax.out` `[3, 2 heads, 5, 5]` sum to one over the keys.

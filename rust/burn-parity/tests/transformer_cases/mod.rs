@@ -5,13 +5,17 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_parity::device::{self, Host};
-use burn_parity::model::{self, Net};
+use burn_parity::families::transformer::Transformer;
+use burn_parity::net::{flat_output, loss, Data, Net, NetOptimizer};
 use burn_parity::optim::Stepper;
-use burn_parity::taps::Taps;
-use burn_parity::transformer::Transformer;
-use parity_common::spec::{DeviceKind, FloatType, Optimizer, RunSpec};
+use burn_parity::train::Started;
+use parity_common::burn::{BurnModel, Input, Output, Taps};
+use parity_common::frames::RawTensor;
+use parity_common::optim::{Parameters, RunOptimizer};
+use parity_common::replay::{Moments, ReplayState, StateTensor};
+use parity_common::spec::{FloatType, Optimizer, RunSpec};
 
-use crate::replay_common::{self, adam, adamw, sgd, transformer, widen};
+use crate::replay_common::{self, adam, adamw, sgd, tap_names, transformer, widen, widen_data};
 use crate::tempdir::Fixture;
 
 const B: usize = 3;
@@ -24,16 +28,32 @@ fn tiny(tag: &str, optimizer: serde_json::Value, steps: u32, dtype: &str) -> Fix
     replay_common::spec(tag, transformer(), "cross_entropy", optimizer, steps, dtype)
 }
 
-fn load(spec: &RunSpec) -> (Net, model::Data, burn::tensor::Device) {
-    let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
-    let (net, data) = Net::load(spec, &dev).unwrap();
+/// The transformer port loaded from the fixture of `spec` (as `train` loads it), its data
+/// and its device.
+fn load(spec: &RunSpec) -> (Net<Transformer>, Data, burn::tensor::Device) {
+    let Started { dev, net, data } = Started::<Transformer>::new(spec, None).unwrap();
     (net, data, dev)
 }
 
-fn as_transformer(net: &Net) -> &Transformer {
-    match net {
-        Net::Transformer(t) => t,
-        _ => panic!("a transformer spec loads a transformer"),
+/// The port's forward pass ([`BurnModel::forward`], as the runner calls it) on token ids `x`:
+/// its logits `[B, T, V]`.
+fn logits(tf: &Transformer, x: Tensor<2, Int>, taps: &mut Taps) -> Tensor<3> {
+    match BurnModel::forward(tf, Input::Tokens(x), taps).unwrap() {
+        Output::Rank3(t) => t,
+        other => panic!("the transformer's logits are [B, T, V], got {other:?}"),
+    }
+}
+
+/// The parameters as every step frame records them (PyTorch names and layout, run dtype).
+fn recorded(net: &Net<Transformer>, ty: FloatType) -> Vec<(String, RawTensor)> {
+    net.frame_params(ty, &|_| true).unwrap()
+}
+
+/// The safetensors dtype of the run dtype `ty`.
+fn st_dtype(ty: FloatType) -> safetensors::Dtype {
+    match ty {
+        FloatType::F32 => safetensors::Dtype::F32,
+        FloatType::F64 => safetensors::Dtype::F64,
     }
 }
 
@@ -53,10 +73,14 @@ fn tokens(v: &[i64], dev: &burn::tensor::Device) -> Tensor<2, Int> {
 pub fn forward_shapes_and_the_causal_mask(dtype: &str) {
     let spec = tiny("tf-forward", sgd(), 1, dtype);
     let (net, data, dev) = load(&spec);
-    assert_eq!(net.forward_step(&data, 1).dims(), [B * T, V]);
-    let tf = as_transformer(&net);
+    let out = net
+        .forward(data.input(data.index(1)), &mut Taps::inactive())
+        .unwrap();
+    let (shape, flat) = flat_output(&spec, out);
+    assert_eq!((shape, flat.dims()), (vec![B, T, V], [B * T, V]));
+    let tf = &net.model;
     let x: Vec<i64> = (0..B * T).map(|i| ((i * 5 + 2) % V) as i64).collect();
-    let base = tf.forward(tokens(&x, &dev));
+    let base = logits(tf, tokens(&x, &dev), &mut Taps::inactive());
     assert_eq!(base.dims(), [B, T, V]);
     let base = bits(base, spec.dtype);
     for t in 0..T {
@@ -64,7 +88,10 @@ pub fn forward_shapes_and_the_causal_mask(dtype: &str) {
         for b in 0..B {
             changed[b * T + t] = (changed[b * T + t] + 3) % V as i64;
         }
-        let out = bits(tf.forward(tokens(&changed, &dev)), spec.dtype);
+        let out = bits(
+            logits(tf, tokens(&changed, &dev), &mut Taps::inactive()),
+            spec.dtype,
+        );
         for b in 0..B {
             for s in 0..T {
                 let at = |v: &[u64]| v[(b * T + s) * V..(b * T + s + 1) * V].to_vec();
@@ -86,7 +113,7 @@ pub fn one_attention_head_by_hand(dtype: &str) {
     let spec = tiny("tf-attn", sgd(), 1, dtype);
     let (net, _, dev) = load(&spec);
     let ty = spec.dtype;
-    let attn = &as_transformer(&net).blocks[0].attn;
+    let attn = &net.model.blocks[0].attn;
     let a: Vec<f64> = (0..B * T * D)
         .map(|i| ((i * 37 % 29) as f64 - 14.0) / 8.0)
         .collect();
@@ -96,11 +123,9 @@ pub fn one_attention_head_by_hand(dtype: &str) {
         .unwrap()
         .widened();
     let output = Host::read(attn.forward(a_t).inner(), ty).unwrap().widened();
-    let params: std::collections::HashMap<String, Vec<f64>> = net
-        .export(ty)
-        .unwrap()
+    let params: std::collections::HashMap<String, Vec<f64>> = recorded(&net, ty)
         .into_iter()
-        .map(|(n, h)| (n, h.widened()))
+        .map(|(n, t)| (n, widen(&t)))
         .collect();
     let p = |n: &str| &params[&format!("blocks.0.attn.{n}")];
     // y[b, t, o] = bias[o] + Σ_i x[b, t, i] W[o, i] (PyTorch layout).
@@ -167,31 +192,34 @@ pub fn one_attention_head_by_hand(dtype: &str) {
     }
 }
 
-/// Every parameter, exported after loading (PyTorch layout, run dtype), is the fixture's
-/// float32 value bit for bit (widened exactly in float64), and setting the exported values
-/// again gives the same export; the names are the spec's, in state_dict order.
+/// Every parameter, recorded after loading (PyTorch layout, run dtype, as the step frames
+/// record them), is the fixture's float32 value bit for bit (widened exactly in float64),
+/// and loading the recorded values again (as a replay loads its state) gives the same
+/// record; the names are the spec's, in state_dict order.
 pub fn export_after_load_is_the_fixture(dtype: &str) {
     let spec = tiny("tf-export", adam(0.0), 1, dtype);
-    let (mut net, _, dev) = load(&spec);
+    let (net, _, _) = load(&spec);
     let ty = spec.dtype;
     let bytes = std::fs::read(&spec.fixture).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let exported = net.export(ty).unwrap();
+    let exported = recorded(&net, ty);
     let names: Vec<&str> = exported.iter().map(|(n, _)| n.as_str()).collect();
     let want: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, want);
-    for (name, host) in &exported {
+    for (name, raw) in &exported {
         let view = st.tensor(name).unwrap();
         let fixture: Vec<u64> = view
             .data()
             .chunks_exact(4)
             .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())).to_bits())
             .collect();
-        let got: Vec<u64> = host.widened().iter().map(|v| v.to_bits()).collect();
+        let got: Vec<u64> = widen(raw).iter().map(|v| v.to_bits()).collect();
         assert_eq!(got, fixture, "{name}");
-        assert_eq!(matches!(host, Host::F64(_)), ty == FloatType::F64);
+        assert_eq!(raw.dtype, st_dtype(ty));
     }
-    let infos = net.params();
+    let infos = &net.params;
+    let names: Vec<&str> = infos.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, want);
     let head = infos.iter().find(|p| p.name == "head.weight").unwrap();
     assert_eq!(
         (head.burn_shape.clone(), head.linear),
@@ -199,16 +227,54 @@ pub fn export_after_load_is_the_fixture(dtype: &str) {
     );
     let emb = infos.iter().find(|p| p.name == "tok_emb.weight").unwrap();
     assert_eq!((emb.burn_shape.clone(), emb.linear), (vec![V, D], None));
-    let values: Vec<(String, Vec<f64>)> = exported
+    // The recorded values as a replay's state (PyTorch names, shapes and layout), loaded
+    // into a fresh port.
+    let state_tensor = |(name, raw): &(String, RawTensor)| {
+        let shape = spec
+            .params
+            .iter()
+            .find(|p| &p.name == name)
+            .unwrap()
+            .shape
+            .clone();
+        StateTensor {
+            shape,
+            values: widen(raw),
+        }
+    };
+    let params: Vec<(String, StateTensor)> = exported
         .iter()
-        .map(|(n, h)| (n.clone(), h.widened()))
+        .map(|p| (p.0.clone(), state_tensor(p)))
         .collect();
-    let refs: Vec<(String, &[f64])> = values
+    let zeros: Vec<StateTensor> = params
         .iter()
-        .map(|(n, v)| (n.clone(), v.as_slice()))
+        .map(|(_, t)| StateTensor {
+            shape: t.shape.clone(),
+            values: vec![0.0; t.values.len()],
+        })
         .collect();
-    net.set_params(&refs, ty, &dev).unwrap();
-    assert_eq!(net.export(ty).unwrap(), exported);
+    let state = ReplayState {
+        step: 1,
+        params,
+        moments: Some(Moments {
+            exp_avg: zeros.clone(),
+            exp_avg_sq: zeros,
+            steps_taken: 0,
+        }),
+    };
+    let again = Started::<Transformer>::new(&spec, Some(&state))
+        .unwrap()
+        .net;
+    let twice = recorded(&again, ty);
+    assert_eq!(twice.len(), exported.len());
+    for ((n1, a), (n2, b)) in twice.iter().zip(&exported) {
+        assert_eq!(n1, n2);
+        assert_eq!(
+            (a.dtype, &a.shape, &a.data),
+            (b.dtype, &b.shape, &b.data),
+            "{n1}"
+        );
+    }
 }
 
 /// Three training steps with Adam, AdamW and SGD give finite parameters, gradients, moments
@@ -241,18 +307,17 @@ pub fn training_is_finite_and_sgd_descends(dtype: &str) {
         dtype,
     );
     let (net, data, _) = load(&spec);
-    let mut opt = Stepper::new(&spec.optimizer, false).unwrap();
-    let run = |net, opt: &mut Stepper| {
-        burn_parity::train::step(
-            &spec,
-            net,
-            &data,
-            1,
-            opt,
-            &mut Taps::off(),
-            |_, _, _| Ok(()),
-        )
-        .unwrap()
+    let mut opt = NetOptimizer::<Transformer>::new(Stepper::new(&spec.optimizer, false).unwrap());
+    // Step 1 as `train` takes it: forward (taps inactive) → loss → backward → burn's SGD;
+    // returns the parameters after it and the loss before it.
+    let run = |net: Net<Transformer>, opt: &mut NetOptimizer<Transformer>| {
+        let i = data.index(1);
+        let out = net.forward(data.input(i), &mut Taps::inactive()).unwrap();
+        let (shape, flat) = flat_output(&spec, out);
+        let l = loss(&spec, &shape, flat, &data, i).unwrap();
+        let value = Host::read(l.clone().inner(), spec.dtype).unwrap();
+        let net = opt.update(&spec, 1, net, l.backward()).unwrap();
+        (net, value)
     };
     let (net, before) = run(net, &mut opt);
     let (_, after) = run(net, &mut opt);
@@ -260,88 +325,131 @@ pub fn training_is_finite_and_sgd_descends(dtype: &str) {
     assert!(after < before, "SGD step: loss {before} → {after}");
 }
 
-/// The candle-side settings are refused by name, at load (so by `train` and `replay` too).
+/// The candle-side settings are refused by name when the port is initialised (so by `train`
+/// and `replay` too, before any frame).
 pub fn candle_side_settings_are_refused(dtype: &str) {
     for (field, value) in [
         ("layer_norm", "fused"),
         ("softmax", "last_dim"),
         ("gelu", "tanh"),
+        ("gelu", "gelu_erf"),
     ] {
         let mut model = transformer();
         model[field] = serde_json::json!(value);
         let spec = replay_common::spec("tf-refused", model, "cross_entropy", sgd(), 1, dtype);
-        let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
-        let err = Net::load(&spec, &dev).err().expect("refused");
+        let err = Started::<Transformer>::new(&spec, None)
+            .err()
+            .expect("refused");
         let msg = format!("{err:#}");
+        assert!(msg.contains("initialising the port"), "{msg}");
         assert!(msg.contains("is a candle-side setting"), "{msg}");
         assert!(msg.contains(field), "{msg}");
-        let err = burn_parity::train::run(&spec, Vec::new()).unwrap_err();
+        let err = replay_common::try_train(&spec).err().expect("refused");
         assert!(format!("{err:#}").contains("candle-side"), "{err:#}");
     }
 }
 
-/// A token id outside `0..vocab` in `x` or `y` is refused at load, naming the tensor.
+/// Token ids outside `0..vocab` (in `x` or in `y`) are not refused when the fixture is read;
+/// they fail step 1 inside burn (a panic of burn-ndarray's: `x` in the embedding's lookup,
+/// `y` in the cross-entropy's gather), which ends the stream with a `failed` end frame
+/// after step 0's. Float values where token ids are expected are refused by the fixture's
+/// reader, naming the tensor.
 pub fn tokens_outside_the_vocabulary_are_refused(dtype: &str) {
-    for name in ["x", "y"] {
-        let spec = tiny(&format!("tf-bad-{name}"), sgd(), 1, dtype);
+    // Rewrites tensor `name` of the fixture of `spec` with `edit`.
+    let rewrite = |spec: &RunSpec, name: &str, edit: &dyn Fn(RawTensor) -> RawTensor| {
         let bytes = std::fs::read(&spec.fixture).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let mut raw: Vec<(String, parity_common::frames::RawTensor)> = st
+        let mut raw: Vec<(String, RawTensor)> = st
             .tensors()
             .into_iter()
             .map(|(n, v)| {
-                let mut data = v.data().to_vec();
-                if n == name {
-                    data[8..16].copy_from_slice(&(V as i64).to_le_bytes());
-                }
-                let (dtype, shape) = (v.dtype(), v.shape().to_vec());
-                (n, parity_common::frames::RawTensor { dtype, shape, data })
+                let t = RawTensor {
+                    dtype: v.dtype(),
+                    shape: v.shape().to_vec(),
+                    data: v.data().to_vec(),
+                };
+                let t = if n == name { edit(t) } else { t };
+                (n, t)
             })
             .collect();
         raw.sort_by(|a, b| a.0.cmp(&b.0));
         std::fs::write(&spec.fixture, safetensors::serialize(raw, None).unwrap()).unwrap();
-        let dev = device::open(DeviceKind::Cpu, spec.dtype).unwrap();
-        let err = Net::load(&spec, &dev).err().expect("refused");
+    };
+    for name in ["x", "y"] {
+        let spec = tiny(&format!("tf-bad-{name}"), sgd(), 1, dtype);
+        rewrite(&spec, name, &|mut t| {
+            t.data[8..16].copy_from_slice(&(V as i64).to_le_bytes());
+            t
+        });
+        let frames = replay_common::try_train(&spec).unwrap();
+        let end = &frames.last().unwrap().meta;
+        assert_eq!(end["kind"], "end");
+        assert_eq!(
+            (end["status"].as_str(), end["step"].as_str()),
+            ("failed", "1"),
+            "{name}: {end:?}"
+        );
+        assert!(end["error"].starts_with("panic: "), "{name}: {end:?}");
+        assert_eq!(frames.len(), 3, "header, step 0, end");
+    }
+    for name in ["x", "y"] {
+        let spec = tiny(&format!("tf-float-{name}"), sgd(), 1, dtype);
+        rewrite(&spec, name, &|t| {
+            let values: Vec<f32> = t
+                .data
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f32)
+                .collect();
+            RawTensor {
+                shape: t.shape,
+                ..RawTensor::from_f32(&values)
+            }
+        });
+        let err = Started::<Transformer>::new(&spec, None)
+            .err()
+            .expect("refused");
         let msg = format!("{err:#}");
-        assert!(msg.contains(&format!("{name} holds token {V}")), "{msg}");
+        assert!(msg.contains(&format!("{name} must be int64 here")), "{msg}");
+        let err = replay_common::try_train(&spec).err().expect("refused");
+        assert!(format!("{err:#}").contains("must be int64"), "{err:#}");
     }
 }
 
-/// The replay's taps on the transformer: every name of `forward_names` but `loss`, in
+/// The replay's taps on the transformer: every name of `TransformerConfig::tap_names`, in
 /// forward order, each with its PyTorch element count (`pos_emb.out` `[1, T, d]` here,
 /// `[T, d]` in PyTorch); the tapped logits are bit for bit the untapped ones, and every tap
 /// receives a gradient.
 pub fn taps_name_every_module_output_in_forward_order(dtype: &str) {
     let spec = tiny("tf-taps", sgd(), 1, dtype);
     let (net, _, dev) = load(&spec);
-    let tf = as_transformer(&net);
+    let tf = &net.model;
     let x: Vec<i64> = (0..B * T).map(|i| ((i * 5 + 2) % V) as i64).collect();
-    let mut taps = Taps::on(&dev);
-    let tapped = tf.forward_tapped(tokens(&x, &dev), &mut taps);
-    let values = taps.values(spec.dtype).unwrap();
-    let names: Vec<&str> = values.iter().map(|(n, _)| n.as_str()).collect();
-    let mut want = parity_common::replay::forward_names(&spec.model);
-    assert_eq!(want.pop().as_deref(), Some("loss"));
-    assert_eq!(names, want);
+    let mut taps = Taps::active(&dev);
+    let tapped = logits(tf, tokens(&x, &dev), &mut taps);
+    let values = taps.values();
+    let names: Vec<String> = values.iter().map(|(n, _)| format!("{n}.out")).collect();
+    assert_eq!(names, tap_names(&spec.model));
+    assert_eq!(taps.paths().len(), names.len());
     assert_eq!(names[12], "blocks.0.mlp.gelu.out");
     let len = |n: &str| {
-        values
+        let (_, v) = values
             .iter()
-            .find(|(m, _)| m == n)
-            .unwrap()
-            .1
-            .widened()
-            .len()
+            .find(|(m, _)| format!("{m}.out") == n)
+            .unwrap();
+        widen_data(v, spec.dtype).len()
     };
     assert_eq!(len("pos_emb.out"), T * D);
     assert_eq!(len("blocks.1.attn.scores.out"), B * HEADS * T * T);
     assert_eq!(len("blocks.1.attn.softmax.out"), B * HEADS * T * T);
     assert_eq!(len("blocks.0.mlp.gelu.out"), B * T * 4 * D);
     assert_eq!(len("head.out"), B * T * V);
-    let untapped = bits(tf.forward(tokens(&x, &dev)), spec.dtype);
+    let untapped = bits(
+        logits(tf, tokens(&x, &dev), &mut Taps::inactive()),
+        spec.dtype,
+    );
     assert_eq!(bits(tapped.clone(), spec.dtype), untapped);
     let grads = tapped.sum().backward();
-    for (name, g) in taps.grads(&grads, spec.dtype).unwrap() {
+    for (name, g) in taps.grads(&grads) {
         assert!(g.is_some(), "no gradient at {name}");
     }
 }

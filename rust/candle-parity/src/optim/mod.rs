@@ -24,7 +24,7 @@ use parity_common::replay::{Moments, StateTensor};
 use parity_common::spec::{AdamWImpl, FactorType, Fault, FloatType, Optimizer};
 
 use crate::device::{state_tensor, to_raw};
-use crate::model::Net;
+use crate::net::Params;
 
 mod manual;
 #[cfg(test)]
@@ -269,10 +269,10 @@ impl Stepper {
 }
 
 /// candle-parity's side of the optimizer both runners drive (see [`RunOptimizer`]): the
-/// optimizer holds the net's `Var`s (the ones [`Net::vars`] gave [`Stepper::new`] or
+/// optimizer holds the run's `Var`s (the ones [`Params::vars`] gave [`Stepper::new`] or
 /// [`Stepper::from_state`]) and updates them in place.
 impl RunOptimizer for Stepper {
-    type Params = Net;
+    type Params = Params;
 
     /// `candle_nn::SGD`, `candle_nn::AdamW` or `candle_parity::optim::ManualAdamW`.
     fn name(&self) -> &'static str {
@@ -283,14 +283,14 @@ impl RunOptimizer for Stepper {
         }
     }
 
-    /// `opt.step(&grads)` on the `Var`s the optimizer holds, which are `net`'s; `net` comes
-    /// back with them updated.
+    /// `opt.step(&grads)` on the `Var`s the optimizer holds, which are `params`'; they come
+    /// back updated.
     ///
     /// # Errors
     /// On tensor failures.
-    fn step(&mut self, net: Net, grads: GradStore) -> Result<Net> {
+    fn step(&mut self, params: Params, grads: GradStore) -> Result<Params> {
         self.step_vars(&grads)?;
-        Ok(net)
+        Ok(params)
     }
 
     /// [`Stepper::moments`] of each kept parameter, copied by [`to_raw`] (the run dtype:
@@ -301,10 +301,10 @@ impl RunOptimizer for Stepper {
     /// SGD has none), or when a device copy fails.
     fn frame_moments(
         &self,
-        net: &Net,
+        params: &Params,
         _ty: FloatType,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<FrameMoments>> {
-        self.frame_moments_of(net.params(), keep)
+        self.frame_moments_of(&params.0, keep)
     }
 }

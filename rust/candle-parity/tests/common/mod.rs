@@ -9,8 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Result;
+use candle_parity::families::PortJob;
+use candle_parity::NoPort;
+use parity_common::candle::CandleModel;
+use parity_common::families::{self, CnnConfig, MlpConfig, TransformerConfig};
 use parity_common::frames::RawTensor;
-use parity_common::spec::{Model, RunSpec};
+use parity_common::replay::ReplayState;
+use parity_common::spec::{ParamSpec, RunSpec};
 use safetensors::Dtype;
 use serde_json::{json, Value};
 
@@ -175,44 +180,112 @@ pub fn case(model: Value, loss: &'static str, optimizer: Value) -> Case {
     }
 }
 
+/// A test model in the config's flat form (`{"family": "mlp", "sizes": …}`) split into its
+/// family and its config (the run spec's `model.family` and `model.config`).
+pub fn split_model(model: &Value) -> (String, Value) {
+    let mut config = model.as_object().expect("a model object").clone();
+    let family = config.remove("family").expect("a family");
+    (family.as_str().unwrap().to_string(), Value::Object(config))
+}
+
+/// The parameters (state_dict order) of a test model (flat form), from parity-common's
+/// family configs.
+pub fn params_of(model: &Value) -> Vec<ParamSpec> {
+    let (family, config) = split_model(model);
+    match family.as_str() {
+        "mlp" => families::parse::<MlpConfig>("mlp", &config)
+            .unwrap()
+            .params(),
+        "cnn1d" => families::parse::<CnnConfig>("cnn1d", &config)
+            .unwrap()
+            .params(),
+        "transformer" => TransformerConfig::from_config(&config).unwrap().params(),
+        other => panic!("no test family {other}"),
+    }
+}
+
+/// The names of a test model's (flat form) taps with their `.out`, in forward order: what
+/// its port names, as `scripts/parity/localise/walk.py` (`forward_names`) expects them.
+pub fn forward_names(model: &Value) -> Vec<String> {
+    let (family, config) = split_model(model);
+    match family.as_str() {
+        "mlp" => {
+            let layers = families::parse::<MlpConfig>("mlp", &config)
+                .unwrap()
+                .sizes
+                .len()
+                - 1;
+            (1..=layers)
+                .flat_map(|i| {
+                    let mut v = vec![format!("fc{i}.out")];
+                    if i < layers {
+                        v.push(format!("relu{i}.out"));
+                    }
+                    v
+                })
+                .collect()
+        }
+        "cnn1d" => ["conv.out", "relu.out", "fc.out"]
+            .map(String::from)
+            .to_vec(),
+        "transformer" => TransformerConfig::from_config(&config).unwrap().tap_names(),
+        other => panic!("no test family {other}"),
+    }
+}
+
+/// The run spec's `model` of a test model (flat form) trained on `loss`.
+pub fn model_spec(model: &Value, loss: &str) -> Value {
+    let (family, config) = split_model(model);
+    let tokens = family == "transformer";
+    let target = match (tokens, loss) {
+        (true, _) => "tokens",
+        (false, "mse") => "float",
+        _ => "classes",
+    };
+    json!({"family": family, "config": config, "input": if tokens { "tokens" } else { "float" },
+           "target": target, "tied": {}, "buffers": [], "rename": {}})
+}
+
 /// Writes the fixture (parameters, `x`, `y` as float32; int64 labels for cross-entropy;
 /// for the transformer int64 token ids `x` `[BATCHES, T_BATCH, T]` and their next tokens `y`).
 pub fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
-    let model: Model = serde_json::from_value(c.model.clone())?;
     let mut rng = Lcg(7);
     let mut tensors = Vec::new();
-    for p in model.params() {
+    for p in params_of(&c.model) {
         let n = p.shape.iter().product();
         let v: Vec<f32> = rng.vec(n).iter().map(|x| x * 0.5).collect();
         tensors.push((p.name, f32_raw(&v, &p.shape)));
     }
-    let (input, outputs) = match &model {
-        Model::Transformer { vocab, seq_len, .. } => {
+    let (family, config) = split_model(&c.model);
+    let (input, outputs) = match family.as_str() {
+        "transformer" => {
+            let cfg = TransformerConfig::from_config(&config)?;
+            let (vocab, seq_len) = (cfg.vocab, cfg.seq_len);
             let mut x = Vec::new();
             let mut y = Vec::new();
             for _ in 0..BATCHES * T_BATCH {
-                let seq: Vec<i64> = (0..=*seq_len)
-                    .map(|_| ((rng.next() + 1.0) * 0.5 * *vocab as f32) as i64 % *vocab as i64)
+                let seq: Vec<i64> = (0..=seq_len)
+                    .map(|_| ((rng.next() + 1.0) * 0.5 * vocab as f32) as i64 % vocab as i64)
                     .collect();
-                x.extend_from_slice(&seq[..*seq_len]);
+                x.extend_from_slice(&seq[..seq_len]);
                 y.extend_from_slice(&seq[1..]);
             }
             let ids = |v: Vec<i64>| -> Vec<u8> { v.iter().flat_map(|i| i.to_le_bytes()).collect() };
-            let shape = [BATCHES, T_BATCH, *seq_len];
+            let shape = [BATCHES, T_BATCH, seq_len];
             tensors.push(("x".into(), raw(Dtype::I64, &shape, ids(x))));
             tensors.push(("y".into(), raw(Dtype::I64, &shape, ids(y))));
             let path = dir.join("fixture.safetensors");
             safetensors::serialize_to_file(tensors, None, &path)?;
             return Ok(path);
         }
-        Model::Mlp { sizes, .. } => (vec![sizes[0]], *sizes.last().unwrap()),
-        Model::Cnn1d {
-            in_channels,
-            length,
-            classes,
-            ..
-        } => (vec![*in_channels, *length], *classes),
-        Model::Own { .. } => anyhow::bail!("an own model's fixture is written by its test"),
+        "mlp" => {
+            let c: MlpConfig = families::parse("mlp", &config)?;
+            (vec![c.sizes[0]], *c.sizes.last().unwrap())
+        }
+        _ => {
+            let c: CnnConfig = families::parse("cnn1d", &config)?;
+            (vec![c.in_channels, c.length], c.classes)
+        }
     };
     let x_shape = [vec![BATCHES, BATCH], input].concat();
     tensors.push((
@@ -239,15 +312,14 @@ pub fn write_fixture(dir: &Path, c: &Case) -> Result<PathBuf> {
 /// The spec JSON of case `c` with `optimizer`: K steps, every step recorded with its
 /// gradients, and the moments if `moments`.
 pub fn spec_json(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> Result<Value> {
-    let model: Model = serde_json::from_value(c.model.clone())?;
-    let params: Vec<Value> = model
-        .params()
+    let params: Vec<Value> = params_of(&c.model)
         .iter()
         .map(|p| json!({"name": p.name, "shape": p.shape}))
         .collect();
     Ok(json!({
         "experiment": "replay_test", "run": "candle", "fixture": fixture, "dtype": c.dtype,
-        "device": "cpu", "steps": K, "model": c.model, "loss": c.loss, "optimizer": optimizer,
+        "device": "cpu", "steps": K, "model": model_spec(&c.model, c.loss), "loss": c.loss,
+        "optimizer": optimizer,
         "record": {"every": 1, "tensors": null, "grads": true, "moments": moments},
         "params": params, "fault": c.fault,
     }))
@@ -258,10 +330,37 @@ pub fn spec(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> Resul
     RunSpec::from_json(&spec_json(c, fixture, optimizer, moments)?.to_string())
 }
 
+/// `train` of the spec's built-in family, as the runner dispatches it.
+struct Train<'a>(&'a RunSpec, &'a mut Vec<u8>);
+
+impl PortJob for Train<'_> {
+    type Output = ();
+    fn run<M: CandleModel>(self) -> Result<()> {
+        candle_parity::train::run::<M, _>(self.0, self.1)
+    }
+}
+
+/// `replay` of the spec's built-in family, as the runner dispatches it.
+struct Replay<'a>(&'a RunSpec, &'a ReplayState, &'a mut Vec<u8>);
+
+impl PortJob for Replay<'_> {
+    type Output = ();
+    fn run<M: CandleModel>(self) -> Result<()> {
+        candle_parity::replay::run::<M, _>(self.0, self.1, self.2)
+    }
+}
+
 pub fn train(spec: &RunSpec) -> Result<Vec<Frame>> {
     let mut buf = Vec::new();
-    candle_parity::train::run(spec, &mut buf)?;
+    candle_parity::with_port::<NoPort, _>(spec, Train(spec, &mut buf))?;
     decode(&buf)
+}
+
+/// The replay's frame stream of `spec` from `state`.
+pub fn replay(spec: &RunSpec, state: &ReplayState) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    candle_parity::with_port::<NoPort, _>(spec, Replay(spec, state, &mut buf))?;
+    Ok(buf)
 }
 
 pub fn step(frames: &[Frame], t: u32) -> &Frame {

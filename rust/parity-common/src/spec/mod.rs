@@ -2,9 +2,10 @@
 //!
 //! The workflow writes it as JSON (`scripts/parity/plan/runspec.py`, `runner_spec`); every
 //! field is explicit there, so nothing here has a default. Unknown fields are an error.
-//! The model families are [`crate::model`]'s and the deliberate faults [`crate::fault`]'s,
-//! both re-exported here; every check of what a runner may be asked to run stays here
-//! ([`RunSpec::from_json`]), so both runners refuse the same things.
+//! The model is [`crate::model`]'s and the deliberate faults [`crate::fault`]'s, both
+//! re-exported here; every check of what a runner may be asked to run that needs no port
+//! stays here ([`RunSpec::from_json`]), so both runners refuse the same things; what only a
+//! port knows (its config, the names it asks for) the port checks when it is built.
 
 use std::path::PathBuf;
 
@@ -12,10 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 pub use crate::fault::Fault;
-pub use crate::model::{
-    Activation, ConvImpl, GeluImpl, LayerNormImpl, Model, OwnInput, OwnTarget, ParamSpec,
-    SoftmaxImpl,
-};
+pub use crate::model::{InputKind, ModelSpec, ParamSpec, TargetKind, OWN};
 
 /// Floating-point type of a run. `F64` runs start from the fixture's float32 values widened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -157,9 +155,8 @@ pub struct RunSpec {
     pub experiment: String,
     /// Run name within the experiment (`candle`, `candle_f32factors`, …).
     pub run: String,
-    /// safetensors file with the parameters (state_dict keys) and the data: `x`
-    /// `[batches, batch, …input]` float32 and `y` `[batches, batch, outputs]` float32 (MSE)
-    /// or `[batches, batch]` int64 (cross-entropy).
+    /// safetensors file with the parameters and buffers (state_dict keys, float32) and the
+    /// data `x` and `y` (see [`InputKind`], [`TargetKind`]).
     pub fixture: PathBuf,
     /// Run dtype.
     pub dtype: FloatType,
@@ -168,7 +165,7 @@ pub struct RunSpec {
     /// Number of optimizer steps; at least 1.
     pub steps: u32,
     /// Model.
-    pub model: Model,
+    pub model: ModelSpec,
     /// Loss.
     pub loss: Loss,
     /// Optimizer.
@@ -185,12 +182,12 @@ impl RunSpec {
     /// Parses and checks a spec.
     ///
     /// # Errors
-    /// Malformed JSON, an unknown field, or values that cannot run (a parameter list other
-    /// than the model family's (an own model's list is not compared with one, but its tied
-    /// aliases, buffers, rename table, input, target and loss must fit it, see
-    /// [`Model::Own`]), no steps, a record
-    /// interval of 0, float32 factors with candle's own AdamW or float64 factors with burn's,
-    /// a `Record::tensors` name that is not a parameter, a [`Fault`] the run cannot have).
+    /// Malformed JSON, an unknown field, or values that cannot run: a parameter listed
+    /// twice, tied aliases, buffers or a rename table that do not fit the parameters, an
+    /// input, target and loss that do not fit each other ([`RunSpec::check_model`]), no
+    /// steps, a record interval of 0, float32 factors with candle's own AdamW or float64
+    /// factors with burn's, a `Record::tensors` name that is not a parameter, a [`Fault`]
+    /// the run cannot have.
     pub fn from_json(text: &str) -> Result<Self> {
         let spec: RunSpec = serde_json::from_str(text).context("parsing the run spec JSON")?;
         spec.check()?;
@@ -208,27 +205,9 @@ impl RunSpec {
     }
 
     fn check(&self) -> Result<()> {
-        let expected = self.model.params();
-        if self.model.is_own() {
-            self.check_own()?;
-        } else if expected != self.params {
-            bail!(
-                "the spec's parameters {:?} differ from what the {:?} family declares {:?}",
-                self.params,
-                self.model,
-                expected
-            );
-        }
+        self.check_model()?;
         if self.steps == 0 {
             bail!("steps must be at least 1");
-        }
-        if let Model::Transformer { d_model, heads, .. } = self.model {
-            if heads == 0 || d_model % heads != 0 {
-                bail!("transformer: d_model {d_model} is not a multiple of heads {heads}");
-            }
-            if self.loss != Loss::CrossEntropy {
-                bail!("transformer: the loss is the next-token cross-entropy (\"cross_entropy\")");
-            }
         }
         if self.record.every == 0 {
             bail!("record.every must be at least 1");
@@ -260,62 +239,55 @@ impl RunSpec {
         Ok(())
     }
 
-    /// The checks of an own model ([`Model::Own`]): its parameter names are distinct, each
-    /// tied alias points at a parameter and is none itself, buffers are neither, every
-    /// rename table entry names a parameter, alias or buffer, and the input, target and loss
-    /// fit each other (token targets need token inputs and the cross-entropy, class labels
-    /// the cross-entropy, float targets the MSE).
-    fn check_own(&self) -> Result<()> {
-        let Model::Own {
-            input,
-            target,
-            tied,
-            buffers,
-            rename,
-            ..
-        } = &self.model
-        else {
-            return Ok(());
-        };
+    /// The checks of the model ([`ModelSpec`]) that need no port: its parameter names are
+    /// distinct, each tied alias points at a parameter and is none itself, buffers are
+    /// neither, every rename table entry names a parameter, alias or buffer, and the input,
+    /// target and loss fit each other (token targets need token inputs and the
+    /// cross-entropy, class labels the cross-entropy, float targets the MSE).
+    fn check_model(&self) -> Result<()> {
+        let m = &self.model;
         let mut names = std::collections::BTreeSet::new();
         for p in &self.params {
             if !names.insert(p.name.as_str()) {
-                bail!("own model: parameter {:?} is listed twice", p.name);
+                bail!("model: parameter {:?} is listed twice", p.name);
             }
         }
-        for (alias, recorded) in tied {
+        for (alias, recorded) in &m.tied {
             if names.contains(alias.as_str()) {
-                bail!("own model: tied alias {alias:?} is also a parameter (a tied tensor is listed once, under its recorded name)");
+                bail!("model: tied alias {alias:?} is also a parameter (a tied tensor is listed once, under its recorded name)");
             }
             if !names.contains(recorded.as_str()) {
-                bail!("own model: tied alias {alias:?} points at {recorded:?}, which is not a parameter");
+                bail!(
+                    "model: tied alias {alias:?} points at {recorded:?}, which is not a parameter"
+                );
             }
         }
-        for b in buffers {
-            if names.contains(b.name.as_str()) || tied.contains_key(&b.name) {
-                bail!("own model: buffer {:?} is also a parameter", b.name);
+        for b in &m.buffers {
+            if names.contains(b.name.as_str()) || m.tied.contains_key(&b.name) {
+                bail!("model: buffer {:?} is also a parameter", b.name);
             }
         }
-        for (rust, key) in rename {
+        for (rust, key) in &m.rename {
             let known = names.contains(key.as_str())
-                || tied.contains_key(key)
-                || buffers.iter().any(|b| &b.name == key);
+                || m.tied.contains_key(key)
+                || m.buffers.iter().any(|b| &b.name == key);
             if !known {
-                bail!("own model: rename {rust:?} → {key:?}: {key:?} is not a parameter, tied alias or buffer");
+                bail!("model: rename {rust:?} → {key:?}: {key:?} is not a parameter, tied alias or buffer");
             }
         }
-        let needs = match target {
-            OwnTarget::Tokens | OwnTarget::Classes => Loss::CrossEntropy,
-            OwnTarget::Float => Loss::Mse,
+        let needs = match m.target {
+            TargetKind::Tokens | TargetKind::Classes => Loss::CrossEntropy,
+            TargetKind::Float => Loss::Mse,
         };
         if self.loss != needs {
             bail!(
-                "own model: {target:?} targets are trained on the loss {needs:?}, not {:?}",
+                "model: {:?} targets are trained on the loss {needs:?}, not {:?}",
+                m.target,
                 self.loss
             );
         }
-        if *target == OwnTarget::Tokens && *input != OwnInput::Tokens {
-            bail!("own model: next-token targets need token inputs");
+        if m.target == TargetKind::Tokens && m.input != InputKind::Tokens {
+            bail!("model: next-token targets need token inputs");
         }
         Ok(())
     }
@@ -333,14 +305,8 @@ impl RunSpec {
                 bail!("fault {f:?} is in the AdamW update; it needs implementation \"manual\"")
             }
             Fault::MseSum if self.loss != Loss::Mse => bail!("fault MseSum needs loss \"mse\""),
-            Fault::TransposedWeight => {
-                let square = match &self.model {
-                    Model::Mlp { sizes, .. } => sizes.windows(2).any(|w| w[0] == w[1]),
-                    Model::Cnn1d { .. } | Model::Transformer { .. } | Model::Own { .. } => false,
-                };
-                if !square {
-                    bail!("fault TransposedWeight needs an MLP with a square weight (two equal consecutive sizes)");
-                }
+            f if f.in_model() && self.model.is_own() => {
+                bail!("fault {f:?} acts in the forward pass, which only a built-in family's port applies")
             }
             Fault::SkipUpdate { step: 0 } => bail!("fault SkipUpdate: steps count from 1"),
             _ => {}

@@ -1,14 +1,15 @@
-//! The candle side of a user's own model (feature `candle`; contract in [`crate::own`]).
+//! The candle side of a port (feature `candle`; contract in [`crate::port`]).
 //!
-//! A user's crate implements [`CandleModel`] for its port; `candle_parity::own::main::<M>`
-//! turns it into a runner binary. The port gets its tensors from a `VarBuilder` over a
+//! A port implements [`CandleModel`]: the built-in families inside `candle-parity`
+//! (`candle_parity::families`), a user's own model in the user's crate, which
+//! `candle_parity::main::<M>` turns into a runner binary. The port gets its tensors from a `VarBuilder` over a
 //! [`FixtureStore`] (the fixture's, by PyTorch state_dict key, as `Var`s the optimizer
 //! trains), and names its intermediates with [`Taps`].
 //!
 //! ```
 //! use candle_core::Tensor;
 //! use candle_nn::{Linear, Module, VarBuilder};
-//! use parity_common::own::candle::{CandleModel, Taps};
+//! use parity_common::candle::{CandleModel, Taps};
 //!
 //! /// `nn.Sequential(nn.Linear(4, 2))`: state_dict key `0.weight`, `0.bias`.
 //! struct Port(Linear);
@@ -34,13 +35,20 @@ pub use taps::{Tap, Taps};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
-/// A user's candle port of a PyTorch model, as the own-model runner drives it
-/// (`candle_parity::own`): built once per run from the fixture, then `forward` once per step
-/// (`train`), or once with active taps (`replay`, `inspect`). The runner computes the loss,
-/// calls `loss.backward()` and steps the optimizer, as for the built-in families.
+/// A candle port of a PyTorch model, as the runner drives it (`candle_parity`): built once
+/// per run from the fixture, then `forward` once per step (`train`), or once with active taps
+/// (`replay`, `inspect`). The runner computes the loss, calls `loss.backward()` and steps the
+/// optimizer, the same for every port.
 pub trait CandleModel: Sized {
-    /// Builds the port from `config` (the run spec's `model.config`, handed over verbatim:
-    /// a `transformers` config's `to_dict()`, as its `config.json` holds it, or a factory's
+    /// Whether the forward pass names its own output with its last tap (the built-in
+    /// families: `fc2`, `head`), so that a replay records no separate `output`
+    /// ([`crate::replay::replay_names`]). A user's port leaves it `false`: the runner taps
+    /// its result as `output`, the name the PyTorch side gives a model's output.
+    const TAPS_ITS_OUTPUT: bool = false;
+
+    /// Builds the port from `config` (the run spec's model config, see
+    /// [`crate::spec::ModelSpec::port_config`]: for a user's port, handed over verbatim, a
+    /// `transformers` config's `to_dict()` as its `config.json` holds it or a factory's
     /// keyword arguments) and `vb`, which serves the fixture's tensors by PyTorch state_dict
     /// key ([`FixtureStore`]): parameters as trainable `Var`s in the run dtype (F32 or F64)
     /// on the run device, buffers as plain tensors, a tied alias as the recorded tensor's
@@ -61,4 +69,11 @@ pub trait CandleModel: Sized {
     /// # Errors
     /// The framework's errors (shapes, dtypes, an op without a kernel).
     fn forward(&self, x: &Tensor, taps: &mut Taps) -> anyhow::Result<Tensor>;
+
+    /// Why a tap or a parameter of this port gets no gradient, when the port knows (the
+    /// built-in transformer with a fused op: candle implements no backward for it); `None`
+    /// lets the runner give its general reason.
+    fn why_no_gradient(&self) -> Option<&'static str> {
+        None
+    }
 }

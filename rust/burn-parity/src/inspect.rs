@@ -1,20 +1,19 @@
-//! The check of an own model's port before any training job (`inspect`; read by
+//! The check of a port before any training job (`inspect`; read by
 //! `scripts/parity/run/own_check.py`).
 
 use anyhow::Result;
-use parity_common::own::burn::{BurnModel, Taps};
-use parity_common::own::Inspection;
+use parity_common::burn::{BurnModel, Taps};
 use parity_common::spec::RunSpec;
+use parity_common::Inspection;
 
-use super::load::param_infos;
-use super::net::{fixture_sources, flat_output, init_and_load, own_loss, OwnData, OwnNet};
-use super::train::message;
 use crate::device;
 use crate::fixture::Fixture;
-use crate::train::guarded;
+use crate::load::param_infos;
+use crate::net::{fixture_sources, flat_output, init_and_load, loss, Data, Net};
+use crate::train::{guarded, message};
 
 /// Initialises port `M` and loads the fixture into it as `train` does (burn-store, see
-/// [`super::load`]), runs one forward pass (taps active) and one backward pass on batch 0,
+/// [`crate::load`]), runs one forward pass (taps active) and one backward pass on batch 0,
 /// and reports what happened ([`Inspection`]).
 ///
 /// `params` are the port's parameters a fixture tensor reached (state_dict key, the port's
@@ -32,7 +31,7 @@ use crate::train::guarded;
 pub fn run<M: BurnModel>(spec: &RunSpec) -> Result<Inspection> {
     let dev = device::open(spec.device, spec.dtype)?;
     let fx = Fixture::read(spec)?;
-    let data = OwnData::read(spec, &fx, &dev)?;
+    let data = Data::read(spec, &fx, &dev)?;
     let sources = fixture_sources(spec, &fx)?;
     let mut inspection = Inspection::default();
     let (model, loaded) = match init_and_load::<M>(spec, &sources, &dev) {
@@ -57,15 +56,15 @@ pub fn run<M: BurnModel>(spec: &RunSpec) -> Result<Inspection> {
         return Ok(inspection);
     }
     let names: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
-    let net = OwnNet {
+    let net = Net {
         model,
         params: param_infos(&loaded, &names)?,
     };
 
     let mut taps = Taps::active(&dev);
-    let forward = net.forward(data.input(0), &mut taps).and_then(|out| {
-        let (shape, flat) = flat_output(spec, out)?;
-        Ok((shape.clone(), own_loss(spec, &shape, flat, &data, 0)))
+    let forward = net.forward(data.input(0), &mut taps).map(|out| {
+        let (shape, flat) = flat_output(spec, out);
+        (shape.clone(), loss(spec, &shape, flat, &data, 0))
     });
     inspection.taps = taps.paths();
     let loss = match forward {

@@ -9,9 +9,9 @@ use candle_core::{DType, Device, Shape, Tensor, Var};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
 
-use crate::spec::{Model, ParamSpec, RunSpec};
+use crate::spec::{ParamSpec, RunSpec};
 
-/// What a port asked its `VarBuilder` for (see [`crate::own::Inspection`], which reports it).
+/// What a port asked its `VarBuilder` for (see [`crate::port::Inspection`], which reports it).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Asked {
     /// Parameters by state_dict key (after the rename table and the tied aliases) with the
@@ -63,7 +63,8 @@ pub struct FixtureStore {
 }
 
 impl FixtureStore {
-    /// The store of `spec` (an own model, [`Model::Own`]) from the fixture's tensors
+    /// The store of `spec` (its parameters, and its model's buffers, tied aliases and rename
+    /// table, [`crate::spec::ModelSpec`]) from the fixture's tensors
     /// `tensors` (as `candle_core::safetensors::load` reads them): each of `spec.params` and
     /// of the model's buffers must be float32 of the spec's shape, and is converted to
     /// `dtype` (F32 or F64; float32 values widen exactly) and moved to `device`. `lenient`:
@@ -71,8 +72,7 @@ impl FixtureStore {
     /// instead of failing.
     ///
     /// # Errors
-    /// When the spec is not an own model, or the fixture lacks one of its tensors or holds
-    /// one with another dtype or shape (the message names the fixture and the tensor), or
+    /// When the fixture lacks one of its tensors or holds one with another dtype or shape (the message names the fixture and the tensor), or
     /// candle fails to convert or move it.
     pub fn new(
         spec: &RunSpec,
@@ -81,15 +81,7 @@ impl FixtureStore {
         device: &Device,
         lenient: bool,
     ) -> anyhow::Result<Self> {
-        let Model::Own {
-            tied,
-            buffers,
-            rename,
-            ..
-        } = &spec.model
-        else {
-            bail!("the run spec's model is not an own model (family \"own\")");
-        };
+        let m = &spec.model;
         let fixture = spec.fixture.display();
         let load = |p: &ParamSpec| -> anyhow::Result<Tensor> {
             let t = tensors
@@ -115,7 +107,8 @@ impl FixtureStore {
             .enumerate()
             .map(|(i, (n, _))| (n.clone(), i))
             .collect();
-        let buffers = buffers
+        let buffers = m
+            .buffers
             .iter()
             .map(|b| Ok((b.name.clone(), load(b)?)))
             .collect::<anyhow::Result<_>>()?;
@@ -124,8 +117,8 @@ impl FixtureStore {
                 params,
                 index,
                 buffers,
-                tied: tied.clone(),
-                rename: rename.clone(),
+                tied: m.tied.clone(),
+                rename: m.rename.clone(),
                 lenient,
                 asked: Mutex::new(Asked::default()),
             }),
@@ -152,6 +145,19 @@ impl FixtureStore {
     /// What the port asked for so far (a copy).
     pub fn asked(&self) -> Asked {
         self.shared.record().clone()
+    }
+
+    /// The parameters (state_dict order) the port has not asked for so far: after its
+    /// build, the ones it would never train.
+    pub fn unasked(&self) -> Vec<String> {
+        let asked = self.shared.record();
+        self.shared
+            .params
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| !asked.params.iter().any(|(a, _)| a == *n))
+            .cloned()
+            .collect()
     }
 }
 

@@ -1,13 +1,14 @@
-//! The check of an own model's port before any training job (`inspect`; read by
+//! The check of a port before any training job (`inspect`; read by
 //! `scripts/parity/run/own_check.py`).
 
 use anyhow::Result;
-use parity_common::own::candle::{CandleModel, FixtureStore, Taps};
-use parity_common::own::Inspection;
+use parity_common::candle::{CandleModel, FixtureStore, Taps};
 use parity_common::spec::RunSpec;
+use parity_common::Inspection;
 
-use super::net::{guarded, message, own_loss, OwnFixture, OwnNet};
+use crate::data::Fixture;
 use crate::device;
+use crate::net::{guarded, loss, message, Net};
 
 /// Builds port `M` from the fixture as `train` does (in the spec's dtype, on its device),
 /// runs one forward pass (taps active) and one backward pass on batch 0, and reports what
@@ -23,13 +24,13 @@ use crate::device;
 ///
 /// # Errors
 /// Only what prevents an inspection: an unavailable device, an unreadable fixture, or one
-/// that lacks the spec's parameters or data ([`OwnFixture::read`], [`FixtureStore::new`]).
+/// that lacks the spec's parameters or data ([`Fixture::read`], [`FixtureStore::new`]).
 pub fn run<M: CandleModel>(spec: &RunSpec) -> Result<Inspection> {
     let dev = device::open(spec.device)?;
-    let fixture = OwnFixture::read(spec, &dev)?;
+    let fixture = Fixture::read(spec, &dev)?;
     let dtype = device::dtype(spec.dtype);
     let store = FixtureStore::new(spec, &fixture.tensors, dtype, &dev, true)?;
-    let built = OwnNet::<M>::build(spec, &store);
+    let built = Net::<M>::build_port(spec, &store);
     let asked = store.asked();
     let mut inspection = Inspection {
         params: asked.params,
@@ -43,7 +44,10 @@ pub fn run<M: CandleModel>(spec: &RunSpec) -> Result<Inspection> {
         (asked, build) => asked.or(build),
     };
     let net = match built {
-        Ok(net) if inspection.build_error.is_none() => net,
+        Ok(port) if inspection.build_error.is_none() => Net {
+            port,
+            params: crate::net::Params(store.params().to_vec()),
+        },
         _ => return Ok(inspection),
     };
 
@@ -51,7 +55,7 @@ pub fn run<M: CandleModel>(spec: &RunSpec) -> Result<Inspection> {
     let mut taps = Taps::active();
     let forward = net.forward(&x, &mut taps).map(|out| {
         let shape = out.dims().to_vec();
-        (shape, own_loss(spec, &out, &y))
+        (shape, loss(spec, &out, &y))
     });
     inspection.taps = taps.paths();
     let loss = match forward {
@@ -74,7 +78,8 @@ pub fn run<M: CandleModel>(spec: &RunSpec) -> Result<Inspection> {
         Err(e) => inspection.backward_error = Some(message(&e)),
         Ok(grads) => {
             inspection.no_grad = net
-                .params()
+                .params
+                .0
                 .iter()
                 .filter(|(_, var)| grads.get(var).is_none())
                 .map(|(name, _)| name.clone())

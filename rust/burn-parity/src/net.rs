@@ -1,7 +1,7 @@
-//! An own model's port loaded from the fixture ([`OwnNet`]), its data ([`OwnData`]), its loss
-//! ([`own_loss`]) and its optimizer ([`OwnOptimizer`]): burn-parity's built-in pieces
-//! ([`crate::data::batch_loss`], [`Stepper`], [`crate::moments`], parity-common's frames)
-//! around the user's [`BurnModel`].
+//! A port loaded from the fixture ([`Net`]), the run's data ([`Data`]), the loss every run
+//! computes ([`loss`]) and the optimizer that steps a port ([`NetOptimizer`]): burn-parity's
+//! pieces ([`crate::data::batch_loss`], [`Stepper`], [`crate::moments`], parity-common's
+//! frames) around a [`BurnModel`], a built-in family's or a user's.
 
 use std::collections::HashMap;
 
@@ -9,28 +9,27 @@ use anyhow::{bail, Context, Result};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use parity_common::burn::{BurnModel, Input, Output, Taps};
 use parity_common::frames::RawTensor;
 use parity_common::optim::{FrameMoments, Parameters, RunOptimizer};
-use parity_common::own::burn::{BurnModel, Input, Output, Taps};
-use parity_common::spec::{FloatType, Model, OwnInput, OwnTarget, RunSpec};
+use parity_common::spec::{FloatType, InputKind, RunSpec, TargetKind};
 
-use super::load::{self, Loaded, Source};
 use crate::data::{batch_loss, per_batch, Targets};
 use crate::device::{float_tensor, Host};
 use crate::fixture::Fixture;
-use crate::model::ParamInfo;
+use crate::load::{self, Loaded, ParamInfo, Source};
 use crate::optim::Stepper;
 use crate::train::guarded;
 
-/// The batches of an own model's run on the run device: inputs as the port receives them and
-/// targets as the loss takes them.
-pub struct OwnData {
+/// The batches of a run on the run device: inputs as the port receives them and targets as
+/// the loss takes them.
+pub struct Data {
     inputs: Vec<Input>,
     targets: Targets,
     device: Device,
 }
 
-impl OwnData {
+impl Data {
     /// The data of `spec` from the fixture: `x` int64 token ids `[batches, B, T]` or float32
     /// `[batches, B, …]` (rank 2 to 4 per batch) in the run dtype; `y` int64 next tokens
     /// (`x`'s shape, flattened per batch to `[B·T]`), int64 class labels `[batches, B]`, or
@@ -38,12 +37,10 @@ impl OwnData {
     /// over every element either way).
     ///
     /// # Errors
-    /// A spec that is not an own model, or `x`/`y` missing or of another dtype or shape (the
-    /// message names the fixture and the tensor).
+    /// `x`/`y` missing or of another dtype or shape (the message names the fixture and the
+    /// tensor).
     pub(crate) fn read(spec: &RunSpec, fx: &Fixture, device: &Device) -> Result<Self> {
-        let Model::Own { input, target, .. } = &spec.model else {
-            bail!("the run spec's model is not an own model (family \"own\")");
-        };
+        let (input, target) = (&spec.model.input, &spec.model.target);
         let ty = spec.dtype;
         let i64s = |name: &str| {
             fx.i64s
@@ -56,7 +53,7 @@ impl OwnData {
                 .with_context(|| format!("fixture {}: {name} must be float32 here", fx.path))
         };
         let (x_shape, inputs) = match input {
-            OwnInput::Tokens => {
+            InputKind::Tokens => {
                 let (s, v) = i64s("x")?;
                 if s.len() != 3 {
                     bail!("fixture {}: x is {s:?}, expected [batches, B, T]", fx.path);
@@ -72,7 +69,7 @@ impl OwnData {
                     .collect();
                 (s.clone(), per)
             }
-            OwnInput::Float => {
+            InputKind::Float => {
                 let (s, v) = f32s("x")?;
                 let per = per_batch(v, s[0])
                     .map(|b| match s.len() {
@@ -100,10 +97,10 @@ impl OwnData {
         };
         let (batches, b) = (x_shape[0], x_shape[1]);
         let targets = match target {
-            OwnTarget::Tokens | OwnTarget::Classes => {
+            TargetKind::Tokens | TargetKind::Classes => {
                 let (s, v) = i64s("y")?;
                 let want: Vec<usize> = match target {
-                    OwnTarget::Tokens => x_shape.clone(),
+                    TargetKind::Tokens => x_shape.clone(),
                     _ => vec![batches, b],
                 };
                 if *s != want {
@@ -118,7 +115,7 @@ impl OwnData {
                         .collect(),
                 )
             }
-            OwnTarget::Float => {
+            TargetKind::Float => {
                 let (s, v) = f32s("y")?;
                 if s.len() < 3 || s[..2] != [batches, b] {
                     bail!(
@@ -154,16 +151,14 @@ impl OwnData {
 
 /// The port's output flattened as the loss takes it, with its shape: logits `[B, T, V]` to
 /// `[B·T, V]`, `[B, C]` as is, float outputs to `[B, F]`.
-pub fn flat_output(spec: &RunSpec, out: Output) -> Result<(Vec<usize>, Tensor<2>)> {
-    let Model::Own { target, .. } = &spec.model else {
-        bail!("the run spec's model is not an own model (family \"own\")");
-    };
-    let (shape, flat) = match out {
+pub fn flat_output(spec: &RunSpec, out: Output) -> (Vec<usize>, Tensor<2>) {
+    let target = &spec.model.target;
+    match out {
         Output::Rank2(t) => (t.dims().to_vec(), t),
         Output::Rank3(t) => {
             let [b, x, y] = t.dims();
             let flat = match target {
-                OwnTarget::Tokens => t.reshape([b * x, y]),
+                TargetKind::Tokens => t.reshape([b * x, y]),
                 _ => t.reshape([b, x * y]),
             };
             (vec![b, x, y], flat)
@@ -172,20 +167,20 @@ pub fn flat_output(spec: &RunSpec, out: Output) -> Result<(Vec<usize>, Tensor<2>
             let [b, c, h, w] = t.dims();
             (vec![b, c, h, w], t.reshape([b, c * h * w]))
         }
-    };
-    Ok((shape, flat))
+    }
 }
 
 /// The loss of the port's flattened output `out` (see [`flat_output`], whose shape it was)
-/// on batch `i`, as the built-in runs compute it ([`crate::data::batch_loss`]).
+/// on batch `i` ([`crate::data::batch_loss`]: burn's `MseLoss` with `Reduction::Mean`, or
+/// `CrossEntropyLoss` on logits, every position a sample for token targets).
 ///
 /// # Errors
 /// An output whose shape does not fit the targets (the message says what the loss needs).
-pub fn own_loss(
+pub fn loss(
     spec: &RunSpec,
     shape: &[usize],
     out: Tensor<2>,
-    data: &OwnData,
+    data: &Data,
     i: usize,
 ) -> Result<Tensor<1>> {
     let [rows, cols] = out.dims();
@@ -203,11 +198,11 @@ pub fn own_loss(
     Ok(batch_loss(spec.loss, out, &data.targets, i, &data.device))
 }
 
-/// A user's port `M` loaded from the fixture, with its parameters' map to the spec's
-/// state_dict keys ([`ParamInfo`], spec order).
+/// A port `M` loaded from the fixture, with its parameters' map to the spec's state_dict
+/// keys ([`ParamInfo`], spec order).
 #[derive(Debug)]
-pub struct OwnNet<M> {
-    /// The user's model.
+pub struct Net<M> {
+    /// The port.
     pub model: M,
     /// The spec's parameters, state_dict order, each tied to the port's parameter.
     pub params: Vec<ParamInfo>,
@@ -218,12 +213,9 @@ pub struct OwnNet<M> {
 /// # Errors
 /// When the fixture lacks one or holds it with another shape.
 pub(crate) fn fixture_sources(spec: &RunSpec, fx: &Fixture) -> Result<Vec<Source>> {
-    let Model::Own { buffers, .. } = &spec.model else {
-        bail!("the run spec's model is not an own model (family \"own\")");
-    };
     spec.params
         .iter()
-        .chain(buffers)
+        .chain(&spec.model.buffers)
         .map(|p| {
             let v = fx.f32(&p.name, &p.shape)?;
             Ok(Source {
@@ -235,8 +227,9 @@ pub(crate) fn fixture_sources(spec: &RunSpec, fx: &Fixture) -> Result<Vec<Source
         .collect()
 }
 
-/// `M::init(config, device)` (a panic is an error), then the fixture loaded into it
-/// ([`load::load_into`]). Returns the model and what the load reported.
+/// `M::init(config, device)` with the config of `spec`
+/// ([`parity_common::spec::ModelSpec::port_config`]; a panic is an error), then the fixture
+/// loaded into it ([`load::load_into`]). Returns the model and what the load reported.
 ///
 /// # Errors
 /// The port's init (with the context "initialising the port"), a bad key remapping, or as
@@ -246,17 +239,15 @@ pub(crate) fn init_and_load<M: BurnModel>(
     sources: &[Source],
     device: &Device,
 ) -> Result<(M, Loaded)> {
-    let Model::Own { config, rename, .. } = &spec.model else {
-        bail!("the run spec's model is not an own model (family \"own\")");
-    };
-    let mut model = guarded(|| M::init(config, device))
+    let config = spec.model.port_config(spec.fault);
+    let mut model = guarded(|| M::init(&config, device))
         .with_context(|| format!("initialising the port {}", std::any::type_name::<M>()))?;
-    let remap = load::remapper(rename, M::key_remap())?;
+    let remap = load::remapper(&spec.model.rename, M::key_remap(&config))?;
     let loaded = guarded(|| load::load_into(&mut model, sources, &remap, spec.dtype))?;
     Ok((model, loaded))
 }
 
-impl<M: BurnModel> OwnNet<M> {
+impl<M: BurnModel> Net<M> {
     /// The port of `spec` loaded from `sources` ([`init_and_load`]), refusing any problem
     /// the load reported.
     ///
@@ -316,7 +307,7 @@ impl ModuleVisitor for Reader<'_> {
     }
 }
 
-impl<M: Module> OwnNet<M> {
+impl<M: Module> Net<M> {
     /// Each parameter (spec order) in PyTorch layout (see [`ParamInfo::to_torch`]), or its
     /// gradient from `grads` (`None` where it has none).
     fn read(&self, ty: FloatType, grads: Option<&Gradients>) -> Result<Vec<Option<Host>>> {
@@ -347,7 +338,7 @@ impl<M: Module> OwnNet<M> {
 
 /// The frames' copies of the port's parameters: each in PyTorch layout (the inverse of
 /// burn-store's adapter, see [`load::ports_params`]), checked to be in the run dtype.
-impl<M: Module> Parameters for OwnNet<M> {
+impl<M: Module> Parameters for Net<M> {
     type Grads = Gradients;
 
     /// # Errors
@@ -388,16 +379,15 @@ impl<M: Module> Parameters for OwnNet<M> {
     }
 }
 
-/// The optimizer of an own model's run: burn-parity's [`Stepper`] (burn's SGD, Adam or
-/// AdamW, configured as for the built-in runs) stepping the port, driven as both runners
-/// drive theirs ([`RunOptimizer`]).
-pub struct OwnOptimizer<M> {
+/// The optimizer of a run: burn-parity's [`Stepper`] (burn's SGD, Adam or AdamW, configured
+/// from the spec) stepping the port, driven as both runners drive theirs ([`RunOptimizer`]).
+pub struct NetOptimizer<M> {
     /// burn-parity's stepper.
     pub inner: Stepper,
     _model: std::marker::PhantomData<fn() -> M>,
 }
 
-impl<M> OwnOptimizer<M> {
+impl<M> NetOptimizer<M> {
     /// Wraps `inner`.
     pub fn new(inner: Stepper) -> Self {
         Self {
@@ -407,22 +397,22 @@ impl<M> OwnOptimizer<M> {
     }
 }
 
-impl<M: Module> RunOptimizer for OwnOptimizer<M> {
-    type Params = OwnNet<M>;
+impl<M: Module> RunOptimizer for NetOptimizer<M> {
+    type Params = Net<M>;
 
     /// [`Stepper`]'s (`burn::optim::Sgd`, `burn::optim::Adam`, `burn::optim::AdamW`).
     fn name(&self) -> &'static str {
-        RunOptimizer::name(&self.inner)
+        self.inner.name()
     }
 
     /// `GradientsParams::from_grads(grads, &model)`, then `optim.step(lr, model, grads)`.
     ///
     /// # Errors
     /// None (burn's step panics on its own failures).
-    fn step(&mut self, net: OwnNet<M>, grads: Gradients) -> Result<OwnNet<M>> {
-        let OwnNet { model, params } = net;
+    fn step(&mut self, net: Net<M>, grads: Gradients) -> Result<Net<M>> {
+        let Net { model, params } = net;
         let grads = GradientsParams::from_grads(grads, &model);
-        Ok(OwnNet {
+        Ok(Net {
             model: self.inner.step_module(model, grads),
             params,
         })
@@ -434,7 +424,7 @@ impl<M: Module> RunOptimizer for OwnOptimizer<M> {
     /// As [`Stepper::moments`].
     fn frame_moments(
         &self,
-        net: &OwnNet<M>,
+        net: &Net<M>,
         ty: FloatType,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<FrameMoments>> {

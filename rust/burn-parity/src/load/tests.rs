@@ -1,4 +1,4 @@
-//! The loader of an own model's port ([`super::load`]) on a two-module port: burn-store's
+//! The loader of a port ([`super`]) on a two-module port: burn-store's
 //! adapter transposes a Linear weight and finds a norm's `weight`/`bias` for `gamma`/`beta`,
 //! the parameters are read back in PyTorch layout, and every missing, unused or misshapen
 //! tensor is reported by name.
@@ -9,14 +9,14 @@ use anyhow::Result;
 use burn::module::Module;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, TensorData};
+use parity_common::burn::{BurnModel, Input, Output, Taps};
 use parity_common::frames::RawTensor;
 use parity_common::optim::Parameters;
-use parity_common::own::burn::{BurnModel, Input, Output, Taps};
 use parity_common::spec::{DeviceKind, FloatType};
 
-use super::load::{load_into, param_infos, remapper, Source};
-use super::net::OwnNet;
+use super::{load_into, param_infos, remapper, Source};
 use crate::device;
+use crate::net::Net;
 
 /// `first` (Linear 2 → 3) then `norm` (LayerNorm 3).
 #[derive(Module, Debug)]
@@ -115,7 +115,7 @@ fn the_adapter_transposes_linear_weights_and_the_way_back_undoes_it() {
         .unwrap();
     assert_eq!(burn_w, [0.0, 2.0, 4.0, 1.0, 3.0, 5.0]);
     let names: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-    let net = OwnNet {
+    let net = Net {
         params: param_infos(&loaded, &names).unwrap(),
         model: m,
     };

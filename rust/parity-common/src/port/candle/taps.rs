@@ -1,5 +1,5 @@
 //! [`Taps`]: a candle port's intermediates named after the PyTorch model's module paths
-//! (see [`crate::own`] for the contract).
+//! (see [`crate::port`] for the contract).
 
 use std::collections::HashSet;
 
@@ -29,8 +29,7 @@ pub struct Tap {
 /// would turn −0.0 into +0.0), so every value is bit for bit that of the untapped pass;
 /// candle's `Add` backward hands the incoming gradient to both operands unchanged, so the
 /// `Var`'s gradient is d loss / d h (candle's backward keeps the gradients of `Var`s only),
-/// and no other gradient changes (`candle_parity::model::Net::forward_tapped` does the same
-/// for the built-in families).
+/// and no other gradient changes.
 #[derive(Debug, Default)]
 pub struct Taps {
     active: bool,

@@ -1,8 +1,11 @@
-//! A user's own model ("bring your own model", docs/own-model.md): a PyTorch model (a
-//! `transformers` class or the user's `nn.Module`) that the user has ported to candle or
-//! burn, checked step by step against the original like the built-in families.
+//! The contract of a port: a model written in candle or burn that the runners train, replay
+//! and inspect step by step against its PyTorch original. Every model a runner runs is a
+//! port: the built-in families are ports inside the runner crates (`candle_parity::families`,
+//! `burn_parity::families`), and a user's own model ("bring your own model",
+//! docs/own-model.md) is a port in the user's crate, linked into a runner the workflow
+//! generates.
 //!
-//! The user's crate implements one trait, behind a cargo feature so that parity-common stays
+//! A port implements one trait, behind a cargo feature so that parity-common stays
 //! framework-free without it:
 //!
 //! * feature `candle`: [`candle::CandleModel`] (build from a `VarBuilder` that serves the
@@ -10,24 +13,21 @@
 //! * feature `burn`: `burn::BurnModel` (for burn 0.22.1: init on a device, loaded by
 //!   burn-store from the fixture, forward with `burn::Taps`).
 //!
-//! The runner library of the framework (`candle_parity::own::main`,
-//! `burn_parity::own::main`) links the user's type into a binary with the shared command
-//! line ([`crate::cli`]): `train`, `replay`, `inspect`, `defaults`, `version`, `source-id`. This module holds what is framework-free:
-//! the report of `inspect` ([`Inspection`], read by `scripts/parity/run/own_check.py`) and
-//! the names of a replay's intermediates ([`replay_names`]).
+//! The runner library of the framework (`candle_parity::main`, `burn_parity::main`) runs
+//! the shared command line ([`crate::cli`]) for a binary: `train`, `probe`, `replay`,
+//! `inspect`, `defaults`, `version`, `source-id`. This module holds what is framework-free:
+//! the report of `inspect` ([`Inspection`], read by `scripts/parity/run/own_check.py`).
 //!
 //! **Taps.** A port names its intermediates after the PyTorch model's module paths
 //! (`model.layers.0.self_attn`): `taps.tap(path, h)` in its forward pass. In `train` a tap
 //! does nothing; in `replay` and `inspect` it returns `h + v` with `v` a zero-valued
 //! trainable tensor of `h`'s shape (−0.0, the additive identity of every IEEE 754 value), so
 //! that no value changes and the gradient of `v` is d loss / d h. The replay records the
-//! first call of each path as `<path>.out` and its gradient as `grad:<path>.out`, the names
-//! the PyTorch side's forward hooks give the module's output (`scripts/parity/own/
-//! torch_model.py`, `quantity`).
+//! first call of each path as `<path>.out` and its gradient as `grad:<path>.out`
+//! ([`crate::replay::replay_names`]), the names the PyTorch side's forward hooks give the
+//! module's output (`scripts/parity/own/torch_model.py`, `quantity`).
 
 use serde::Serialize;
-
-use crate::spec::ParamSpec;
 
 #[cfg(feature = "burn")]
 pub mod burn;
@@ -84,34 +84,6 @@ impl Inspection {
     }
 }
 
-/// The name of a tap's output among the intermediates: `<path>.out`, as the PyTorch side
-/// names a module's output.
-pub fn quantity(path: &str) -> String {
-    format!("{path}.out")
-}
-
-/// Every tensor name an own model's `replay` frame holds, in this order: each tap's
-/// `<path>.out` (`taps` in the order first called), `output` (the port's forward result),
-/// `loss`, `grad:<path>.out` of each tap, `grad:output`, then per parameter (state_dict
-/// order) `grad:<param>` and `after:<param>`. A name the runner cannot give (a tap or a
-/// parameter without a gradient) is left out of the frame and listed in its `missing`
-/// metadata ([`crate::replay::replay_meta`]).
-pub fn replay_names(taps: &[String], params: &[ParamSpec]) -> Vec<String> {
-    let forward: Vec<String> = taps
-        .iter()
-        .map(|p| quantity(p))
-        .chain(["output".to_string()])
-        .collect();
-    let mut out = forward.clone();
-    out.push("loss".into());
-    out.extend(forward.iter().map(|n| format!("grad:{n}")));
-    for p in params {
-        out.push(format!("grad:{}", p.name));
-        out.push(format!("after:{}", p.name));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,28 +114,5 @@ mod tests {
             "{why}"
         );
         assert_eq!(Inspection::default().asked_error(), None);
-    }
-
-    #[test]
-    fn replay_names_put_the_taps_before_the_output() {
-        let params = [ParamSpec {
-            name: "0.weight".into(),
-            shape: vec![2, 2],
-        }];
-        let names = replay_names(&["0".into(), "1".into()], &params);
-        assert_eq!(
-            names,
-            [
-                "0.out",
-                "1.out",
-                "output",
-                "loss",
-                "grad:0.out",
-                "grad:1.out",
-                "grad:output",
-                "grad:0.weight",
-                "after:0.weight"
-            ]
-        );
     }
 }

@@ -1,4 +1,5 @@
-//! Loading tensors in PyTorch names and layout into a user's burn port through burn-store:
+//! Loading tensors in PyTorch names and layout into a port (a built-in family or a user's)
+//! through burn-store:
 //! `SafetensorsStore::from_bytes` holding the tensors, the key remapping of the run's rename
 //! table and the port's [`BurnModel::key_remap`], `PyTorchToBurnAdapter` (a Linear weight
 //! `[out, in]` transposed to burn's `[in, out]`, a norm's `weight`/`bias` found as
@@ -19,11 +20,49 @@ use burn::store::{
     ModuleContext, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore,
 };
 use burn::tensor::{DType, Tensor, TensorData};
-use parity_common::own::burn::BurnModel;
+use parity_common::burn::BurnModel;
 use parity_common::spec::FloatType;
 
-use crate::device::dtype;
-use crate::model::ParamInfo;
+use crate::device::{dtype, Host};
+use crate::layout;
+
+#[cfg(test)]
+mod tests;
+
+/// One parameter of a port: what ties a PyTorch state_dict entry to burn's parameter.
+#[derive(Debug, Clone)]
+pub struct ParamInfo {
+    /// PyTorch state_dict name (`fc1.weight`).
+    pub name: String,
+    /// burn's id of the parameter, which keys its optimizer state.
+    pub id: ParamId,
+    /// Shape in burn's layout (`[in, out]` for a Linear weight).
+    pub burn_shape: Vec<usize>,
+    /// `(in, out)` for a Linear weight (burn `[in, out]`, PyTorch `[out, in]`); `None` for a
+    /// tensor laid out alike in both.
+    pub linear: Option<(usize, usize)>,
+}
+
+impl ParamInfo {
+    /// Row-major values in PyTorch layout → burn's layout (a transpose for a Linear weight).
+    pub fn to_burn<T: Copy>(&self, torch: &[T]) -> Vec<T> {
+        match self.linear {
+            Some((inp, out)) => layout::torch_to_burn_linear(torch, out, inp),
+            None => torch.to_vec(),
+        }
+    }
+
+    /// Host values in burn's layout → PyTorch layout, the inverse of [`ParamInfo::to_burn`].
+    pub fn to_torch(&self, burn: Host) -> Host {
+        match self.linear {
+            Some((inp, out)) => burn.rearrange(
+                |v| layout::burn_to_torch_linear(v, inp, out),
+                |v| layout::burn_to_torch_linear(v, inp, out),
+            ),
+            None => burn,
+        }
+    }
+}
 
 /// One float parameter of a port as burn-store's adapter sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +124,7 @@ impl ModuleVisitor for Walk {
                 let got: Vec<f32> = d.try_to_vec::<f32>().map_err(|e| anyhow!("{path}: {e:?}"))?;
                 let linear = match shape.as_slice() {
                     _ if got.iter().enumerate().all(|(i, &v)| v == i as f32) => None,
-                    &[inp, out] if got == crate::layout::burn_to_torch_linear(&iota_f32(n), inp, out) => {
+                    &[inp, out] if got == layout::burn_to_torch_linear(&iota_f32(n), inp, out) => {
                         Some((inp, out))
                     }
                     _ => bail!("{path}: burn-store's BurnToPyTorchAdapter rearranges it in a way other than a transpose"),
@@ -150,7 +189,7 @@ pub struct Loaded {
 impl Loaded {
     /// One sentence per problem (unused sources; burn-store's other errors), or `None`
     /// when every source reached a parameter and burn-store reported no error other than
-    /// the missing names and shapes ([`parity_common::own::Inspection`] lists those).
+    /// the missing names and shapes ([`parity_common::Inspection`] lists those).
     pub fn other_problems(&self) -> Option<String> {
         let mut out: Vec<String> = Vec::new();
         if !self.unused.is_empty() {

@@ -1,6 +1,6 @@
-//! The burn side of a user's own model (feature `burn`; contract in [`crate::own`]): the
-//! trait a burn 0.22.1 port implements and its taps, which the runner `burn_parity::own`
-//! drives.
+//! The burn side of a port (feature `burn`; contract in [`crate::port`]): the trait a burn
+//! 0.22.1 port implements and its taps, which the runner `burn_parity` drives (the built-in
+//! families in `burn_parity::families`, a user's own model in the user's crate).
 //!
 //! burn 0.22.1 dispatches its backend at run time (`burn::tensor::Device`: the ndarray
 //! device with autodiff, its float type the run dtype), so one port type serves float32 and
@@ -41,11 +41,21 @@ pub enum Output {
     Rank4(Tensor<4>),
 }
 
-/// A user's burn port of a PyTorch model, as the own-model runner drives it.
+/// A burn port of a PyTorch model, as the runner drives it (`burn_parity`): initialised and
+/// loaded from the fixture once per run, then `forward` once per step (`train`), or once with
+/// active taps (`replay`, `inspect`). The runner computes the loss, calls `loss.backward()`
+/// and steps burn's optimizer, the same for every port.
 pub trait BurnModel: Module + Sized {
-    /// The module, initialised from `config` (the run spec's `model.config`, handed over
-    /// verbatim) on `device`; the runner then loads the fixture's weights into it
-    /// (burn-store; the module's initial values are all replaced).
+    /// Whether the forward pass names its own output with its last tap (the built-in
+    /// families: `fc2`, `head`), so that a replay records no separate `output`
+    /// (`parity_common::replay::replay_names`). A user's port leaves it `false`: the runner
+    /// taps its result as `output`, the name the PyTorch side gives a model's output.
+    const TAPS_ITS_OUTPUT: bool = false;
+
+    /// The module, initialised from `config` (the run spec's model config, see
+    /// [`crate::spec::ModelSpec::port_config`]: for a user's port handed over verbatim) on
+    /// `device`; the runner then loads the fixture's weights into it (burn-store; the
+    /// module's initial values are all replaced).
     ///
     /// # Errors
     /// Whatever the port refuses (a config it cannot read).
@@ -60,8 +70,10 @@ pub trait BurnModel: Module + Sized {
     fn forward(&self, x: Input, taps: &mut Taps) -> anyhow::Result<Output>;
 
     /// burn-store `KeyRemapper` patterns (regex, replacement) from PyTorch state_dict keys to
-    /// the port's module paths; none by default.
-    fn key_remap() -> Vec<(String, String)> {
+    /// the port's module paths, for the port of `config` (the one [`BurnModel::init`] got:
+    /// the paths may depend on it, e.g. `fc{i}` → `layers.{i−1}` for each layer); none by
+    /// default.
+    fn key_remap(_config: &serde_json::Value) -> Vec<(String, String)> {
         Vec::new()
     }
 }
@@ -76,7 +88,7 @@ struct Marked {
     grad: GradReader,
 }
 
-/// The intermediates a burn port's forward pass names, as [`crate::own::candle::Taps`] does
+/// The intermediates a burn port's forward pass names, as [`crate::port::candle::Taps`] does
 /// for candle: inactive in `train` (no op added), active in `replay` and `inspect`, where the
 /// first call of a path returns `h + v`, `v` a leaf of −0.0 of `h`'s shape that requires grad
 /// (burn-tensor 0.22.1 keeps gradients of leaves only), so that `v`'s gradient is
