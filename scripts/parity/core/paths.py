@@ -25,7 +25,7 @@ BUILD_BENCHMARK = "results/benchmarks/build/{framework}-{version}-{device}.tsv"
 #: An own model's runner (docs/own-model.md): the crate that links the user's port, its
 #: binary for a device, its build log; the check of the port against the PyTorch model's
 #: parameters before any training job; the model card the plan was made from.
-OWN_RUNNER_CRATE = "results/own/{experiment}/{framework}-runner"
+OWN_RUNNER_CRATE = "results/own/{experiment}/{framework}-{device}-runner"
 OWN_BINARY = "results/bin/own/{experiment}-{framework}-{device}"
 OWN_BUILD_LOG = "results/logs/build/own-{experiment}-{framework}-{device}.log"
 OWN_BUILD_BENCHMARK = "results/benchmarks/build/own-{experiment}-{framework}-{device}.tsv"

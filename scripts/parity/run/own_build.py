@@ -75,21 +75,6 @@ def build_own(
     workspace = Path(rust_dir, "Cargo.toml").read_text(encoding="utf-8")
     lock = Path(rust_dir) / versions.lock_file(framework, versions.pinned(framework))
     packages = own_crate.runner_packages(lock, framework)
-    manifest = own_crate.write(
-        folder,
-        {
-            "Cargo.toml": own_crate.manifest(
-                build["experiment"],
-                framework,
-                rust_dir,
-                crate,
-                build["features"],
-                own_crate.release_profile(workspace, packages),
-            ),
-            "src/main.rs": own_crate.main_rs(framework, build["model"], build["source_id"]),
-        },
-        lock,
-    )
     package = own_crate.PACKAGE.format(experiment=build["experiment"], framework=framework)
     binary = os.path.join(target_dir, "release", package)
     command = [
@@ -97,12 +82,29 @@ def build_own(
         "build",
         "--release",
         "--manifest-path",
-        str(manifest),
+        str(folder / "Cargo.toml"),
         "--target-dir",
         target_dir,
     ]
-    # The workflow's runner of this framework builds in the same folder: one at a time.
+    # The workflow's runner of this framework builds in the same folder: one at a time. The
+    # runner crate (its folder is this experiment's, framework's and device's) is written
+    # under the same lock, so no other build reads it half-written.
     with locked_output(out, target_dir) as tmp:
+        own_crate.write(
+            folder,
+            {
+                "Cargo.toml": own_crate.manifest(
+                    build["experiment"],
+                    framework,
+                    rust_dir,
+                    crate,
+                    build["features"],
+                    own_crate.release_profile(workspace, packages),
+                ),
+                "src/main.rs": own_crate.main_rs(framework, build["model"], build["source_id"]),
+            },
+            lock,
+        )
         status = run_logged(command, log, log_path)
         if status != 0:
             errors = versions.cargo_errors(log_path)
