@@ -1,9 +1,11 @@
 # A user's own model (family own, docs/own-model.md): its fixture from the PyTorch model's
 # own initialisation, the runner that links the user's Rust crate to the pinned candle or
 # burn release (one build per experiment, framework and device, whose inputs are the
-# crate's sources), the check of the port against the PyTorch model before any training
-# job, and its PyTorch runs (the user's nn.Module). The Rust runs are train_candle and
-# train_burn with the own runner as their binary. Without own models nothing here runs.
+# crate's sources; none for a side ported by a built-in port of the workflow's runner),
+# the check of the port against the PyTorch model before any training job, and its
+# PyTorch runs (the user's nn.Module). The Rust runs are train_candle and train_burn with
+# the own runner (or the workflow's runner) as their binary. Without own models nothing
+# here runs.
 
 
 include: "functions/own.smk"
@@ -71,7 +73,7 @@ rule own_check:
     any training job. Parameters without a gradient are recorded, not refused."""
     input:
         fixture=paths.FIXTURE,
-        binary=paths.OWN_BINARY,
+        binary=own_check_binary,
     output:
         paths.OWN_CHECK,
     log:

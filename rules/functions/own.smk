@@ -59,7 +59,10 @@ def own_build_params(wildcards):
             ("-".join(sorted(features)) or "default") if fw == "candle" else "burn"
         ),
         "runner_crate": paths.fill(
-            paths.OWN_RUNNER_CRATE, experiment=wildcards.experiment, framework=fw
+            paths.OWN_RUNNER_CRATE,
+            experiment=wildcards.experiment,
+            framework=fw,
+            device=device,
         ),
         "source_id": source_id(fw, ours, model[fw]["crate"], features),
     }
@@ -73,3 +76,10 @@ def own_check_settings(wildcards):
             f"experiment {wildcards.experiment!r} has no {wildcards.framework} run"
         )
     return PLAN.run_settings(wildcards.experiment, runs[0])
+
+
+def own_check_binary(wildcards):
+    """The runner an own port's check inspects with: its first run's binary (the own
+    runner linking the user's crate, or the framework's runner for a built-in port)."""
+    run = own_runs(wildcards.experiment, wildcards.framework)[0]
+    return PLAN.binary(RunKey(wildcards.experiment, run, "f32", wildcards.device))

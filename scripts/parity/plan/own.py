@@ -23,6 +23,7 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -39,8 +40,19 @@ CARD_FORMAT = 2
 #: Seconds the model card may take (importing transformers and building the model).
 CARD_TIMEOUT = 900
 #: The Rust frameworks an own model can be ported to (each has its runner library:
-#: ``candle_parity::own``, ``burn_parity::own``).
+#: ``candle_parity``, ``burn_parity``).
 RUST_SIDES = ("candle", "burn")
+#: The registry of a runner crate's built-in ports (``{framework}``): one
+#: ``"name" => module::Type,`` line per family in its ``families!`` list.
+FAMILIES_RS = Path(__file__).resolve().parents[3] / "rust" / "{framework}-parity" / "src" / "families" / "mod.rs"
+
+
+def builtin_families(framework: str) -> list[str]:
+    """The built-in families of ``framework``'s runner crate, read from its registry
+    (:data:`FAMILIES_RS`), in its order."""
+    text = Path(str(FAMILIES_RS).format(framework=framework)).read_text(encoding="utf-8")
+    block = text[text.index("families! {") :]
+    return re.findall(r'^\s*"([a-z][a-z0-9_]*)"\s*=>', block, flags=re.M)
 
 
 def _versions() -> dict[str, str]:
@@ -253,12 +265,13 @@ def resolve_model(
 ) -> dict:
     """Config ``experiments.<experiment>.model`` of family ``own`` resolved (module docs):
     ``torch``, the Rust sides with their crate paths made absolute (relative to
-    ``workdir``), ``rename`` per side, and from the model card ``params``, ``tied``,
+    ``workdir``; a side naming a built-in port of its runner crate, ``family``, is checked
+    against the crate's registry), ``rename`` per side, and from the model card ``params``, ``tied``,
     ``frozen``, ``other_buffers`` (the model's buffers not handed over),
     ``buffers`` (those named in ``model.buffers``, with their shapes), ``rust_config``,
     ``io`` and ``card_sha256``. Raises :class:`ConfigError` listing every problem: a model
     that cannot be built, a source of randomness, a buffer or a rename that does not exist,
-    a crate folder without a Cargo.toml."""
+    a crate folder without a Cargo.toml, a built-in port the runner crate does not have."""
     model = copy.deepcopy(dict(exp["model"]))
     spec = model["torch"]
     card = model_card(f"{where}.torch", experiment, spec, workdir)
@@ -287,12 +300,23 @@ def resolve_model(
     for side in RUST_SIDES:
         if side not in model:
             continue
-        crate = Path(workdir, model[side]["crate"]).resolve()
-        if not (crate / "Cargo.toml").is_file():
-            problems.append(
-                ConfigError(f"{where}.{side}.crate", f"{crate} has no Cargo.toml: not a crate")
-            )
-        model[side] = {**model[side], "crate": str(crate)}
+        if "family" in model[side]:
+            known = builtin_families(side)
+            if model[side]["family"] not in known:
+                problems.append(
+                    ConfigError(
+                        f"{where}.{side}.family",
+                        f"{side}-parity has no built-in port {model[side]['family']!r} "
+                        f"(it has {', '.join(known)})",
+                    )
+                )
+        else:
+            crate = Path(workdir, model[side]["crate"]).resolve()
+            if not (crate / "Cargo.toml").is_file():
+                problems.append(
+                    ConfigError(f"{where}.{side}.crate", f"{crate} has no Cargo.toml: not a crate")
+                )
+            model[side] = {**model[side], "crate": str(crate)}
         for rust_name, torch_name in (model.get("rename", {}).get(side) or {}).items():
             if torch_name not in names and torch_name not in buffers:
                 problems.append(

@@ -89,8 +89,10 @@ def runner_binary(framework: str, version: str, device: str) -> str:
 def run_binary(settings: Mapping[str, Any], device: str) -> str:
     """The binary a Rust run with resolved ``settings`` (``framework``, ``version``) runs on
     ``device``: an own model's runner (``paths.OWN_BINARY``, linking the user's crate), else
-    the framework's runner of that release."""
-    if settings["model"]["family"] == "own":
+    the framework's runner of that release (the built-in families, an own model's side
+    ported by one of them: ``family``)."""
+    model = settings["model"]
+    if model["family"] == "own" and "crate" in model.get(settings["framework"], {}):
         return paths.OWN_BINARY.format(
             experiment=settings["model"]["name"], framework=settings["framework"], device=device
         )
