@@ -150,11 +150,12 @@ def named_files() -> set[str]:
 
 
 def register(registry: Path, port_type: str) -> None:
-    """Adds the family's module and its line in the ``families!`` list of ``registry``."""
+    """Adds the family's module and its line in the ``port_registry!`` list of
+    ``registry``."""
     text = registry.read_text(encoding="utf-8")
     text = text.replace("pub mod cnn;", f"pub mod cnn;\npub mod {FAMILY};", 1)
     text = re.sub(
-        r"(families! \{\n)", rf'\1    "{FAMILY}" => {FAMILY}::{port_type},\n', text, count=1
+        r"(    families: \{\n)", rf'\1        "{FAMILY}" => {FAMILY}::{port_type},\n', text, count=1
     )
     registry.write_text(text, encoding="utf-8")
 
@@ -217,7 +218,7 @@ def test_a_new_family_trains_in_all_three_frameworks(copy):
     env = dict(os.environ)
     env.setdefault("CARGO_TARGET_DIR", str(REPO / "rust" / "target"))
     proc = subprocess.run(
-        [SNAKEMAKE, "--cores", "2", "--configfile", str(only), "summary"],
+        [SNAKEMAKE, "summary", "--cores", "2", "--configfile", str(only)],
         cwd=copy,
         env=env,
         capture_output=True,

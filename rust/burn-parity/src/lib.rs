@@ -47,7 +47,7 @@ pub mod replay;
 mod runner;
 pub mod train;
 
-pub use runner::{with_port, NoPort};
+pub use runner::{run_port, NoPort};
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.
 pub const BURN_VERSION: &str = env!("BURN_VERSION");
@@ -62,13 +62,5 @@ pub const BURN_VERSION: &str = env!("BURN_VERSION");
 /// and `replay`; `inspect` reports it as data). A framework error inside the training loop
 /// is not a failure: it ends the stream ([`train::run`]).
 pub fn main<M: parity_common::burn::BurnModel>(source_id: &'static str) -> std::process::ExitCode {
-    // Set once per process; a second call keeps the first id, as a binary has one.
-    let _ = runner::SOURCE_ID.set(source_id);
-    match parity_common::cli::run::<runner::BurnRunner<M>>() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("Error: {e:?}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    parity_common::cli::main::<runner::BurnRunner<M>>(source_id)
 }

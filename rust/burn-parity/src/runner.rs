@@ -4,22 +4,15 @@
 
 use std::io::Write;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
 use anyhow::{bail, Result};
 use burn::module::Module;
 use burn::tensor::Device;
 use parity_common::burn::{BurnModel, Input, Output, Taps};
-use parity_common::cli::Runner;
+use parity_common::cli::{PortDone, PortJob, Runner};
 use parity_common::probe_spec::ProbeBatch;
-use parity_common::replay::ReplayState;
-use parity_common::spec::RunSpec;
-use parity_common::Inspection;
 
-use crate::families::{self, PortJob};
-
-/// The source id [`crate::main`] was given, for `source-id`.
-pub(crate) static SOURCE_ID: OnceLock<&'static str> = OnceLock::new();
+use crate::families;
 
 /// The port of a runner that links no user's model (`burn-parity` itself): a module without
 /// parameters whose [`BurnModel::init`] always fails, so a run spec of an own model given to
@@ -44,43 +37,16 @@ impl BurnModel for NoPort {
     }
 }
 
-/// Runs `job` with the port `spec` names: `M` for an own model, else the built-in family's
-/// ([`families::dispatch`]).
+/// Runs `job` with the port its spec names: `M` for an own model, else the built-in
+/// family's ([`families::dispatch`]).
 ///
 /// # Errors
 /// A family this crate has no port for, or the job's.
-pub fn with_port<M: BurnModel, J: PortJob>(spec: &RunSpec, job: J) -> Result<J::Output> {
-    if spec.model.is_own() {
-        job.run::<M>()
+pub fn run_port<M: BurnModel>(job: PortJob<'_>) -> Result<PortDone> {
+    if job.spec().model.is_own() {
+        families::run::<M>(job)
     } else {
-        families::dispatch(&spec.model.family, job)
-    }
-}
-
-struct Train<'a>(&'a RunSpec, Box<dyn Write>);
-
-impl PortJob for Train<'_> {
-    type Output = ();
-    fn run<M: BurnModel>(self) -> Result<()> {
-        crate::train::run::<M, _>(self.0, self.1)
-    }
-}
-
-struct Replay<'a>(&'a RunSpec, &'a ReplayState, Box<dyn Write>);
-
-impl PortJob for Replay<'_> {
-    type Output = ();
-    fn run<M: BurnModel>(self) -> Result<()> {
-        crate::replay::run::<M, _>(self.0, self.1, self.2)
-    }
-}
-
-struct Inspect<'a>(&'a RunSpec);
-
-impl PortJob for Inspect<'_> {
-    type Output = Inspection;
-    fn run<M: BurnModel>(self) -> Result<Inspection> {
-        crate::inspect::run::<M>(self.0)
+        families::dispatch(job)
     }
 }
 
@@ -93,29 +59,17 @@ impl<M: BurnModel> Runner for BurnRunner<M> {
     const ABOUT: &'static str = "burn side of the training-step parity workflow";
     const FRAMEWORK_VERSION: &'static str = crate::BURN_VERSION;
 
-    fn source_id() -> &'static str {
-        SOURCE_ID.get().copied().unwrap_or("unknown")
-    }
-
-    fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()> {
-        with_port::<M, _>(spec, Train(spec, sink))
+    fn run_port(job: PortJob<'_>) -> Result<PortDone> {
+        run_port::<M>(job)
     }
 
     fn probe(batch: &ProbeBatch, sink: Box<dyn Write>) -> Result<()> {
         crate::probe::run(batch, sink)
     }
 
-    fn replay(spec: &RunSpec, state: &ReplayState, sink: Box<dyn Write>) -> Result<()> {
-        with_port::<M, _>(spec, Replay(spec, state, sink))
-    }
-
     /// burn's optimizer defaults, serialised from burn's config types
     /// ([`crate::optim::defaults_json`]).
     fn defaults() -> Result<serde_json::Value> {
         crate::optim::defaults_json()
-    }
-
-    fn inspect(spec: &RunSpec) -> Result<Inspection> {
-        with_port::<M, _>(spec, Inspect(spec))
     }
 }

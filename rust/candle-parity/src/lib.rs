@@ -38,7 +38,7 @@ pub mod replay;
 mod runner;
 pub mod train;
 
-pub use runner::{with_port, NoPort};
+pub use runner::{run_port, NoPort};
 
 /// The candle-core version this binary was built against, read from Cargo.lock at build time.
 pub const CANDLE_VERSION: &str = env!("CANDLE_CORE_VERSION");
@@ -55,13 +55,5 @@ pub const CANDLE_VERSION: &str = env!("CANDLE_CORE_VERSION");
 pub fn main<M: parity_common::candle::CandleModel>(
     source_id: &'static str,
 ) -> std::process::ExitCode {
-    // Set once per process; a second call keeps the first id, as a binary has one.
-    let _ = runner::SOURCE_ID.set(source_id);
-    match parity_common::cli::run::<runner::CandleRunner<M>>() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("Error: {e:?}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    parity_common::cli::main::<runner::CandleRunner<M>>(source_id)
 }

@@ -4,22 +4,15 @@
 
 use std::io::Write;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use parity_common::candle::{CandleModel, Taps};
-use parity_common::cli::Runner;
+use parity_common::cli::{PortDone, PortJob, Runner};
 use parity_common::probe_spec::ProbeBatch;
-use parity_common::replay::ReplayState;
-use parity_common::spec::RunSpec;
-use parity_common::Inspection;
 
-use crate::families::{self, PortJob};
-
-/// The source id [`crate::main`] was given, for `source-id`.
-pub(crate) static SOURCE_ID: OnceLock<&'static str> = OnceLock::new();
+use crate::families;
 
 /// The port of a runner that links no user's model (`candle-parity` itself): a type without
 /// values, so it is never built; a run spec of an own model given to such a runner is
@@ -41,43 +34,16 @@ impl CandleModel for NoPort {
     }
 }
 
-/// Runs `job` with the port `spec` names: `M` for an own model, else the built-in family's
-/// ([`families::dispatch`]).
+/// Runs `job` with the port its spec names: `M` for an own model, else the built-in
+/// family's ([`families::dispatch`]).
 ///
 /// # Errors
 /// A family this crate has no port for, or the job's.
-pub fn with_port<M: CandleModel, J: PortJob>(spec: &RunSpec, job: J) -> Result<J::Output> {
-    if spec.model.is_own() {
-        job.run::<M>()
+pub fn run_port<M: CandleModel>(job: PortJob<'_>) -> Result<PortDone> {
+    if job.spec().model.is_own() {
+        families::run::<M>(job)
     } else {
-        families::dispatch(&spec.model.family, job)
-    }
-}
-
-struct Train<'a>(&'a RunSpec, Box<dyn Write>);
-
-impl PortJob for Train<'_> {
-    type Output = ();
-    fn run<M: CandleModel>(self) -> Result<()> {
-        crate::train::run::<M, _>(self.0, self.1)
-    }
-}
-
-struct Replay<'a>(&'a RunSpec, &'a ReplayState, Box<dyn Write>);
-
-impl PortJob for Replay<'_> {
-    type Output = ();
-    fn run<M: CandleModel>(self) -> Result<()> {
-        crate::replay::run::<M, _>(self.0, self.1, self.2)
-    }
-}
-
-struct Inspect<'a>(&'a RunSpec);
-
-impl PortJob for Inspect<'_> {
-    type Output = Inspection;
-    fn run<M: CandleModel>(self) -> Result<Inspection> {
-        crate::inspect::run::<M>(self.0)
+        families::dispatch(job)
     }
 }
 
@@ -90,29 +56,17 @@ impl<M: CandleModel> Runner for CandleRunner<M> {
     const ABOUT: &'static str = "candle side of the training-step parity workflow";
     const FRAMEWORK_VERSION: &'static str = crate::CANDLE_VERSION;
 
-    fn source_id() -> &'static str {
-        SOURCE_ID.get().copied().unwrap_or("unknown")
-    }
-
-    fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()> {
-        with_port::<M, _>(spec, Train(spec, sink))
+    fn run_port(job: PortJob<'_>) -> Result<PortDone> {
+        run_port::<M>(job)
     }
 
     fn probe(batch: &ProbeBatch, sink: Box<dyn Write>) -> Result<()> {
         crate::probe::run(batch, sink)
     }
 
-    fn replay(spec: &RunSpec, state: &ReplayState, sink: Box<dyn Write>) -> Result<()> {
-        with_port::<M, _>(spec, Replay(spec, state, sink))
-    }
-
     /// candle-nn's `ParamsAdamW::default()` and what its SGD takes
     /// ([`crate::optim::defaults`]).
     fn defaults() -> Result<serde_json::Value> {
         Ok(crate::optim::defaults())
-    }
-
-    fn inspect(spec: &RunSpec) -> Result<Inspection> {
-        with_port::<M, _>(spec, Inspect(spec))
     }
 }

@@ -15,10 +15,9 @@ mod common;
 use std::collections::HashMap;
 
 use anyhow::{Context, Result};
-use candle_parity::families::transformer::NO_GRADIENT_FUSED;
-use candle_parity::families::PortJob;
+use candle_parity::families::transformer::{Transformer, NO_GRADIENT_FUSED};
+use candle_parity::families::{cnn::Cnn, mlp::Mlp};
 use candle_parity::train::Started;
-use candle_parity::NoPort;
 use common::*;
 use parity_common::candle::{CandleModel, Taps};
 use parity_common::replay::{replay_names, ReplayState};
@@ -157,31 +156,30 @@ fn self_consistent(c: &Case) -> Result<Replayed> {
     })
 }
 
-/// The port's forward pass (taps inactive) from the state's parameters on step K's batch,
+/// Port `M`'s forward pass (taps inactive) from the state's parameters on step K's batch,
 /// and that batch's targets.
-struct Forward<'a>(&'a Replayed);
-
-impl PortJob for Forward<'_> {
-    type Output = (Vec<f64>, Vec<f64>);
-    fn run<M: CandleModel>(self) -> Result<Self::Output> {
-        let r = self.0;
-        let started = Started::<M>::new(&r.spec)?;
-        candle_parity::replay::set_vars(&started.net.params.0, &r.state)?;
-        let (x, y) = started.data.batch(K)?;
-        let flat = |t: candle_core::Tensor| -> Result<Vec<f64>> {
-            Ok(t.flatten_all()?
-                .to_dtype(candle_core::DType::F64)?
-                .to_vec1::<f64>()?)
-        };
-        Ok((
-            flat(started.net.forward(&x, &mut Taps::inactive())?)?,
-            flat(y)?,
-        ))
-    }
+fn forward<M: CandleModel>(r: &Replayed) -> Result<(Vec<f64>, Vec<f64>)> {
+    let started = Started::<M>::new(&r.spec)?;
+    candle_parity::replay::set_vars(&started.net.params.0, &r.state)?;
+    let (x, y) = started.data.batch(K)?;
+    let flat = |t: candle_core::Tensor| -> Result<Vec<f64>> {
+        Ok(t.flatten_all()?
+            .to_dtype(candle_core::DType::F64)?
+            .to_vec1::<f64>()?)
+    };
+    Ok((
+        flat(started.net.forward(&x, &mut Taps::inactive())?)?,
+        flat(y)?,
+    ))
 }
 
+/// [`forward`] with the port of the replay's family.
 fn forward_from_state(r: &Replayed) -> Result<(Vec<f64>, Vec<f64>)> {
-    candle_parity::with_port::<NoPort, _>(&r.spec, Forward(r))
+    match r.spec.model.family.as_str() {
+        "mlp" => forward::<Mlp>(r),
+        "cnn1d" => forward::<Cnn>(r),
+        _ => forward::<Transformer>(r),
+    }
 }
 
 #[test]

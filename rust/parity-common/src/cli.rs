@@ -6,7 +6,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use std::sync::OnceLock;
+
+use anyhow::{bail, Result};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::frames::open_sink;
@@ -14,6 +16,55 @@ use crate::port::Inspection;
 use crate::probe_spec::ProbeBatch;
 use crate::replay::ReplayState;
 use crate::spec::RunSpec;
+
+/// A subcommand that runs a port (a built-in family's or a user's): what a runner's port
+/// registry receives, to run with the port the spec names (`parity_common::port_registry!`).
+pub enum PortJob<'a> {
+    /// `train`: train as `spec` says and write frames (see [`crate::frames`]) to `sink`.
+    Train {
+        /// The run.
+        spec: &'a RunSpec,
+        /// Where the frames go.
+        sink: Box<dyn Write + 'a>,
+    },
+    /// `replay`: replay one step from `state` and write a `header`, one `replay` and an
+    /// `end` frame (see [`crate::replay`]) to `sink`.
+    Replay {
+        /// The run.
+        spec: &'a RunSpec,
+        /// The state of the step before, and the step.
+        state: &'a ReplayState,
+        /// Where the frames go.
+        sink: Box<dyn Write + 'a>,
+    },
+    /// `inspect`: build the port from the fixture as `train` does, run one forward pass and
+    /// one backward on batch 0, and report what it found ([`Inspection`]; the port's build,
+    /// forward and backward errors are data in it).
+    Inspect {
+        /// The run.
+        spec: &'a RunSpec,
+    },
+}
+
+impl PortJob<'_> {
+    /// The run spec the job runs.
+    pub fn spec(&self) -> &RunSpec {
+        match self {
+            PortJob::Train { spec, .. }
+            | PortJob::Replay { spec, .. }
+            | PortJob::Inspect { spec } => spec,
+        }
+    }
+}
+
+/// What a [`PortJob`] gives back.
+#[derive(Debug)]
+pub enum PortDone {
+    /// `train` or `replay`: every frame is written.
+    Streamed,
+    /// `inspect`: the report.
+    Inspected(Box<Inspection>),
+}
 
 /// What a runner's framework does for each subcommand.
 pub trait Runner {
@@ -26,17 +77,15 @@ pub trait Runner {
     /// The framework's version this binary was built with (from Cargo.lock, see
     /// [`crate::build_info`]).
     const FRAMEWORK_VERSION: &'static str;
-    /// What `source-id` prints: the hash of the runner's sources the workflow's build rule
-    /// embedded (`env!("PARITY_SOURCE_ID")`, see [`crate::build_info::emit`]), or the one an
-    /// own model's generated `main` passes in. A function, not a constant, because the own
-    /// model's runner receives it at run time.
-    fn source_id() -> &'static str;
 
-    /// Trains as `spec` says and writes frames (see [`crate::frames`]) to `sink`.
+    /// Runs `job` (`train`, `replay`, `inspect`) with the port its spec names: a built-in
+    /// family of the runner's registry, or the user's port the binary links.
     ///
     /// # Errors
-    /// Whatever stops the run (the runner's own docs say which).
-    fn train(spec: &RunSpec, sink: Box<dyn Write>) -> Result<()>;
+    /// Whatever stops the job before or outside the training loop (the runner's own docs
+    /// say which): a fixture or state that cannot be read, an unavailable device, a port
+    /// that cannot be built, a model the runner has no port for.
+    fn run_port(job: PortJob<'_>) -> Result<PortDone>;
 
     /// Runs a batch of op probes and writes a header, one `result` frame per (probe, case,
     /// quantity) in the batch's order, and an `end` frame to `sink`; the framework's errors
@@ -46,29 +95,15 @@ pub trait Runner {
     /// Only for a spec the runner cannot interpret, an unavailable device or a failing sink.
     fn probe(batch: &ProbeBatch, sink: Box<dyn Write>) -> Result<()>;
 
-    /// Replays one step from the given state and writes a `header`, one `replay` and an
-    /// `end` frame (see [`crate::replay`]).
-    ///
-    /// # Errors
-    /// When the framework cannot start from the state (the runner's docs say which), or
-    /// on tensor failures.
-    fn replay(spec: &RunSpec, state: &ReplayState, sink: Box<dyn Write>) -> Result<()>;
-
     /// The framework's optimizer defaults as JSON, read from the library itself.
     ///
     /// # Errors
     /// When the library's config types cannot be serialised.
     fn defaults() -> Result<serde_json::Value>;
-
-    /// Builds the run's port from the fixture as `train` does, runs one forward pass and one
-    /// backward on batch 0, and reports what it found ([`Inspection`]; the port's build,
-    /// forward and backward errors are data in it).
-    ///
-    /// # Errors
-    /// A fixture the runner cannot read, an unavailable device, a model the runner has no
-    /// port for.
-    fn inspect(spec: &RunSpec) -> Result<Inspection>;
 }
+
+/// The source id [`main`] was given, for `source-id`.
+static SOURCE_ID: OnceLock<&'static str> = OnceLock::new();
 
 #[derive(Parser)]
 struct Cli {
@@ -142,7 +177,14 @@ pub fn run<R: Runner>() -> Result<()> {
         .version(R::VERSION)
         .get_matches();
     match Cli::from_arg_matches(&matches)?.command {
-        Command::Train { spec, out } => R::train(&RunSpec::from_path(&spec)?, open_sink(&out)?),
+        Command::Train { spec, out } => {
+            let spec = RunSpec::from_path(&spec)?;
+            R::run_port(PortJob::Train {
+                spec: &spec,
+                sink: open_sink(&out)?,
+            })?;
+            Ok(())
+        }
         Command::Probe { spec, out } => R::probe(&ProbeBatch::from_path(&spec)?, open_sink(&out)?),
         Command::Replay {
             spec,
@@ -152,10 +194,19 @@ pub fn run<R: Runner>() -> Result<()> {
         } => {
             let spec = RunSpec::from_path(&spec)?;
             let state = ReplayState::from_path(&state, step, &spec)?;
-            R::replay(&spec, &state, open_sink(&out)?)
+            R::run_port(PortJob::Replay {
+                spec: &spec,
+                state: &state,
+                sink: open_sink(&out)?,
+            })?;
+            Ok(())
         }
         Command::Inspect { spec } => {
-            let inspection = R::inspect(&RunSpec::from_path(&spec)?)?;
+            let spec = RunSpec::from_path(&spec)?;
+            let PortDone::Inspected(inspection) = R::run_port(PortJob::Inspect { spec: &spec })?
+            else {
+                bail!("{} gave no inspection", R::NAME);
+            };
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", serde_json::to_string(&inspection)?)?;
             out.flush()?;
@@ -170,8 +221,78 @@ pub fn run<R: Runner>() -> Result<()> {
             Ok(())
         }
         Command::SourceId => {
-            println!("{}", R::source_id());
+            println!("{}", SOURCE_ID.get().copied().unwrap_or("unknown"));
             Ok(())
         }
     }
+}
+
+/// The whole `main` of a runner binary: runs the shared command line as runner `R` ([`run`])
+/// and turns its result into the exit status. `source_id` is what `source-id` prints: the
+/// hash of the runner's sources the workflow's build embedded (`env!("PARITY_SOURCE_ID")`,
+/// see [`crate::build_info::emit`]), or the one an own model's generated `main` passes in
+/// (the runner's sources and the port's).
+///
+/// Returns success, or failure after printing the error (with its causes) to stderr.
+pub fn main<R: Runner>(source_id: &'static str) -> std::process::ExitCode {
+    // Set once per process; a second call keeps the first id, as a binary has one.
+    let _ = SOURCE_ID.set(source_id);
+    match run::<R>() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Declares a runner crate's port registry, in its `families` module: the built-in families
+/// by the name a run spec's `model.family` gives them, each with its port type, and
+/// `dispatch`, which runs a [`PortJob`] with the port its spec names through the crate's
+/// generic `run` function (`run::<Port>(job)`, given as `run:`). It defines
+///
+/// * `FAMILIES: &[&str]`, the names in the list's order (`scripts/parity/plan/own.py`,
+///   `builtin_families`, reads the same lines);
+/// * `fn dispatch(job: PortJob) -> anyhow::Result<PortDone>`, refusing a family the list
+///   lacks with the ones it has.
+///
+/// ```ignore
+/// parity_common::port_registry! {
+///     runner: "candle-parity",
+///     run: run,
+///     families: {
+///         "mlp" => mlp::Mlp,
+///         "transformer" => transformer::Transformer,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! port_registry {
+    (
+        runner: $runner:literal,
+        run: $run:ident,
+        families: { $($name:literal => $port:ty),* $(,)? }
+    ) => {
+        /// The built-in families' names, as a run spec's `model.family` gives them.
+        pub const FAMILIES: &[&str] = &[$($name),*];
+
+        /// Runs `job` with the port of the built-in family its spec names.
+        ///
+        /// # Errors
+        /// A family this crate has no port for (the message lists those it has), or the
+        /// job's.
+        pub fn dispatch(
+            job: $crate::cli::PortJob<'_>,
+        ) -> ::anyhow::Result<$crate::cli::PortDone> {
+            let family = job.spec().model.family.clone();
+            match family.as_str() {
+                $($name => $run::<$port>(job),)*
+                other => ::anyhow::bail!(
+                    "{} has no built-in model family {other:?} (it has {})",
+                    $runner,
+                    FAMILIES.join(", ")
+                ),
+            }
+        }
+    };
 }

@@ -43,7 +43,7 @@ CARD_TIMEOUT = 900
 #: ``candle_parity``, ``burn_parity``).
 RUST_SIDES = ("candle", "burn")
 #: The registry of a runner crate's built-in ports (``{framework}``): one
-#: ``"name" => module::Type,`` line per family in its ``families!`` list.
+#: ``"name" => module::Type,`` line per family in its ``port_registry!`` list.
 FAMILIES_RS = Path(__file__).resolve().parents[3] / "rust" / "{framework}-parity" / "src" / "families" / "mod.rs"
 
 
@@ -51,7 +51,7 @@ def builtin_families(framework: str) -> list[str]:
     """The built-in families of ``framework``'s runner crate, read from its registry
     (:data:`FAMILIES_RS`), in its order."""
     text = Path(str(FAMILIES_RS).format(framework=framework)).read_text(encoding="utf-8")
-    block = text[text.index("families! {") :]
+    block = text[text.index("port_registry!") :]
     return re.findall(r'^\s*"([a-z][a-z0-9_]*)"\s*=>', block, flags=re.M)
 
 

@@ -1,58 +1,46 @@
 //! The built-in model families, each a port ([`BurnModel`]) like a user's own model: loaded
 //! from the fixture through the same burn-store load ([`crate::load`]), trained, replayed and
 //! inspected by the same loop. A run spec names one by its `family`
-//! ([`parity_common::spec::ModelSpec`]); [`FAMILIES`] lists them and [`dispatch`] picks the
-//! port type.
+//! ([`parity_common::spec::ModelSpec`]); [`FAMILIES`] lists them and [`dispatch`] runs a
+//! job with the port's type ([`run`]).
 //!
 //! Adding a family (docs/architecture.md, "Adding a model family"): its port in a module
-//! here and one line in the `families!` list below; the same in `candle-parity`; its PyTorch
+//! here and one line in the `port_registry!` list below; the same in `candle-parity`; its PyTorch
 //! module and its entry in the config on the workflow's side.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use parity_common::burn::BurnModel;
+use parity_common::cli::{PortDone, PortJob};
 
 pub mod cnn;
 pub mod mlp;
 pub mod transformer;
 
-/// Something to do with a port type (train, replay or inspect it): what [`dispatch`] runs
-/// for the family a run spec names.
-pub trait PortJob {
-    /// What the job returns.
-    type Output;
-
-    /// Runs the job with port type `M`.
-    ///
-    /// # Errors
-    /// The job's.
-    fn run<M: BurnModel>(self) -> Result<Self::Output>;
+parity_common::port_registry! {
+    runner: "burn-parity",
+    run: run,
+    families: {
+        "mlp" => mlp::Mlp,
+        "cnn1d" => cnn::Cnn,
+        "transformer" => transformer::Transformer,
+    }
 }
 
-/// One line per family: its name in the run spec → its port type.
-macro_rules! families {
-    ($($name:literal => $port:ty),* $(,)?) => {
-        /// The built-in families' names, as a run spec's `model.family` gives them.
-        pub const FAMILIES: &[&str] = &[$($name),*];
-
-        /// Runs `job` with the port of built-in family `family`.
-        ///
-        /// # Errors
-        /// A family this crate has no port for (the message lists those it has), or the
-        /// job's.
-        pub fn dispatch<J: PortJob>(family: &str, job: J) -> Result<J::Output> {
-            match family {
-                $($name => job.run::<$port>(),)*
-                other => bail!(
-                    "burn-parity has no built-in model family {other:?} (it has {})",
-                    FAMILIES.join(", ")
-                ),
-            }
+/// Runs `job` with port `M`: `train` ([`crate::train::run`]), `replay`
+/// ([`crate::replay::run`]) or `inspect`.
+///
+/// # Errors
+/// The job's.
+pub fn run<M: BurnModel>(job: PortJob<'_>) -> Result<PortDone> {
+    Ok(match job {
+        PortJob::Train { spec, sink } => {
+            crate::train::run::<M, _>(spec, sink)?;
+            PortDone::Streamed
         }
-    };
-}
-
-families! {
-    "mlp" => mlp::Mlp,
-    "cnn1d" => cnn::Cnn,
-    "transformer" => transformer::Transformer,
+        PortJob::Replay { spec, state, sink } => {
+            crate::replay::run::<M, _>(spec, state, sink)?;
+            PortDone::Streamed
+        }
+        PortJob::Inspect { spec } => PortDone::Inspected(Box::new(crate::inspect::run::<M>(spec)?)),
+    })
 }

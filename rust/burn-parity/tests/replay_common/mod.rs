@@ -14,9 +14,8 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use burn::tensor::{DType, TensorData};
-use burn_parity::families::PortJob;
 use burn_parity::NoPort;
-use parity_common::burn::BurnModel;
+use parity_common::cli::PortJob;
 use parity_common::frames::RawTensor;
 use parity_common::replay::{replay_names, ReplayState};
 use parity_common::spec::{FloatType, RunSpec};
@@ -123,32 +122,13 @@ pub fn adamw() -> serde_json::Value {
         "weight_decay": 0.01, "implementation": "burn", "bias_correction": "f32"})
 }
 
-/// `train` of the spec's built-in family, as the runner dispatches it.
-struct Train<'a>(&'a RunSpec, &'a mut Vec<u8>);
-
-impl PortJob for Train<'_> {
-    type Output = ();
-    fn run<M: BurnModel>(self) -> Result<()> {
-        burn_parity::train::run::<M, _>(self.0, self.1)
-    }
-}
-
-/// `replay` of the spec's built-in family, as the runner dispatches it.
-struct Replay<'a>(&'a RunSpec, &'a ReplayState, &'a mut Vec<u8>);
-
-impl PortJob for Replay<'_> {
-    type Output = ();
-    fn run<M: BurnModel>(self) -> Result<()> {
-        burn_parity::replay::run::<M, _>(self.0, self.1, self.2)
-    }
-}
-
 /// Trains `spec` (its family's port, dispatched as the runner does) and returns its frames,
 /// or the error that ended it before its header (a framework error inside the loop ends
 /// the stream with a `failed` end frame instead).
 pub fn try_train(spec: &RunSpec) -> Result<Vec<Frame>> {
     let mut buf = Vec::new();
-    burn_parity::with_port::<NoPort, _>(spec, Train(spec, &mut buf))?;
+    let sink = Box::new(&mut buf);
+    burn_parity::run_port::<NoPort>(PortJob::Train { spec, sink })?;
     Ok(decode(&buf))
 }
 
@@ -210,7 +190,8 @@ pub fn state(spec: &RunSpec, frames: &[Frame], k: u32) -> ReplayState {
 /// and returns its frames.
 pub fn replay(spec: &RunSpec, state: &ReplayState) -> Vec<Frame> {
     let mut buf = Vec::new();
-    burn_parity::with_port::<NoPort, _>(spec, Replay(spec, state, &mut buf)).unwrap();
+    let sink = Box::new(&mut buf);
+    burn_parity::run_port::<NoPort>(PortJob::Replay { spec, state, sink }).unwrap();
     decode(&buf)
 }
 

@@ -72,3 +72,45 @@ impl CandleModel for Mlp {
         Ok(h)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    fn square_mlp(fault: ModelFault) -> Mlp {
+        let dev = Device::Cpu;
+        let t = |v: &[f32], shape: &[usize]| Tensor::new(v, &dev).unwrap().reshape(shape).unwrap();
+        Mlp {
+            layers: vec![
+                (t(&[1.0, 2.0, -3.0, 4.0], &[2, 2]), t(&[0.0, 0.0], &[2])),
+                (t(&[1.0, 1.0], &[1, 2]), t(&[0.0], &[1])),
+            ],
+            activation: Activation::Relu,
+            fault,
+        }
+    }
+
+    #[test]
+    fn transposed_weight_fault_uses_the_square_weight_as_is() -> Result<()> {
+        let x = Tensor::new(&[[1f32, 1.0]], &Device::Cpu)?;
+        let run = |fault| -> Result<Vec<Vec<f32>>> {
+            Ok(square_mlp(fault)
+                .forward(&x, &mut Taps::inactive())?
+                .to_vec2::<f32>()?)
+        };
+        // W·x = [3, 1] → relu sum 4; Wᵀ·x = [-2, 6] → 6.
+        assert_eq!(run(ModelFault::None)?, vec![vec![4.0]]);
+        assert_eq!(run(ModelFault::TransposedWeight)?, vec![vec![6.0]]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_fault_needs_a_square_weight() {
+        let vb = VarBuilder::zeros(DType::F32, &Device::Cpu);
+        let config = serde_json::json!({"sizes": [2, 3, 1], "activation": "relu",
+                                        "fault": "transposed_weight"});
+        let err = Mlp::build(&config, vb).err().unwrap();
+        assert!(format!("{err}").contains("square"), "{err}");
+    }
+}

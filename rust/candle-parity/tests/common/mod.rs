@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Result;
-use candle_parity::families::PortJob;
 use candle_parity::NoPort;
-use parity_common::candle::CandleModel;
+use parity_common::cli::PortJob;
 use parity_common::families::{self, CnnConfig, MlpConfig, TransformerConfig};
 use parity_common::frames::RawTensor;
 use parity_common::replay::ReplayState;
@@ -331,35 +330,18 @@ pub fn spec(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> Resul
 }
 
 /// `train` of the spec's built-in family, as the runner dispatches it.
-struct Train<'a>(&'a RunSpec, &'a mut Vec<u8>);
-
-impl PortJob for Train<'_> {
-    type Output = ();
-    fn run<M: CandleModel>(self) -> Result<()> {
-        candle_parity::train::run::<M, _>(self.0, self.1)
-    }
-}
-
-/// `replay` of the spec's built-in family, as the runner dispatches it.
-struct Replay<'a>(&'a RunSpec, &'a ReplayState, &'a mut Vec<u8>);
-
-impl PortJob for Replay<'_> {
-    type Output = ();
-    fn run<M: CandleModel>(self) -> Result<()> {
-        candle_parity::replay::run::<M, _>(self.0, self.1, self.2)
-    }
-}
-
 pub fn train(spec: &RunSpec) -> Result<Vec<Frame>> {
     let mut buf = Vec::new();
-    candle_parity::with_port::<NoPort, _>(spec, Train(spec, &mut buf))?;
+    let sink = Box::new(&mut buf);
+    candle_parity::run_port::<NoPort>(PortJob::Train { spec, sink })?;
     decode(&buf)
 }
 
-/// The replay's frame stream of `spec` from `state`.
+/// The replay's frame stream of `spec` from `state`, as the runner dispatches it.
 pub fn replay(spec: &RunSpec, state: &ReplayState) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
-    candle_parity::with_port::<NoPort, _>(spec, Replay(spec, state, &mut buf))?;
+    let sink = Box::new(&mut buf);
+    candle_parity::run_port::<NoPort>(PortJob::Replay { spec, state, sink })?;
     Ok(buf)
 }
 
