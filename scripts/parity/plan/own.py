@@ -44,7 +44,7 @@ CARD_TIMEOUT = 900
 RUST_SIDES = ("candle", "burn")
 #: The registry of a runner crate's built-in ports (``{framework}``): one
 #: ``"name" => module::Type,`` line per family in its ``port_registry!`` list.
-FAMILIES_RS = Path(__file__).resolve().parents[3] / "rust" / "{framework}-parity" / "src" / "families" / "mod.rs"
+FAMILIES_RS = Path(__file__).resolve().parents[3] / "rust/{framework}-parity/src/families/mod.rs"
 
 
 def builtin_families(framework: str) -> list[str]:
@@ -266,8 +266,8 @@ def resolve_model(
     """Config ``experiments.<experiment>.model`` of family ``own`` resolved (module docs):
     ``torch``, the Rust sides with their crate paths made absolute (relative to
     ``workdir``; a side naming a built-in port of its runner crate, ``family``, is checked
-    against the crate's registry), ``rename`` per side, and from the model card ``params``, ``tied``,
-    ``frozen``, ``other_buffers`` (the model's buffers not handed over),
+    against the crate's registry), ``rename`` per side, and from the model card ``params``,
+    ``tied``, ``frozen``, ``other_buffers`` (the model's buffers not handed over),
     ``buffers`` (those named in ``model.buffers``, with their shapes), ``rust_config``,
     ``io`` and ``card_sha256``. Raises :class:`ConfigError` listing every problem: a model
     that cannot be built, a source of randomness, a buffer or a rename that does not exist,

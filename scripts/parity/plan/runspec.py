@@ -84,10 +84,11 @@ def family_model(model: Mapping[str, Any], loss: str) -> dict:
 def own_model(model: Mapping[str, Any], framework: str) -> dict:
     """The ``model`` of an own model's run spec (``parity_common::spec::ModelSpec``): the
     port (``own``, the user's crate linked into its runner, or the runner crate's built-in
-    port the side names, ``family``), what the port's ``build`` receives (``config``), what a sample's input and target are (``input``:
-    ``tokens`` or ``float``; ``target``: ``tokens``, ``classes`` or ``float``), the tied
-    parameters (alias → recorded name), the buffers the fixture hands over (name, shape),
-    and the rename table of this Rust side (Rust name → state_dict key)."""
+    port the side names, ``family``), what the port's ``build`` receives (``config``), what
+    a sample's input and target are (``input``: ``tokens`` or ``float``; ``target``:
+    ``tokens``, ``classes`` or ``float``), the tied parameters (alias → recorded name), the
+    buffers the fixture hands over (name, shape), and the rename table of this Rust side
+    (Rust name → state_dict key)."""
     io = model["io"]
     return {
         "family": model.get(framework, {}).get("family", "own"),
