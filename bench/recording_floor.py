@@ -1,5 +1,5 @@
 """What recording every step costs the PyTorch scale job, part by part: the job's own
-training loop (``parity.run.torch.train``, 200 steps, float32, one thread, copies made
+training loop (``parity.train.torch.train``, 200 steps, float32, one thread, copies made
 beside the next step as in the workflow) run in this process with its trace writer swapped
 for writers that do only part of the work, on the same step copies, on one thread beside
 the run as :class:`parity.trace.writer.TraceWriter`'s writer thread does:
@@ -220,7 +220,7 @@ def main():
         for module in PRELOAD:
             __import__(module)
     from parity.plan.keys import RunKey
-    from parity.run import torch as runner
+    from parity.train import torch as runner
 
     writers = {
         "nothing": timed_trace_writer(),

@@ -60,7 +60,7 @@ rule build_own:
     resources:
         cargo=1,
     params:
-        build=own_build_params,
+        build=build_own_params,
     message:
         "cargo build of the {wildcards.framework} port of {wildcards.experiment} ({wildcards.device})"
     script:

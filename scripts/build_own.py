@@ -1,9 +1,9 @@
-"""Snakemake job: build the runner of an own model's Rust port (see parity.run.own_build)."""
+"""Snakemake job: build the runner of an own model's Rust port (see parity.train.build_own)."""
 
 import os
 
 from parity.core.fileio import job_logger
-from parity.run.own_build import build_own
+from parity.train.build_own import build_own
 
 sm = snakemake  # noqa: F821
 log = job_logger(sm.log[0])

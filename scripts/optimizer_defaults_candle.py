@@ -6,6 +6,6 @@ sm = snakemake  # noqa: F821
 # First, before the imports below (torch, numpy, pyarrow): the job's CPU priority.
 log = job_start(sm)
 
-from parity.run import defaults
+from parity.train import optimizer_defaults
 
-defaults.write(sm.output[0], defaults.candle_defaults(sm.input.binary))
+optimizer_defaults.write(sm.output[0], optimizer_defaults.candle_defaults(sm.input.binary))

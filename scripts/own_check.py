@@ -1,5 +1,5 @@
 """Snakemake job: check an own model's Rust port against the PyTorch model before any of
-its training jobs (see parity.run.own_check)."""
+its training jobs (see parity.train.own_check)."""
 
 from parity.core.fileio import job_start
 
@@ -8,7 +8,7 @@ sm = snakemake  # noqa: F821
 log = job_start(sm)
 
 from parity.plan.keys import RunKey
-from parity.run.own_check import own_check
+from parity.train.own_check import own_check
 
 w = sm.wildcards
 key = RunKey(w.experiment, w.framework, "f32", w.device)

@@ -1,5 +1,5 @@
 """Snakemake job: one run of a Rust runner binary (candle-parity, burn-parity) with the
-settings its rule resolved (see parity.run.rust)."""
+settings its rule resolved (see parity.train.rust)."""
 
 from parity.core.fileio import job_start
 
@@ -8,7 +8,7 @@ sm = snakemake  # noqa: F821
 log = job_start(sm)
 
 from parity.plan.keys import RunKey
-from parity.run import rust as rust_runner
+from parity.train import rust as rust_runner
 
 w = sm.wildcards
 key = RunKey(w.experiment, w.run, w.dtype, w.device)

@@ -156,7 +156,7 @@ def check_runs_as_written(config: dict) -> None:
 def build_runner(crate, dest: Path) -> str:
     """A Rust runner's CPU binary (``candle-parity``, ``burn-parity``) of the pinned
     release, built (or found up to date) in the target folder the workflow builds it in
-    (``burn`` for burn, ``default`` for candle's CPU build: parity.run.build, so
+    (``burn`` for burn, ``default`` for candle's CPU build: parity.train.build, so
     their dependencies are compiled once) and copied into ``dest``; returns the copy's
     path. The build and the copy hold the target folder's lock, as the workflow's build job
     does: a workflow run building another release into the same folder cannot swap the

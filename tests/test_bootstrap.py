@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 
-from parity.run.build import target_folders
+from parity.train.build import target_folders
 
 from conftest import REPO
 

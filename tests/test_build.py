@@ -1,4 +1,4 @@
-"""The build job of the Rust runners (parity.run.build) against a fake cargo: the binary
+"""The build job of the Rust runners (parity.train.build) against a fake cargo: the binary
 copied out only once it reports the build's source id, another build's binary cleaned and
 built again, a build that fails twice failing the job with nothing written, and the shared
 steps an own model's build uses too."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.run import build as runner_build
+from parity.train import build as runner_build
 
 LOG = logging.getLogger("test_build")
 

@@ -18,10 +18,10 @@ from parity.plan.faults import perturbed_settings
 from parity.plan.keys import RunKey
 from parity.plan.plan import Plan
 from parity.plan.runspec import runner_spec
-from parity.run import rust as rust_runner
-from parity.run import torch as torch_runner
 from parity.trace import fixtures
 from parity.trace.reader import TraceReader
+from parity.train import rust as rust_runner
+from parity.train import torch as torch_runner
 
 from conftest import REPO, load_config
 

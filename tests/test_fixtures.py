@@ -143,7 +143,7 @@ def test_the_pytorch_runner_refuses_a_fixture_the_rust_runners_would(tmp_path):
     import logging
 
     from parity.plan.keys import RunKey
-    from parity.run import torch as torch_runner
+    from parity.train import torch as torch_runner
 
     tensors, settings = _altered(lambda t: t.update(x=t["x"].astype(np.float64)))
     path = tmp_path / "fx.safetensors"

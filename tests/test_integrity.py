@@ -236,8 +236,8 @@ def test_the_rust_wrapper_refuses_to_start_a_binary_that_is_not_its_build(tmp_pa
 
     from parity.plan.keys import RunKey
     from parity.plan.plan import Plan
-    from parity.run import rust as rust_runner
     from parity.trace import fixtures
+    from parity.train import rust as rust_runner
 
     from conftest import load_config
 

@@ -39,7 +39,7 @@ FLOORS = {
     "plan": 1,
     "render": 1,
     "trace": 2,
-    "run": 3,
+    "train": 3,
     "compare": 3,
     "localise": 4,
     "probe": 4,

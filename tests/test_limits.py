@@ -14,7 +14,7 @@ from parity.plan.plan import Plan
 from parity.probe import limits as probe_limits
 from parity.probe.format import ProbeError
 from parity.probe.loader import load
-from parity.run.rust import RunnerError, spec_json
+from parity.train.rust import RunnerError, spec_json
 from test_probes import CONV1D, write_probe
 
 from conftest import REPO, load_config

@@ -25,10 +25,10 @@ from parity.plan import own as plan_own
 from parity.plan.keys import RunKey
 from parity.plan.plan import Plan
 from parity.plan.runspec import runner_spec
-from parity.run import own_check
-from parity.run import torch as torch_runner
 from parity.trace import fixtures
 from parity.trace.reader import TraceReader
+from parity.train import own_check
+from parity.train import torch as torch_runner
 
 from conftest import REPO, load_config
 

@@ -23,8 +23,8 @@ from parity.probe.format import Probe
 from parity.probe.loader import load
 from parity.probe.plan import ProbePlan
 from parity.probe.results import Outcome, ProbeResultError, read_results
-from parity.run.rust import RunnerError
 from parity.trace.frames import Frame, read_frames
+from parity.train.rust import RunnerError
 
 from conftest import REPO, load_test_config, record_binary, run_workflow
 

@@ -40,7 +40,7 @@ def test_training_code_does_not_include_the_comparison_maths():
         "parity/compare/closeness.py",
         "parity/trace/schema.py",
     } <= files
-    assert "parity/run/torch.py" not in files
+    assert "parity/train/torch.py" not in files
 
 
 def test_imports_are_followed_through_packages_and_function_bodies(tmp_path):

@@ -1,4 +1,4 @@
-"""The environment a Rust runner starts in (parity.run.rust.invocation): its thread pool,
+"""The environment a Rust runner starts in (parity.train.rust.invocation): its thread pool,
 glibc's malloc kept from returning every large block to the kernel, and the pipe its frames
 come through widened."""
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from parity.run import rust
+from parity.train import rust
 
 
 def test_a_runner_gets_its_threads_and_the_malloc_settings(monkeypatch):

@@ -11,9 +11,9 @@ import pytest
 
 from parity.plan.keys import RunKey
 from parity.plan.plan import Plan
-from parity.run import torch as torch_runner
 from parity.trace import fixtures
 from parity.trace.reader import TraceReader
+from parity.train import torch as torch_runner
 
 from conftest import load_config
 

@@ -13,9 +13,9 @@ from parity.core import models
 from parity.core.config import ConfigError
 from parity.localise import walk
 from parity.plan.plan import Plan
-from parity.run import torch as torch_runner
 from parity.trace import fixtures
 from parity.trace.reader import TraceReader
+from parity.train import torch as torch_runner
 
 from conftest import load_config, write_trace
 

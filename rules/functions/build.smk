@@ -50,7 +50,7 @@ def rust_sources(framework, version):
 
 
 def build_params(framework, version, device):
-    """What a build job receives (parity.run.build.build): the release, whether it is
+    """What a build job receives (parity.train.build.build): the release, whether it is
     built from a staged copy of the workspace (a release the workspace does not pin) and
     which files that copy holds, the cargo target folder's name and the features, and the
     source id the binary must report.
@@ -60,7 +60,7 @@ def build_params(framework, version, device):
     another checkout's or another release's in a shared target folder. The target folder
     is a name, not a path: one per feature set for candle (so a CPU build survives a GPU
     build; the releases of one feature set share it, and with it the compiled common
-    dependencies), burn's own; parity.run.build puts it under $CARGO_TARGET_DIR when set
+    dependencies), burn's own; parity.train.build puts it under $CARGO_TARGET_DIR when set
     (CI points it at a cache outside the clone), else under rust/target. A param holds no
     path, so a copy of the project is not rebuilt."""
     import hashlib

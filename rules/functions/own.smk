@@ -36,8 +36,8 @@ def own_crate_sources(wildcards):
     ]
 
 
-def own_build_params(wildcards):
-    """What an own runner's build job receives (parity.run.own_build.build_own); the
+def build_own_params(wildcards):
+    """What an own runner's build job receives (parity.train.build_own.build_own); the
     source id hashes the runner library's sources and the user's crate."""
     from parity.own.crate import source_id
 

@@ -1,5 +1,5 @@
 //! The check of a port before any training job (`inspect`; read by
-//! `scripts/parity/run/own_check.py`).
+//! `scripts/parity/train/own_check.py`).
 
 use anyhow::Result;
 use parity_common::candle::{CandleModel, FixtureStore, Taps};

@@ -1,6 +1,6 @@
 //! The command line every Rust runner shares (`candle-parity`, `burn-parity`, an own model's
-//! runner): the same subcommands, which the workflow calls alike (`scripts/parity/run/rust.py`,
-//! `scripts/parity/run/build.py`, the defaults rule). A runner says what its framework does
+//! runner): the same subcommands, which the workflow calls alike (`scripts/parity/train/rust.py`,
+//! `scripts/parity/train/build.py`, the defaults rule). A runner says what its framework does
 //! for each through [`Runner`] and calls [`run`] from its `main`.
 
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! A frame sink that writes on a thread of its own, so a runner trains on while its last
 //! step's frame travels down the pipe to the workflow.
 //!
-//! A pipe holds 1 MiB at most (`scripts/parity/run/rust.py` widens it to that), and a
+//! A pipe holds 1 MiB at most (`scripts/parity/train/rust.py` widens it to that), and a
 //! recorded step of a large model is megabytes: written directly, every step waited until
 //! the reading process had drained all but the pipe's last MiB of it. On the scale MLP
 //! (7.4 MB a step, 200 steps, 2 cores) that wait was about 0.5 s of a 7 s run

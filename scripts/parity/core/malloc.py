@@ -1,5 +1,5 @@
 """glibc's allocator setting for the processes that train: the Rust runners
-(``parity.run.rust``) and the warm server the PyTorch jobs are forked from
+(``parity.train.rust``) and the warm server the PyTorch jobs are forked from
 (``parity.core.warm``)."""
 
 #: Blocks up to 32 MiB come from the heap, and freed memory stays in the process. By default

@@ -151,11 +151,11 @@ def sensitivity(
             settings = perturbed_settings(s["settings"], delta)
             out = os.path.join(tmp, f"{len(os.listdir(tmp))}.parquet")
             if key.framework == "torch":
-                from parity.run import torch as torch_runner
+                from parity.train import torch as torch_runner
 
                 torch_runner.train(key, settings, fixture, out, threads, log)
             else:
-                from parity.run import rust as rust_runner
+                from parity.train import rust as rust_runner
 
                 rust_runner.train(key, settings, fixture, binary, out, threads, log, log_path)
             cand = TraceReader(out, expect=trace_expectation(key, settings))

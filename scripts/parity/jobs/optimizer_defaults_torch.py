@@ -1,4 +1,5 @@
-"""Job body: PyTorch's optimizer defaults, read from torch itself (parity.run.defaults)."""
+"""Job body: PyTorch's optimizer defaults, read from torch itself
+(parity.train.optimizer_defaults)."""
 
 
 def main(sm) -> None:
@@ -8,6 +9,6 @@ def main(sm) -> None:
     # First, before the imports below (torch): the job's CPU priority.
     job_start(sm)
 
-    from parity.run import defaults
+    from parity.train import optimizer_defaults
 
-    defaults.write(sm.output[0], defaults.torch_defaults())
+    optimizer_defaults.write(sm.output[0], optimizer_defaults.torch_defaults())

@@ -1,5 +1,5 @@
 """Job body: one PyTorch run of an own model (the user's nn.Module; see
-parity.own.torch_model and parity.run.torch)."""
+parity.own.torch_model and parity.train.torch)."""
 
 
 def main(sm) -> None:
@@ -12,7 +12,7 @@ def main(sm) -> None:
 
     from parity.own.torch_model import OwnNet
     from parity.plan.keys import RunKey
-    from parity.run import torch as torch_runner
+    from parity.train import torch as torch_runner
 
     w = sm.wildcards
     key = RunKey(w.experiment, w.run, w.dtype, w.device)

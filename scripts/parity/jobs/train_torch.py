@@ -1,4 +1,4 @@
-"""Job body: one PyTorch run with the settings its rule resolved (see parity.run.torch)."""
+"""Job body: one PyTorch run with the settings its rule resolved (see parity.train.torch)."""
 
 
 def main(sm) -> None:
@@ -11,7 +11,7 @@ def main(sm) -> None:
     log = job_start(sm)
 
     from parity.plan.keys import RunKey
-    from parity.run import torch as torch_runner
+    from parity.train import torch as torch_runner
 
     w = sm.wildcards
     key = RunKey(w.experiment, w.run, w.dtype, w.device)

@@ -89,7 +89,7 @@ def _state_settings(settings: Mapping, k: int) -> tuple[dict, str]:
 def _torch_net(settings: Mapping):
     """The PyTorch model maker of a run: an own model's ``OwnNet``, else the built-in
     families' functional ``Net``."""
-    from parity.run import torch as torch_runner
+    from parity.train import torch as torch_runner
 
     if settings["model"]["family"] == "own":
         from parity.own.torch_model import OwnNet
@@ -100,11 +100,11 @@ def _torch_net(settings: Mapping):
 
 def _train(key: RunKey, settings, fixture, out, threads, log, log_path) -> None:
     if key.framework == "torch":
-        from parity.run import torch as torch_runner
+        from parity.train import torch as torch_runner
 
         torch_runner.train(key, settings, fixture, out, threads, log, _torch_net(settings))
     else:
-        from parity.run import rust as rust_runner
+        from parity.train import rust as rust_runner
 
         rust_runner.train(
             key, settings, fixture, run_binary(settings, key.device), out, threads, log, log_path
@@ -191,7 +191,7 @@ def run_replay(
     """One replay of step ``k`` of ``key`` from ``state`` (see :mod:`parity.localise.replay`)."""
     adam = settings["optimizer"]["name"] != "sgd"
     if key.framework == "torch":
-        from parity.run import torch as torch_runner
+        from parity.train import torch as torch_runner
 
         return torch_runner.replay(
             settings,
@@ -204,7 +204,7 @@ def run_replay(
             threads,
             _torch_net(settings),
         )
-    from parity.run import rust as rust_runner
+    from parity.train import rust as rust_runner
 
     try:
         return rust_runner.replay(

@@ -123,7 +123,7 @@ def _layers(model: Mapping) -> list[tuple[str, str | None, str | None]]:
 def own_quantities(params: Sequence[str], dataflow: Sequence[Mapping]) -> list[Quantity]:
     """An own model's quantities from its PyTorch replay's ``dataflow`` (the intermediates
     its forward hooks recorded, in the order their modules finished, each with what it is
-    computed from: ``parity.run.torch.Net.dataflow``).
+    computed from: ``parity.train.torch.Net.dataflow``).
 
     Forward: each module's output ``<module path>.out``, the model's ``output``, ``loss``.
     Backward, in reverse: ``grad:`` of each output, computed from the gradients of the

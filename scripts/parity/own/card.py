@@ -8,7 +8,7 @@
 * ``tied``: alias → the name a tied tensor is recorded under (``lm_head.weight`` →
   ``model.embed_tokens.weight``);
 * ``frozen``: the parameters PyTorch does not train (``requires_grad=False``), in
-  state_dict order; the port must not train them either (:mod:`parity.run.own_check`);
+  state_dict order; the port must not train them either (:mod:`parity.train.own_check`);
 * ``buffers``: every buffer → its shape (not trained, not compared; config
   ``model.buffers`` names those handed to the Rust side);
 * ``rust_config``: what the Rust side's ``build`` receives (``torch_model.rust_config``);

@@ -358,7 +358,7 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 
 
 class OwnNet:
-    """The model an own model's PyTorch run trains (``parity.run.torch.train(…,
+    """The model an own model's PyTorch run trains (``parity.train.torch.train(…,
     net=OwnNet)``): the user's ``nn.Module`` (:func:`build`) in training mode, its
     parameters and handed-over buffers set from ``values`` (the fixture's, or a replay's
     state). ``params`` are the module's own parameters by state_dict key, each tied tensor

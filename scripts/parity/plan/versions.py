@@ -17,7 +17,7 @@ without versions. Each further release ``v`` adds, per experiment:
 
 Probe results of a further release are ``results/probes/{probe}/candle_v0_11_1-…``.
 
-Building a release (``parity.run.build``): the primary or pinned release from the
+Building a release (``parity.train.build``): the primary or pinned release from the
 workspace itself (``rust/Cargo.lock``); any other from a copy of the workspace whose
 runner manifest requires ``=v`` of each of the framework's crates, with the committed lock
 file ``rust/versions/<framework>-<v>.lock`` (``cargo build --locked``). A release without

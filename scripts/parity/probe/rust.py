@@ -1,7 +1,7 @@
 """The Rust side of op probes: runs a runner binary's ``probe`` subcommand
 (``candle-parity``, ``burn-parity``) on a batch of probes and turns its ``result`` frames
 into probe outcomes (``parity.probe.results``). Kept apart from the training side
-(:mod:`parity.run.rust`), so that a trace's code hash does not cover the probe maths.
+(:mod:`parity.train.rust`), so that a trace's code hash does not cover the probe maths.
 
 The binary reads a ``ProbeBatch``, ``{"probes": [Probe.runner_spec(dtype, device), ...]}``
 (``rust/parity-common/src/probe_spec/op.rs``), and writes a header frame, then per probe in
@@ -24,9 +24,9 @@ from parity.probe import api_limits
 from parity.probe.format import Probe
 from parity.probe.plan import ProbeKey
 from parity.probe.results import OK, Outcome, write_results
-from parity.run.rust import RunnerError, check_binary, invocation, log_tail
 from parity.trace.frames import Frame, FrameError, read_frames
 from parity.trace.provenance import probe_metadata
+from parity.train.rust import RunnerError, check_binary, invocation, log_tail
 
 HEADER_RUNNER_KEYS = ("compiler", "device_detail", "features")
 #: Signals a process raises on itself when it faults (a segfault, an abort, a bus error, a

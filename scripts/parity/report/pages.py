@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from parity.core.fileio import write_text_atomic
 from parity.render import tables
-from parity.run import defaults
 from parity.trace.reader import TraceReader
+from parity.train import optimizer_defaults
 
 PROVENANCE_COLUMNS = (
     "experiment",
@@ -95,14 +95,14 @@ def provenance(traces: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
 
 def training_loop_page(rst_path: str, defaults_json: Sequence[str], out_html: str) -> None:
     """The report's training-loop page: our text (``report/training_loop.rst``) followed by
-    the optimizer defaults every framework printed (its sealed JSON, ``defaults.read``, as
+    the optimizer defaults every framework printed (its sealed JSON, ``optimizer_defaults.read``, as
     the optimizer-defaults table shows them), rendered to HTML with docutils."""
     from docutils.core import publish_string
 
     with open(rst_path, encoding="utf-8") as f:
         text = f.read()
     # The cells exactly as the optimizer-defaults table writes them.
-    table = tables.csv_text(defaults.read(defaults_json), defaults.COLUMNS)
+    table = tables.csv_text(optimizer_defaults.read(defaults_json), optimizer_defaults.COLUMNS)
     rows = list(csv.DictReader(io.StringIO(table)))
     cols = ("framework", "version", "optimizer", "lr", "betas", "eps", "weight_decay", "momentum")
 

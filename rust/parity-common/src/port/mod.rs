@@ -16,7 +16,7 @@
 //! The runner library of the framework (`candle_parity::main`, `burn_parity::main`) runs
 //! the shared command line ([`crate::cli`]) for a binary: `train`, `probe`, `replay`,
 //! `inspect`, `defaults`, `version`, `source-id`. This module holds what is framework-free:
-//! the report of `inspect` ([`Inspection`], read by `scripts/parity/run/own_check.py`).
+//! the report of `inspect` ([`Inspection`], read by `scripts/parity/train/own_check.py`).
 //!
 //! **Taps.** A port names its intermediates after the PyTorch model's module paths
 //! (`model.layers.0.self_attn`): `taps.tap(path, h)` in its forward pass. In `train` a tap
@@ -37,7 +37,7 @@ pub mod candle;
 /// What `inspect` prints (one JSON object on stdout): the port built from the fixture as
 /// `train` builds it, one forward pass and one backward on batch 0.
 ///
-/// `scripts/parity/run/own_check.py` (`judge`) compares it with the PyTorch model before any
+/// `scripts/parity/train/own_check.py` (`judge`) compares it with the PyTorch model before any
 /// training job: other parameters, missing ones, other shapes or an output of the wrong
 /// shape stop the workflow there, every difference listed; parameters without a gradient are
 /// recorded, not refused.

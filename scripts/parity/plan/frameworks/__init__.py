@@ -4,7 +4,7 @@ A definition module (:mod:`.pytorch`, :mod:`.candle`, :mod:`.burn`) says:
 
 * ``NAME``: the framework's name, which every run name starts with;
 * ``RUST``: whether its runs are a Rust binary speaking the frame protocol
-  (``parity.run.rust``); a Rust framework also names ``PINNED_VERSION``, the release the
+  (``parity.train.rust``); a Rust framework also names ``PINNED_VERSION``, the release the
   workspace's Cargo.lock pins, and ``CRATES``, its crates pinned to it (``parity.plan.versions``);
 * ``UNSUPPORTED``: its cells of the validity matrix that cannot run, ``(device, dtype)`` →
   reason;

@@ -1,4 +1,4 @@
-"""PyTorch, the reference framework (``parity.run.torch``, ``parity.probe.torch``)."""
+"""PyTorch, the reference framework (``parity.train.torch``, ``parity.probe.torch``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The build of the Rust runners (rules ``build_candle``, ``build_burn``): ``cargo build
 --release --locked`` of one release of a runner, then a check that the binary copied out is
 this checkout's and this release's; and the steps every runner build shares (an own
-model's too, ``parity.run.own_build``): the cargo target folder, cargo run into the job's
+model's too, ``parity.train.build_own``): the cargo target folder, cargo run into the job's
 log, the binary copied out under the target folder's lock and its source id read back.
 
 A release the workspace pins builds from ``rust/`` itself; any other from a staged copy of

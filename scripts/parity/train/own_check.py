@@ -36,8 +36,8 @@ from parity.core.models import model_params
 from parity.plan.keys import RunKey
 from parity.plan.own import expected_output
 from parity.plan.runspec import runner_spec
-from parity.run.rust import RunnerError, check_binary, invocation, log_tail
 from parity.trace import fixtures
+from parity.train.rust import RunnerError, check_binary, invocation, log_tail
 
 
 class PortMismatch(RuntimeError):

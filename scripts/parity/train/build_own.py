@@ -21,7 +21,7 @@ from typing import Any
 from parity.core import integrity
 from parity.own import crate as own_crate
 from parity.plan import versions
-from parity.run.build import copy_binary, locked_output, run_logged, target_folders
+from parity.train.build import copy_binary, locked_output, run_logged, target_folders
 
 
 class OwnBuildError(RuntimeError):
