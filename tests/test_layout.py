@@ -46,7 +46,7 @@ FLOORS = {
     "detection": 4,
     "own": 2.5,
     "fuzz": 5,
-    "jobs": 5,
+    "adapters": 5,
     "remote": 5,
     "report": 6,
     "analysis": 6,

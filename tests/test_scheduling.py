@@ -189,14 +189,14 @@ def test_job_start_refuses_to_raise_the_cpu_priority(tmp_path):
 
 
 def _warm_body(path):
-    """The ``main`` body of the parity.jobs module a warm-started script hands over to
-    (``run_job(snakemake, <module>.main)``), or None for a script that runs its body."""
+    """The ``main`` of the parity.adapters module a warm-started adapter hands its body to
+    (``run_job(snakemake, <module>.main)``), or None for an adapter that runs its body."""
     body = ast.parse(path.read_text()).body
     if not any("run_job(" in ast.unparse(n) for n in body):
         return None
     imports = {n.module for n in body if isinstance(n, ast.ImportFrom)}
-    assert imports <= {"parity.core.warm", "parity.jobs"}, f"{path.name} imports {imports}"
-    module = REPO / "scripts/parity/jobs" / path.name
+    assert imports <= {"parity.core.warm", "parity.adapters"}, f"{path.name} imports {imports}"
+    module = REPO / "scripts/parity/adapters" / path.name
     tree = ast.parse(module.read_text())
     assert all(isinstance(n, ast.FunctionDef | ast.Expr) for n in tree.body), (
         f"{module.name} does more than define functions at import"
@@ -205,12 +205,12 @@ def _warm_body(path):
     return main.body
 
 
-def test_every_job_script_lowers_its_priority_before_any_heavy_import():
-    """The imports are most of a short job's CPU (torch alone about 2.7 s here): a script
+def test_every_adapter_lowers_its_priority_before_any_heavy_import():
+    """The imports are most of a short job's CPU (torch alone about 2.7 s here): an adapter
     that imported first would run them at full priority beside a build. A warm-started
-    script (parity.core.warm) checks its body in parity.jobs, which is what its child runs
-    (the server's one preload of torch runs at the priority Snakemake gave the job that
-    started it, before that job's job_start; a server serves only jobs started at that
+    adapter (parity.core.warm) is checked by its body in parity.adapters, which is what its
+    child runs (the server's one preload of torch runs at the priority Snakemake gave the job
+    that started it, before that job's job_start; a server serves only jobs started at that
     priority, and each child lowers its own)."""
     light = {"os", "sys", "pathlib", "parity.core.fileio"}
     scripts = sorted((REPO / "scripts").glob("*.py"))

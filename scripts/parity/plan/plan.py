@@ -3,7 +3,7 @@ rules ask of it.
 
 ``rules/common.smk`` builds one :class:`Plan` while the DAG is built (after JSON-schema
 validation); every rule's inputs come from it, and every job receives what it needs from
-it as params (``Plan.run_settings``, :meth:`Plan.comparison_job`, …): no job script builds
+it as params (``Plan.run_settings``, :meth:`Plan.comparison_job`, …): no adapter builds
 a plan of its own.
 
 Run keys and comparisons are :mod:`parity.plan.keys`.

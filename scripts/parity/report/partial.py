@@ -119,7 +119,7 @@ def comparison_state(
     c: Comparison, job: Mapping, codes: Mapping[str, str | None]
 ) -> dict[str, tuple[dict | None, str]]:
     """:func:`current_result` of each table kind of comparison ``c``, whose jobs receive
-    ``job`` (``codes``: kind → code hash of its job script)."""
+    ``job`` (``codes``: kind → code hash of its adapter)."""
     return {k: current_result(c.result(k), job, codes.get(k)) for k in c.kinds}
 
 

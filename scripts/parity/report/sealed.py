@@ -57,7 +57,7 @@ def defaults_json(plan) -> list[str]:
     return [p for fw, p in zip(DEFAULTS_FRAMEWORKS, DEFAULTS_JSON, strict=True) if fw in used]
 
 
-#: The job script of each page (under ``scripts/``): its rule's code hash is of it.
+#: The adapter of each page (under ``scripts/``): its rule's code hash is of it.
 SCRIPTS = {
     "provenance": "provenance.py",
     "framework_summary": "framework_summary.py",

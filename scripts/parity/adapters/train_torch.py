@@ -1,4 +1,4 @@
-"""Job body: one PyTorch run with the settings its rule resolved (see parity.train.torch)."""
+"""Adapter body: one PyTorch run with the settings its rule resolved (see parity.train.torch)."""
 
 
 def main(sm) -> None:

@@ -1,4 +1,4 @@
-"""Job body (rules compare and perstep): the tables and figures of one comparison, in one
+"""Adapter body (rules compare and perstep): the tables and figures of one comparison, in one
 process: always the per-step table; with float64 runs (rule compare) the float64 split and
 the diagnosis too (see parity.compare.job.compare)."""
 

@@ -1,4 +1,4 @@
-"""Job body: a batch of probes (every probe of one dtype and device) with PyTorch, in one
+"""Adapter body: a batch of probes (every probe of one dtype and device) with PyTorch, in one
 interpreter, each probe's result from the content cache when it holds it (see
 parity.probe.batch; the interpreter is parity.probe.torch)."""
 

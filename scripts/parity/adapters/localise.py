@@ -1,4 +1,4 @@
-"""Job body: localise one comparison, or skip it (see parity.localise.job)."""
+"""Adapter body: localise one comparison, or skip it (see parity.localise.job)."""
 
 
 def main(sm) -> None:

@@ -1,4 +1,4 @@
-"""Job body: PyTorch's optimizer defaults, read from torch itself
+"""Adapter body: PyTorch's optimizer defaults, read from torch itself
 (parity.train.optimizer_defaults)."""
 
 

@@ -1,4 +1,4 @@
-"""Job body: one PyTorch run of an own model (the user's nn.Module; see
+"""Adapter body: one PyTorch run of an own model (the user's nn.Module; see
 parity.own.torch_model and parity.train.torch)."""
 
 
