@@ -41,7 +41,7 @@ include: "rules/probes.smk"
 include: "rules/summary.smk"
 include: "rules/report.smk"
 include: "rules/devices.smk"
-include: "rules/faults.smk"
+include: "rules/detection.smk"
 include: "rules/fuzz.smk"
 
 

@@ -1,4 +1,4 @@
-# The input and params functions of rules/faults.smk (Snakemake's linter keeps functions
+# The input and params functions of rules/detection.smk (Snakemake's linter keeps functions
 # out of a file of rules); included at its top.
 
 

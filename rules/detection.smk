@@ -3,7 +3,7 @@
 # sensitivity. Target `faults`; not in the default target.
 
 
-include: "functions/faults.smk"
+include: "functions/detection.smk"
 
 
 rule detection:
