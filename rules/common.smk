@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(PARITY_DIR, "scripts"))
 
 from parity.core import environment, integrity, paths, yamlfile  # noqa: E402
 from parity.plan import limits  # noqa: E402
-from parity.report import matrix as version_matrix  # noqa: E402
+from parity.report import versions as report_versions  # noqa: E402
 from parity.plan import versions  # noqa: E402
 from parity.core.codeversion import code_version  # noqa: E402
 from parity.core.memo import Memo, json_key  # noqa: E402

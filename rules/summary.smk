@@ -176,7 +176,7 @@ rule versions_table:
     conda:
         "../envs/analysis.yaml"
     params:
-        matrix=version_matrix.plan_params(PLAN, PROBES if PROBES.probes else None),
+        matrix=report_versions.plan_params(PLAN, PROBES if PROBES.probes else None),
         code=code("versions_table.py"),
         seal=page_seal("versions"),
     script:

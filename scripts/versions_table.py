@@ -1,5 +1,5 @@
 """Snakemake job: the release matrix, which releases of candle and burn have each known
-fault (see parity.report.matrix.versions_table), and its sealed record
+fault (see parity.report.versions.versions_table), and its sealed record
 (parity.report.sealed)."""
 
 from parity.core.fileio import job_start
@@ -9,7 +9,7 @@ sm = snakemake  # noqa: F821
 log = job_start(sm)
 
 from parity.report import sealed
-from parity.report.matrix import versions_table
+from parity.report.versions import versions_table
 
 made_from = sealed.read_inputs(sm.input)
 versions_table(

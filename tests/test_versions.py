@@ -1,6 +1,6 @@
 """The version axis (config candle.versions, burn.versions; parity.plan.versions): which runs,
 comparisons, binaries and probe cells each release adds, what is refused before the DAG,
-and the release matrix (parity.report.matrix) on hand-made probe and summary rows. The
+and the release matrix (parity.report.versions) on hand-made probe and summary rows. The
 real two-release run is tests/test_versions_workflow.py."""
 
 import copy
@@ -15,11 +15,11 @@ from parity.plan import versions
 from parity.plan.keys import RunKey
 from parity.plan.plan import Plan
 from parity.probe.plan import ProbeKey, ProbePlan
-from parity.report import matrix as version_matrix
+from parity.report import versions as report_versions
 
 from conftest import REPO, load_config
 
-M = version_matrix
+M = report_versions
 
 
 @pytest.fixture

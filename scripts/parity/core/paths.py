@@ -65,7 +65,7 @@ PROBE_CACHE = "results/cache/probes/{framework}-{dtype}-{device}/{probe}-{key}.p
 SUMMARY = "results/tables/summary.{ext}"
 PROBES_TABLE = "results/tables/probes.{ext}"
 FRAMEWORK_SUMMARY = "results/tables/framework_summary.{ext}"
-#: The release matrix (parity.report.matrix).
+#: The release matrix (parity.report.versions).
 VERSIONS_TABLE = "results/tables/versions.{ext}"
 OPTIMIZER_DEFAULTS = "results/tables/optimizer_defaults.{ext}"
 PROVENANCE = "results/tables/provenance.{ext}"

@@ -119,13 +119,13 @@ def page_inputs(page: str, plan, probe_plan, text: str) -> list[str]:
 def page_params(page: str, plan, probe_plan) -> Any:
     """The params of ``page``'s job other than its code and its seal, which its record's
     params hash is of: the framework table's rows (``Plan.framework_summary_params``), the
-    release matrix's plan (``matrix.plan_params``); None for the other pages."""
+    release matrix's plan (``versions.plan_params``); None for the other pages."""
     if page == "framework_summary":
         return plan.framework_summary_params()
     if page == "versions":
-        from parity.report import matrix
+        from parity.report import versions
 
-        return matrix.plan_params(plan, probe_plan)
+        return versions.plan_params(plan, probe_plan)
     return None
 
 

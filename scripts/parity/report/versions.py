@@ -80,7 +80,7 @@ def columns(releases: Mapping[str, Sequence[str]]) -> list[str]:
 
 
 def plan_params(plan, probe_plan) -> dict[str, Any]:
-    """The matrix job's params: ``releases`` (framework → releases, the primary first),
+    """The versions_table job's params: ``releases`` (framework → releases, the primary first),
     ``comparisons`` (each PyTorch-against-Rust comparison of the primary release: its
     experiment, name, device, framework, ``expect`` and ``cells``, release → the
     comparison's name for that release) and ``known_bugs`` (probe → case → framework →
