@@ -13,7 +13,7 @@ from parity.fuzz import campaign, check, generate, job, report, shrink
 from parity.fuzz.generate import Case, Route
 from parity.probe import loader
 from parity.probe import ops as probe_ops
-from parity.probe import shapes as probe_shapes
+from parity.probe.shapes import table as probe_shapes
 
 
 def test_same_seed_same_cases_byte_for_byte():

@@ -1,4 +1,4 @@
-"""The fuzzer's generators over the whole probe language (parity.fuzz.generators*): one per
+"""The fuzzer's generators over the whole probe language (parity.fuzz.generators): one per
 op, seeded so that the first fuzzer's cases stay as they were, integer index inputs valid
 and drawn from PyTorch's whole domain, arguments reaching their limits, values chosen per
 op, and shrinking that keeps indices valid."""
@@ -8,23 +8,24 @@ import hashlib
 import numpy as np
 import pytest
 
-from parity.fuzz import check, generate, generators, shrink
-from parity.fuzz.generators_index import INDEX, UNIQUE_INDEX, index_bound, repeats_a_write
+from parity.fuzz import check, generate, shrink
+from parity.fuzz.generators import table as generator_table
+from parity.fuzz.generators.index import INDEX, UNIQUE_INDEX, index_bound, repeats_a_write
 from parity.probe import ops as probe_ops
-from parity.probe import shapes as probe_shapes
-from parity.probe.shapes_common import INT64
+from parity.probe.shapes import table as probe_shapes
+from parity.probe.shapes.common import INT64
 
 
 def test_every_op_of_the_language_has_a_generator_and_a_stream():
     """The next op added to schemas/probe.schema.yaml fails here until it has a generator
     and a place at the end of SEED_ORDER."""
-    assert set(generators.GENERATORS) == set(probe_ops.op_names())
-    assert sorted(generators.SEED_ORDER) == sorted(generators.GENERATORS)
-    assert len(set(generators.SEED_ORDER)) == len(generators.SEED_ORDER)
+    assert set(generator_table.GENERATORS) == set(probe_ops.op_names())
+    assert sorted(generator_table.SEED_ORDER) == sorted(generator_table.GENERATORS)
+    assert len(set(generator_table.SEED_ORDER)) == len(generator_table.SEED_ORDER)
     # The first fuzzer seeded its 27 ops by their sorted order; they keep their streams.
-    assert generators.SEED_ORDER[:27] == generators.FIRST_OPS
-    assert list(generators.FIRST_OPS) == sorted(generators.FIRST_OPS)
-    assert len(generators.FIRST_OPS) == 27
+    assert generator_table.SEED_ORDER[:27] == generator_table.FIRST_OPS
+    assert list(generator_table.FIRST_OPS) == sorted(generator_table.FIRST_OPS)
+    assert len(generator_table.FIRST_OPS) == 27
     assert tuple(sorted(probe_ops.op_names())) == generate.SUPPORTED_OPS
 
 

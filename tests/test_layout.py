@@ -2,7 +2,8 @@
 
 * ``scripts/parity/`` is cut into subpackages by stage, each on a floor: a subpackage imports
   only from floors below it (the floor of each is :data:`FLOORS`, the order
-  docs/architecture.md's module map lists them in), and no module imports another that
+  docs/architecture.md's module map lists them in; a package nested in a subpackage, such
+  as ``probe/shapes/``, is on its parent's floor), and no module imports another that
   imports it back, directly or through others (function-level imports included, since
   they are how circles used to hide);
 * a subpackage's ``__init__.py`` holds only its docstring (``parity.core.codeversion``
@@ -131,6 +132,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def subpackage(module: str) -> str | None:
+    """The top-level subpackage whose floor ``module`` is on (``parity.probe.shapes.table`` →
+    ``probe``: a nested package is on its parent's floor), or None for the top package."""
     parts = module.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else None
 
@@ -140,6 +143,16 @@ def test_every_subpackage_has_a_floor():
     assert on_disk == set(FLOORS), f"subpackages without a floor or gone: {on_disk ^ set(FLOORS)}"
     loose = sorted(p.name for p in PARITY.glob("*.py") if p.name != "__init__.py")
     assert not loose, f"modules outside any subpackage: {loose}"
+
+
+def test_a_nested_package_is_on_its_parents_floor():
+    assert subpackage("parity.probe.shapes.table") == "probe"
+    assert subpackage("parity.probe.shapes") == "probe"
+    assert subpackage("parity.probe") == "probe"
+    assert subpackage("parity") is None
+    nested = sorted(module_name(p) for p in PARITY.glob("*/*/__init__.py"))
+    assert "parity.probe.shapes" in nested and "parity.fuzz.generators" in nested
+    assert all(subpackage(m) in FLOORS for m in nested)
 
 
 def test_no_python_module_imports_itself_back():

@@ -3,11 +3,11 @@ sizes from PyTorch's formulas; no framework needed."""
 
 import pytest
 
-from parity.probe import shapes as ps
-from parity.probe import shapes_common
 from parity.probe.ops import op_args, op_names, op_support
+from parity.probe.shapes import common
+from parity.probe.shapes import table as ps
 
-F, INT = shapes_common.FLOAT, shapes_common.INT64
+F, INT = common.FLOAT, common.INT64
 
 
 def run(op, shapes, kinds=None, values=None, **given):
@@ -125,9 +125,9 @@ def test_indexing_writes_keep_the_target_shape():
     assert run("index_put", [[4, 3], [2], [2, 3]], [F, INT, F]) == ([4, 3], F)
     got = run("index_put", [[4, 3], [2], [2, 3]], [F, INT, F], [None, [3.0, 0.0], None])
     assert got == ([4, 3], F)
-    with pytest.raises(shapes_common.ShapeError, match="index 4 is out of range"):
+    with pytest.raises(common.ShapeError, match="index 4 is out of range"):
         run("index_put", [[4, 3], [2], [2, 3]], [F, INT, F], [None, [4.0, 0.0], None])
-    with pytest.raises(shapes_common.ShapeError, match="index 3 is out of range"):
+    with pytest.raises(common.ShapeError, match="index 3 is out of range"):
         run("scatter", [[4, 3], [1, 3], [1, 3]], [F, INT, F], [None, [0, 1, 3], None], dim=1)
 
 
@@ -188,21 +188,21 @@ def test_indexing_writes_keep_the_target_shape():
     ],
 )  # fmt: skip
 def test_shape_errors(op, shapes, kinds, given, words):
-    with pytest.raises(shapes_common.ShapeError) as e:
+    with pytest.raises(common.ShapeError) as e:
         run(op, shapes, kinds, **given)
     assert words in str(e.value)
 
 
 def test_index_values_are_range_checked_when_known():
-    with pytest.raises(shapes_common.ShapeError, match=r"index 4 is out of range: expected 0 … 3"):
+    with pytest.raises(common.ShapeError, match=r"index 4 is out of range: expected 0 … 3"):
         run("embedding", [[2], [4, 3]], [INT, F], [[0.0, 4.0], None])
-    with pytest.raises(shapes_common.ShapeError, match="target -1"):
+    with pytest.raises(common.ShapeError, match="target -1"):
         run("nll", [[2, 3], [2]], [F, INT], [None, [0.0, -1.0]])
     assert run("gather", [[2, 3], [2, 1]], [F, INT], [None, [2.0, 0.0]], dim=1)[0] == [2, 1]
 
 
 def test_unknown_op():
-    with pytest.raises(shapes_common.ShapeError, match="unknown op 'conv3d'"):
+    with pytest.raises(common.ShapeError, match="unknown op 'conv3d'"):
         ps.infer("conv3d", {}, [[1]])
 
 
@@ -244,13 +244,13 @@ def test_case_errors_name_the_step_or_the_loss_term():
         ],
         "compare": ["y"],
     }
-    with pytest.raises(shapes_common.CaseShapeError) as e:
+    with pytest.raises(common.CaseShapeError) as e:
         ps.infer_case(_inputs(x=[2, 3]), case)
     assert e.value.field == "steps[1].add"
     assert "input shapes [3, 2], [2, 3]" in e.value.problem
     case = {"steps": [], "loss": [{"kind": "weighted_sum", "input": "x", "weights": "w"}],
             "compare": ["loss"]}  # fmt: skip
-    with pytest.raises(shapes_common.CaseShapeError) as e:
+    with pytest.raises(common.CaseShapeError) as e:
         ps.infer_case(_inputs(x=[2, 3], w=[3, 2]), case)
     assert e.value.field == "loss[0].weighted_sum"
 

@@ -5,7 +5,8 @@ A :class:`Case` is plain data: the op, its YAML arguments, per input a logical s
 :class:`Route`, the *stored* values (the leaf the route starts from) and its kind (float,
 or int64 for indices and class targets), and the integer weights of the loss
 ``weighted_sum(y, w)`` (none for an op with an int64 output: then only ``y`` is compared).
-The ops' generators are in ``generators`` (one per op of the probe language).
+The ops' generators are in ``generators`` (one per op of the probe language, gathered in
+``generators.table``).
 :func:`to_doc` writes it as a probe document in the v2 YAML form (one case named
 ``case``), so a finding is directly a probe file; :func:`to_probe` parses that document
 with ``loader.parse`` (validation, shape inference). Validity of shapes and arguments is
@@ -25,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from parity.fuzz.generators import GENERATORS, SEED_ORDER
-from parity.fuzz.generators_index import UNIQUE_INDEX, index_values, repeats_a_write
+from parity.fuzz.generators.index import UNIQUE_INDEX, index_values, repeats_a_write
+from parity.fuzz.generators.table import GENERATORS, SEED_ORDER
 from parity.probe import format as probes
 from parity.probe import ops as probe_ops
-from parity.probe import shapes as probe_shapes
 from parity.probe.loader import parse
-from parity.probe.shapes_common import FLOAT, INT64, ShapeError
+from parity.probe.shapes import table as probe_shapes
+from parity.probe.shapes.common import FLOAT, INT64, ShapeError
 
 #: A layout step: (op, YAML arguments), applied forward from the stored leaf.
 LayoutStep = tuple[str, dict]

@@ -41,7 +41,7 @@ from parity.fuzz.check import ERROR, MISSING_GRAD, kind_of
 from parity.fuzz.generate import input_name, to_doc
 from parity.probe import loader
 from parity.probe import ops as probe_ops
-from parity.probe import shapes as probe_shapes
+from parity.probe.shapes import table as probe_shapes
 
 COLUMNS = (
     "op",

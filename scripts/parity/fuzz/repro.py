@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from parity.fuzz.campaign import Finding
 from parity.fuzz.generate import Case, Input, input_name
 from parity.probe import ops as probe_ops
-from parity.probe import shapes as probe_shapes
-from parity.probe.shapes_common import INT64
+from parity.probe.shapes import table as probe_shapes
+from parity.probe.shapes.common import INT64
 
 #: Ops whose candle reproduction is not written: candle has no such op (its runner reports
 #: them ``unsupported``, so no candle finding names them).

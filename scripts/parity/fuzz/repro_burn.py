@@ -17,8 +17,8 @@ from parity.fuzz.repro import (
     reduced_dims,
     signed_dim,
 )
-from parity.probe import shapes as probe_shapes
-from parity.probe.shapes_common import INT64
+from parity.probe.shapes import table as probe_shapes
+from parity.probe.shapes.common import INT64
 
 #: Ops whose burn reproduction is not written: burn has no such op, or no contiguous copy
 #: (its runner reports them ``unsupported``, so no burn finding names them).

@@ -15,7 +15,7 @@ it, or after ``rounds`` rounds.
 Logical input values survive every step (sliced where a dimension shrinks); the loss
 weights are kept while the output shape is, else made 1, 2, 3, 1, 2, 3, … An integer input
 keeps its kind, and its values stay valid: where a dimension they index shrinks, each is
-taken modulo the new size (``generators_index.index_bound``); a candidate whose index then
+taken modulo the new size (``generators.index.index_bound``); a candidate whose index then
 writes a position twice (scatter, index_put without accumulate), or whose sort now has a
 tie, is dropped (``generate.degenerate``). A ``reshape`` whose input shrank flattens it.
 """
@@ -31,8 +31,8 @@ import numpy as np
 
 from parity.fuzz.check import Checker, Failure
 from parity.fuzz.generate import Case, Input, Route, apply_route, degenerate, out_shape
-from parity.fuzz.generators_index import index_bound
-from parity.probe.shapes import INTEGER_INPUTS
+from parity.fuzz.generators.index import index_bound
+from parity.probe.shapes.table import INTEGER_INPUTS
 
 #: Argument → its simplest value (tried in this order; ``pad``'s padding pairs apart).
 SIMPLEST = {

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.compare.verdicts import UNSUPPORTED
-from parity.probe import shapes as probe_shapes
 from parity.probe.format import ERROR, Probe
 from parity.probe.results import Outcome
+from parity.probe.shapes import table as probe_shapes
 
 CANDLE_BACKPROP = "https://docs.rs/crate/candle-core/0.11.0/source/src/backprop.rs"
 BURN_TENSOR = "https://docs.rs/crate/burn-tensor/0.22.1/source/src/tensor/api"

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.core.config import canonical_hash
-from parity.probe import shapes as probe_shapes
+from parity.probe.shapes import table as probe_shapes
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
 #: The dtypes a probe runs in (the training dtypes plus the half-precision ones).

@@ -12,9 +12,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from parity.plan.limits import large_integers, non_finite, yaml_text
-from parity.probe import shapes as probe_shapes
 from parity.probe.ops import op_args
-from parity.probe.shapes_common import ShapeError
+from parity.probe.shapes import table as probe_shapes
+from parity.probe.shapes.common import ShapeError
 
 
 class LimitError(ValueError):

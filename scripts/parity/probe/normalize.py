@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from parity.probe import shapes as probe_shapes
 from parity.probe.format import (
     AFTER_STEP,
     ERROR,
@@ -35,7 +34,8 @@ from parity.probe.format import (
     parse_quantity,
 )
 from parity.probe.ops import op_args, resolve_ref, schema, typed_value
-from parity.probe.shapes_common import FLOAT, INT64, CaseShapeError
+from parity.probe.shapes import table as probe_shapes
+from parity.probe.shapes.common import FLOAT, INT64, CaseShapeError
 
 
 def _flatten(path: Path, field: str, nested: Any) -> tuple[list[float], list[int]]:

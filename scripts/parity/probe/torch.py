@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from parity.core.devices import TORCH_DEVICE
 from parity.probe.format import AFTER_STEP, GRAD, LOSS, Probe, parse_quantity
 from parity.probe.results import Outcome
-from parity.probe.shapes import LAYOUT_OPS
+from parity.probe.shapes.table import LAYOUT_OPS
 from parity.probe.torch_optim import (
     OPTIMIZERS,
     STATE_SLOTS,
@@ -77,7 +77,7 @@ def _elementwise(op: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 def _matmul(x: Sequence[torch.Tensor]) -> torch.Tensor:
     """``torch.matmul`` of ``[..., m, k]`` by ``[..., k, n]`` with equal batch dimensions, as
-    the probe language defines it (shapes_dense.matmul): torch.matmul would broadcast the
+    the probe language defines it (shapes.dense.matmul): torch.matmul would broadcast the
     batch or accept rank 1, which a probe spells out with broadcast_to and unsqueeze.
     Raises ``ValueError`` otherwise."""
     a, b = x

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from parity.probe.shapes_common import Shape, ShapeError, check_rank
+from parity.probe.shapes.common import Shape, ShapeError, check_rank
 
 # Each: f(args, shapes, values) -> output shape. ``values`` holds, per input, its flat
 # values when known (a probe input), else None. Kinds are checked by ``shapes.infer``.

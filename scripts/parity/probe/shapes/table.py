@@ -1,8 +1,8 @@
 """Shapes and kinds of a probe's tensors, inferred before anything runs.
 
 Every op of ``schemas/probe.schema.yaml`` has one short, documented public function in the
-module of its family (``shapes_layout``, ``shapes_conv``, ``shapes_dense``,
-``shapes_index``), gathered here in one table (:data:`OPS`, run through :func:`infer`)
+module of its family (``shapes.layout``, ``shapes.conv``, ``shapes.dense``,
+``shapes.index``), gathered here in one table (:data:`OPS`, run through :func:`infer`)
 that the loader, the size limits and the layout fuzzer share. Each goes from its input
 shapes and kinds and its *normalized* arguments (``normalize``'s form: every argument
 explicit, pairs as ``[h, w]``, reductions' ``dims`` a list or None) to its output shape and
@@ -20,7 +20,7 @@ input's shape; every quantity stacked to ``[n, ...]`` when ``optimizer_steps`` n
 
 Kinds are ``"float"`` (the run's dtype) and ``"int64"``. A problem is a ``ShapeError``
 (one op) or a ``CaseShapeError`` (which names the step or loss term), both
-``shapes_common``'s. Pure Python; the layout fuzzer builds valid cases with :func:`infer`.
+``shapes.common``'s. Pure Python; the layout fuzzer builds valid cases with :func:`infer`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from parity.probe.shapes_common import FLOAT, INT64, CaseShapeError, Shape, ShapeError
-from parity.probe.shapes_conv import (
+from parity.probe.shapes.common import FLOAT, INT64, CaseShapeError, Shape, ShapeError
+from parity.probe.shapes.conv import (
     avg_pool1d,
     avg_pool2d,
     conv1d,
@@ -43,7 +43,7 @@ from parity.probe.shapes_conv import (
     upsample_nearest1d,
     upsample_nearest2d,
 )
-from parity.probe.shapes_dense import (
+from parity.probe.shapes.dense import (
     argextremum,
     elementwise2,
     layer_norm,
@@ -55,7 +55,7 @@ from parity.probe.shapes_dense import (
     softmax,
     sort,
 )
-from parity.probe.shapes_index import (
+from parity.probe.shapes.index import (
     bce_with_logits,
     cross_entropy,
     embedding,
@@ -67,7 +67,7 @@ from parity.probe.shapes_index import (
     nll,
     scatter,
 )
-from parity.probe.shapes_layout import (
+from parity.probe.shapes.layout import (
     broadcast_to,
     narrow,
     reshape,

@@ -2,8 +2,8 @@
 (``"float"``, the run's dtype, and ``"int64"``), the errors (:class:`ShapeError` for one op,
 :class:`CaseShapeError` for a step or loss term of a case), signed dimensions
 (:func:`dim_index`) and the checks the op families' rules are written with. The rules are
-``shapes_layout``, ``shapes_conv``, ``shapes_dense`` and ``shapes_index``; the table that
-runs them is ``shapes``. Pure Python.
+``shapes.layout``, ``shapes.conv``, ``shapes.dense`` and ``shapes.index``; the table that
+runs them is ``shapes.table``. Pure Python.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the fuzzer's op generators share (``generators``, ``generators_spatial``,
-``generators_index``): random sizes and shapes. Every dimension is 1–6 unless a generator
+"""What the fuzzer's op generators share (``generators.table``, ``generators.spatial``,
+``generators.index``): random sizes and shapes. Every dimension is 1–6 unless a generator
 says otherwise. A generator is ``f(rng) → (input shapes, YAML arguments)``, not yet
 validated (``generate.out_shape`` decides)."""
 

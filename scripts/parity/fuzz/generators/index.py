@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from parity.fuzz.gen_common import d, pick, shape
+from parity.fuzz.generators.common import d, pick, shape
 
 #: Ops whose index must not repeat a written position (the result would depend on the
 #: order of the writes): its values are drawn distinct and it takes no layout route.

@@ -1,11 +1,12 @@
-"""The fuzzer's op generators, one per op of the probe language (:data:`GENERATORS`), and
-the order their random streams are seeded in (:data:`SEED_ORDER`).
+"""The table of the fuzzer's op generators, one per op of the probe language
+(:data:`GENERATORS`), and the order their random streams are seeded in
+(:data:`SEED_ORDER`).
 
 A generator is ``f(rng) → (input shapes, YAML arguments)``; ``generate.make_case`` checks
-the draw with ``probe_shapes.infer`` and redraws what PyTorch refuses. The dense ops, the
-element-wise ops, the reductions, the sorts and the layout ops are here; the spatial ops
-in ``generators_spatial``, the ops with integer inputs and the losses in
-``generators_index``.
+the draw with ``probe_shapes.infer`` and redraws what PyTorch refuses. The generators of
+the dense ops, the element-wise ops, the reductions, the sorts and the layout ops are
+here; those of the spatial ops in ``generators.spatial``, of the ops with integer inputs
+and the losses in ``generators.index``.
 
 **Seeding.** Op ``op``'s cases come from a numpy Generator seeded with ``[seed,
 SEED_ORDER.index(op)]``. The first 27 entries are the ops of the first version of the
@@ -20,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from parity.fuzz.gen_common import Generator, d, pick, shape
-from parity.fuzz.generators_index import INDEX
-from parity.fuzz.generators_spatial import SPATIAL
+from parity.fuzz.generators.common import Generator, d, pick, shape
+from parity.fuzz.generators.index import INDEX
+from parity.fuzz.generators.spatial import SPATIAL
 
 
 def matmul(rng):

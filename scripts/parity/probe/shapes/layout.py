@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from parity.probe.shapes_common import Shape, ShapeError, dim_index
+from parity.probe.shapes.common import Shape, ShapeError, dim_index
 
 # Each: f(args, shapes, values) -> output shape. ``values`` holds, per input, its flat
 # values when known (a probe input), else None. Kinds are checked by ``shapes.infer``.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parity.fuzz.gen_common import d
+from parity.fuzz.generators.common import d
 
 
 def conv(rng, spatial: int, transpose: bool):

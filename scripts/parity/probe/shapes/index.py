@@ -7,7 +7,7 @@ targets, ``mse``).
 
 from __future__ import annotations
 
-from parity.probe.shapes_common import (
+from parity.probe.shapes.common import (
     Shape,
     ShapeError,
     check_equal,
