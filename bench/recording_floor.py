@@ -25,7 +25,8 @@ the run on a machine whose cores share memory bandwidth (docs/performance.md, "w
 bytes cost beside the run").
 
 The process runs with the allocator setting of the workflow's training jobs
-(``parity.core.malloc``), re-executing itself with it where ``GLIBC_TUNABLES`` is unset.
+(``parity.core.warm.MALLOC_TUNABLES``), re-executing itself with it where
+``GLIBC_TUNABLES`` is unset.
 
 ``--fork`` runs each training run in a child forked from this process after it has imported
 what the warm server imports (``parity.core.warm.PRELOAD``), as the workflow's job runs: a
@@ -59,7 +60,7 @@ from common import fresh_workdir, machine, run_workflow, scale_config, table
 
 from parity.core import paths
 from parity.core.fileio import Writeback
-from parity.core.malloc import MALLOC_TUNABLES
+from parity.core.warm import MALLOC_TUNABLES
 
 STEPS = 200
 REPEAT = 7

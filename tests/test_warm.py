@@ -17,7 +17,7 @@ import pytest
 
 import warm_entries
 from parity.core import warm
-from parity.core.malloc import MALLOC_TUNABLES
+from parity.core.warm import MALLOC_TUNABLES
 from parity.trace.reader import TraceReader
 
 from conftest import REPO, load_test_config, run_workflow
@@ -190,7 +190,7 @@ CLIENT = """
 import sys
 sys.path[:0] = [{tests!r}, {scripts!r}]
 from parity.core import warm
-from parity.core.malloc import MALLOC_TUNABLES
+from parity.core.warm import MALLOC_TUNABLES
 import warm_entries
 warm.IDLE_SECONDS = 2.0
 warm.run_job(warm_entries.Job(sys.argv[1]), getattr(warm_entries, sys.argv[2]), ("json",))

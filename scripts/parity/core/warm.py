@@ -1,5 +1,6 @@
 """Warm start: a job's work done in a fork of an interpreter that has already imported the
-job's heavy libraries.
+job's heavy libraries; and the allocator setting (:data:`MALLOC_TUNABLES`) its server, and
+so every fork, starts with, which the Rust runners start with too (``parity.train.rust``).
 
 Every PyTorch job used to pay for ``import torch`` and for the ``torch._dynamo`` import that
 constructing any torch optimizer triggers (torch/_compile.py ``_disable_dynamo``): about 4 s
@@ -27,7 +28,7 @@ How (Linux only):
 - The server never imports this project's modules other than this one, and never runs a
   torch operation: the child imports the project's code fresh from disk, and torch's thread
   pools and CUDA are first set up in the child, as in a fresh process. It forks only while
-  single-threaded and allocates as the Rust runners do (``parity.core.malloc``).
+  single-threaded and allocates as the Rust runners do (:data:`MALLOC_TUNABLES`).
 
 Anywhere else (another OS, a Slurm job, ``warm_start: false``, a server that cannot
 be started or dies before it answers) the entry function runs in the job's own process, as
@@ -75,6 +76,16 @@ IDLE_SECONDS = 30.0
 ANSWER_SECONDS = 120.0
 #: Signals a waiting job passes on to its child.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: glibc's allocator setting for the processes that train: the Rust runners
+#: (``parity.train.rust``) and the server the PyTorch jobs are forked from. Blocks up to
+#: 32 MiB come from the heap, and freed memory stays in the process. By default glibc serves
+#: every block over 128 KiB with its own mmap and returns it with munmap, so each training
+#: step faulted its tensors' pages in afresh: the scale MLP's candle run (200 steps, record
+#: nothing) spent 10.2 s of system time beside 7.4 s of user time, and 0.08 s with these, at
+#: the same peak memory; its PyTorch run took 2.73 s against 3.23 s (docs/performance.md,
+#: "Recording overhead"). Where a block lives changes no number. A ``GLIBC_TUNABLES`` in the
+#: environment wins over it.
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 
 _HEADER = struct.Struct("!Q")
 
@@ -232,9 +243,7 @@ def _connect(name: str, preload: Sequence[str]) -> socket.socket:
     if sock is not None:
         return sock
     # The server runs this file alone (-P) with this process's sys.path and imports none of
-    # our modules (a child imports its job's): the allocator setting is read here, job-side.
-    from parity.core.malloc import MALLOC_TUNABLES
-
+    # our modules (a child imports its job's); it starts with the allocator setting.
     argv = [sys.executable, "-P", __file__, name[1:], str(IDLE_SECONDS), json.dumps(sys.path)]
     server = subprocess.Popen(
         [*argv, *preload],

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from parity.core import integrity
-from parity.core.malloc import MALLOC_TUNABLES
 from parity.core.models import model_params
+from parity.core.warm import MALLOC_TUNABLES
 from parity.plan.keys import RunKey
 from parity.plan.limits import non_finite
 from parity.plan.runspec import runner_spec
