@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use parity_common::burn::{BurnModel, Taps};
+use parity_common::guard::{guarded, message};
 use parity_common::spec::RunSpec;
 use parity_common::Inspection;
 
@@ -10,7 +11,6 @@ use crate::device;
 use crate::fixture::Fixture;
 use crate::load::param_infos;
 use crate::net::{fixture_sources, flat_output, init_and_load, loss, Data, Net};
-use crate::train::{guarded, message};
 
 /// Initialises port `M` and loads the fixture into it as `train` does (burn-store, see
 /// [`crate::load`]), runs one forward pass (taps active) and one backward pass on batch 0,

@@ -11,6 +11,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
 use parity_common::burn::{BurnModel, Input, Output, Taps};
 use parity_common::frames::RawTensor;
+use parity_common::guard::guarded;
 use parity_common::optim::{FrameMoments, Parameters, RunOptimizer};
 use parity_common::spec::{FloatType, InputKind, RunSpec, TargetKind};
 
@@ -19,7 +20,6 @@ use crate::device::{float_tensor, Host};
 use crate::fixture::Fixture;
 use crate::load::{self, Loaded, ParamInfo, Source};
 use crate::optim::Stepper;
-use crate::train::guarded;
 
 /// The batches of a run on the run device: inputs as the port receives them and targets as
 /// the loss takes them.

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use burn::tensor::{Device, TensorData};
 use parity_common::burn::{BurnModel, Taps};
 use parity_common::frames::{meta, FrameWriter};
+use parity_common::guard::{guarded, message};
 use parity_common::optim::{Parameters, RunOptimizer};
-use parity_common::probe_spec::catch_panic;
 use parity_common::replay::ReplayState;
 use parity_common::spec::{Fault, FloatType, RunSpec};
 
@@ -179,24 +179,6 @@ where
         }
     }
     Ok(Ok(()))
-}
-
-/// Runs `f`, turning a panic inside burn (or a port) into an error
-/// ([`parity_common::probe_spec::catch_panic`]: `panic: <message>`).
-///
-/// # Errors
-/// Those of `f`, and a panic.
-pub fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_panic(f).unwrap_or_else(|msg| Err(anyhow!(msg)))
-}
-
-/// The first line of each cause of `e`, joined by `: `: a framework error as one line for a
-/// frame or a JSON field.
-pub fn message(e: &anyhow::Error) -> String {
-    e.chain()
-        .map(|c| c.to_string().lines().next().unwrap_or_default().to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
 }
 
 /// Metadata of a `header` frame: framework and version, compiler, device, threads and cargo

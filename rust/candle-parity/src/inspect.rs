@@ -3,12 +3,13 @@
 
 use anyhow::Result;
 use parity_common::candle::{CandleModel, FixtureStore, Taps};
+use parity_common::guard::{guarded, message};
 use parity_common::spec::RunSpec;
 use parity_common::Inspection;
 
 use crate::data::Fixture;
 use crate::device;
-use crate::net::{guarded, loss, message, Net};
+use crate::net::{loss, Net};
 
 /// Builds port `M` from the fixture as `train` does (in the spec's dtype, on its device),
 /// runs one forward pass (taps active) and one backward pass on batch 0, and reports what

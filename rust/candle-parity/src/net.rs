@@ -2,13 +2,13 @@
 //! the optimizer and the frames see them ([`Params`]), and the loss every run computes
 //! ([`loss`]).
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use parity_common::candle::{CandleModel, FixtureStore, Taps};
 use parity_common::frames::RawTensor;
+use parity_common::guard::guarded;
 use parity_common::optim::Parameters;
-use parity_common::probe_spec::catch_panic;
 use parity_common::spec::{Fault, FloatType, Loss, RunSpec, TargetKind};
 
 use crate::device;
@@ -145,24 +145,6 @@ pub fn loss(spec: &RunSpec, out: &Tensor, y: &Tensor) -> Result<Tensor> {
         }
         Loss::CrossEntropy => candle_nn::loss::cross_entropy(out, y)?,
     })
-}
-
-/// The first line of each cause of `e`, joined by `: ` (candle appends backtraces on later
-/// lines): a framework error as one line for a frame or a JSON field.
-pub fn message(e: &anyhow::Error) -> String {
-    e.chain()
-        .map(|c| c.to_string().lines().next().unwrap_or_default().to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
-}
-
-/// Runs `f`, turning a panic inside the port or candle into an error
-/// ([`parity_common::probe_spec::catch_panic`]: `panic: <message>`).
-///
-/// # Errors
-/// Those of `f`, and a panic.
-pub fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_panic(f).unwrap_or_else(|msg| Err(anyhow!(msg)))
 }
 
 #[cfg(test)]

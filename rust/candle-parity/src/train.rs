@@ -9,12 +9,13 @@ use anyhow::Result;
 use candle_core::Device;
 use parity_common::candle::{CandleModel, FixtureStore, Taps};
 use parity_common::frames::{meta, FrameWriter};
+use parity_common::guard::{guarded, message};
 use parity_common::optim::{Parameters, RunOptimizer};
 use parity_common::spec::RunSpec;
 
 use crate::data::{Data, Fixture};
 use crate::device::{self, scalar_f64};
-use crate::net::{guarded, loss, message, Net};
+use crate::net::{loss, Net};
 use crate::optim::Stepper;
 
 /// A port of `spec` built from its fixture on its device, and the run's data.

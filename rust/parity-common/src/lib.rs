@@ -26,6 +26,7 @@
 //!   source id the workflow's build rule passes in).
 //! * [`cli`]: the command line every runner shares (`train`, `probe`, `replay`, `inspect`,
 //!   `defaults`, `version`, `source-id`) and the [`cli::Runner`] trait behind it.
+//! * [`guard`]: a framework's panics caught as errors, and errors as one line.
 //! * [`replay`]: the state a same-state replay of one step starts from, and the names of
 //!   the intermediates it records (docs/localisation.md).
 //! * [`optim`]: the optimizer-stepping trait both runners implement ([`optim::RunOptimizer`],
@@ -39,6 +40,7 @@ pub mod cli;
 pub mod families;
 mod fault;
 pub mod frames;
+pub mod guard;
 mod model;
 pub mod optim;
 mod port;
