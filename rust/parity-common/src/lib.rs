@@ -27,6 +27,7 @@
 //! * [`cli`]: the command line every runner shares (`train`, `probe`, `replay`, `inspect`,
 //!   `defaults`, `version`, `source-id`) and the [`cli::Runner`] trait behind it.
 //! * [`guard`]: a framework's panics caught as errors, and errors as one line.
+//! * [`schedule`]: learning-rate schedules as PyTorch computes them, for a port's loop.
 //! * [`replay`]: the state a same-state replay of one step starts from, and the names of
 //!   the intermediates it records (docs/localisation.md).
 //! * [`optim`]: the optimizer-stepping trait both runners implement ([`optim::RunOptimizer`],
@@ -46,6 +47,7 @@ pub mod optim;
 mod port;
 pub mod probe_spec;
 pub mod replay;
+pub mod schedule;
 mod sink;
 pub mod spec;
 

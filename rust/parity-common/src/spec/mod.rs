@@ -68,7 +68,7 @@ pub enum Loss {
     CrossEntropy,
 }
 
-/// Where the AdamW update comes from.
+/// Where an Adam or AdamW update comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AdamWImpl {
@@ -77,7 +77,11 @@ pub enum AdamWImpl {
     /// The hand-written copy of candle-nn 0.11.0's `AdamW::step` in candle-parity, which also
     /// exposes `exp_avg`/`exp_avg_sq` and can compute bias correction in float32.
     Manual,
-    /// `burn::optim::AdamW` itself (burn-parity); its bias-correction factors are float32.
+    /// The porter's hand-written PyTorch-style Adam/AdamW (candle-parity's recipe of what
+    /// candle-nn lacks: per-parameter step counts, L2 or decoupled decay, amsgrad).
+    Recipe,
+    /// `burn::optim::Adam`/`AdamW` itself (burn-parity); its bias-correction factors are
+    /// float32.
     Burn,
 }
 
@@ -91,14 +95,25 @@ pub enum FactorType {
     F32,
 }
 
-/// The optimizer and every hyperparameter, explicitly.
+/// The optimizer and every hyperparameter, explicitly (the learning rate and weight decay
+/// are each group's where the run has [`Loop::groups`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Optimizer {
-    /// Plain gradient descent θ ← θ − lr·g (candle-nn's SGD has no momentum).
+    /// PyTorch's SGD (`torch.optim.SGD`): g ← g + λθ (L2), with momentum μ the buffer
+    /// b ← g on the first step and μb + (1 − τ)g after, g ← b (or g + μb with Nesterov),
+    /// θ ← θ − lr·g. candle-nn's SGD has only θ ← θ − lr·g.
     Sgd {
         /// Learning rate.
         lr: f64,
+        /// Momentum μ (0: none).
+        momentum: f64,
+        /// Dampening τ of the momentum.
+        dampening: f64,
+        /// Nesterov momentum.
+        nesterov: bool,
+        /// L2 penalty λ added to the gradient.
+        weight_decay: f64,
     },
     /// Decoupled weight decay Adam (Loshchilov & Hutter 2019), as in candle-nn 0.11.0
     /// `AdamW::step` and PyTorch `torch.optim.AdamW`.
@@ -111,6 +126,8 @@ pub enum Optimizer {
         eps: f64,
         /// Decoupled decay λ: θ ← θ·(1 − lr·λ) before the Adam update.
         weight_decay: f64,
+        /// The maximum of the raw second moments so far in the denominator.
+        amsgrad: bool,
         /// Which implementation steps.
         implementation: AdamWImpl,
         /// Type of the bias-correction factors (only `f64` with the candle implementation,
@@ -118,9 +135,8 @@ pub enum Optimizer {
         bias_correction: FactorType,
     },
     /// Adam (Kingma & Ba 2015) with L2 weight decay folded into the gradient,
-    /// g ← g + λθ, as `torch.optim.Adam` does it; no decay at all when λ is 0. Each runner
-    /// uses its framework's own Adam (burn's `AdamConfig`); candle-nn 0.11.0 has none, so
-    /// candle-parity refuses it.
+    /// g ← g + λθ, as `torch.optim.Adam` does it; no decay at all when λ is 0. burn-parity
+    /// runs burn's own; candle-nn 0.11.0 has none, so candle-parity runs its recipe.
     Adam {
         /// Learning rate.
         lr: f64,
@@ -130,7 +146,97 @@ pub enum Optimizer {
         eps: f64,
         /// L2 penalty λ added to the gradient (coupled, unlike AdamW's).
         weight_decay: f64,
+        /// The maximum of the raw second moments so far in the denominator.
+        amsgrad: bool,
+        /// Which implementation steps (`recipe` or `burn`).
+        implementation: AdamWImpl,
+        /// Type of the bias-correction factors.
+        bias_correction: FactorType,
     },
+}
+
+impl Optimizer {
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        match *self {
+            Optimizer::Sgd { lr, .. }
+            | Optimizer::Adamw { lr, .. }
+            | Optimizer::Adam { lr, .. } => lr,
+        }
+    }
+
+    /// The weight decay (L2 for SGD and Adam, decoupled for AdamW).
+    pub fn weight_decay(&self) -> f64 {
+        match *self {
+            Optimizer::Sgd { weight_decay, .. }
+            | Optimizer::Adamw { weight_decay, .. }
+            | Optimizer::Adam { weight_decay, .. } => weight_decay,
+        }
+    }
+}
+
+/// The training loop beyond the optimizer's update (docs/loop.md), `None` in a run without
+/// one. Its groups hold every parameter once.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Loop {
+    /// The learning-rate schedule.
+    pub schedule: Option<crate::schedule::Schedule>,
+    /// Gradient clipping after the backward pass.
+    pub clip: Option<Clip>,
+    /// The optimizer's parameter groups, each its own optimizer in candle.
+    pub groups: Vec<Group>,
+    /// Micro-batches per optimizer step.
+    pub accumulate: Accumulate,
+}
+
+/// One parameter group.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Group {
+    /// Its parameters by state_dict key, in state_dict order.
+    pub params: Vec<String>,
+    /// Its learning rate (a schedule's base).
+    pub lr: f64,
+    /// Its weight decay.
+    pub weight_decay: f64,
+}
+
+/// Gradient clipping.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Clip {
+    /// PyTorch's `clip_grad_norm_`: every gradient times min(max_norm / (total 2-norm +
+    /// 1e-6), 1).
+    Norm(f64),
+    /// PyTorch's `clip_grad_value_`: each element clamped to [−value, value].
+    Value(f64),
+    /// burn's `GradientClipping::Norm(max_norm)`: each gradient times min(max_norm / (its
+    /// own 2-norm + the dtype's smallest normal), 1), a norm per parameter where
+    /// `clip_grad_norm_` takes one of all (burn-optim 0.22 `grad_clipping/base.rs`). burn's
+    /// built-in, run as its users run it; no candle run has it.
+    NormPerParameter(f64),
+}
+
+/// Gradient accumulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accumulate {
+    /// Micro-batches per optimizer step, each a backward pass; step t's j-th uses batch
+    /// ((t − 1)·k + j) mod batches.
+    pub micro_batches: u32,
+    /// Whether each micro-batch's loss is divided by their number (`mean`) or not (`sum`).
+    pub reduction: Reduction,
+}
+
+/// How accumulated micro-batch losses combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reduction {
+    /// Each loss divided by the number of micro-batches, as a PyTorch user writes it.
+    Mean,
+    /// Summed (a port that forgot the division).
+    Sum,
 }
 
 /// What each recorded step carries besides the parameters.
@@ -176,6 +282,9 @@ pub struct RunSpec {
     pub params: Vec<ParamSpec>,
     /// A deliberate fault, or `Fault::None` (see [`Fault`]).
     pub fault: Fault,
+    /// The training loop's schedule, clipping, groups and accumulation, where the run has one.
+    #[serde(rename = "loop")]
+    pub training_loop: Option<Loop>,
 }
 
 impl RunSpec {
@@ -229,6 +338,9 @@ impl RunSpec {
             bail!("burn's AdamW computes its bias-correction factors in float32 only (bias_correction \"f32\")");
         }
         self.check_fault()?;
+        if let Some(l) = &self.training_loop {
+            self.check_loop(l)?;
+        }
         if let Some(names) = &self.record.tensors {
             for n in names {
                 if !self.params.iter().any(|p| &p.name == n) {
@@ -290,6 +402,58 @@ impl RunSpec {
             bail!("model: next-token targets need token inputs");
         }
         Ok(())
+    }
+
+    /// The loop's groups hold every parameter of the spec exactly once, and it has at least
+    /// one micro-batch and a positive clipping bound.
+    fn check_loop(&self, l: &Loop) -> Result<()> {
+        let mut seen = std::collections::BTreeMap::new();
+        for (i, g) in l.groups.iter().enumerate() {
+            for p in &g.params {
+                if let Some(j) = seen.insert(p.as_str(), i) {
+                    bail!("loop: parameter {p:?} is in group {j} and group {i}");
+                }
+            }
+        }
+        if let Some(p) = self
+            .params
+            .iter()
+            .find(|p| !seen.contains_key(p.name.as_str()))
+        {
+            bail!("loop: parameter {:?} is in no group", p.name);
+        }
+        if seen.len() != self.params.len() {
+            bail!("loop: the groups name a tensor that is not a parameter");
+        }
+        if l.accumulate.micro_batches == 0 {
+            bail!("loop: accumulate.micro_batches must be at least 1");
+        }
+        if let Some(Clip::Norm(v) | Clip::Value(v) | Clip::NormPerParameter(v)) = l.clip {
+            if v.is_nan() || v <= 0.0 {
+                bail!("loop: the clipping bound must be positive, not {v}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The parameter groups: the loop's, or one group of every parameter with the
+    /// optimizer's learning rate and weight decay.
+    pub fn groups(&self) -> Vec<Group> {
+        match &self.training_loop {
+            Some(l) => l.groups.clone(),
+            None => vec![Group {
+                params: self.params.iter().map(|p| p.name.clone()).collect(),
+                lr: self.optimizer.lr(),
+                weight_decay: self.optimizer.weight_decay(),
+            }],
+        }
+    }
+
+    /// Micro-batches per optimizer step (1 without a loop).
+    pub fn micro_batches(&self) -> u32 {
+        self.training_loop
+            .as_ref()
+            .map_or(1, |l| l.accumulate.micro_batches)
     }
 
     fn check_fault(&self) -> Result<()> {

@@ -10,11 +10,13 @@ fn base() -> serde_json::Value {
                   "input": "float", "target": "float", "tied": {}, "buffers": [], "rename": {}},
         "loss": "mse",
         "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
-                       "weight_decay": 0.01, "implementation": "candle", "bias_correction": "f64"},
+                       "weight_decay": 0.01, "amsgrad": false, "implementation": "candle",
+                       "bias_correction": "f64"},
         "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
         "params": [{"name": "fc1.weight", "shape": [16, 8]}, {"name": "fc1.bias", "shape": [16]},
                    {"name": "fc2.weight", "shape": [4, 16]}, {"name": "fc2.bias", "shape": [4]}],
-        "fault": {"kind": "none"}
+        "fault": {"kind": "none"},
+        "loop": null
     })
 }
 
@@ -108,13 +110,15 @@ fn the_fault_is_explicit_and_checked() {
 fn adam_is_explicit_and_has_no_implementation_field() {
     let mut v = base();
     v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
-                                        "eps": 1e-8, "weight_decay": 0.0});
+                                        "eps": 1e-8, "weight_decay": 0.0, "amsgrad": false,
+                                        "implementation": "recipe", "bias_correction": "f64"});
     let spec = RunSpec::from_json(&v.to_string()).unwrap();
     assert!(matches!(spec.optimizer, Optimizer::Adam { weight_decay, .. } if weight_decay == 0.0));
-    v["optimizer"]["implementation"] = serde_json::json!("burn");
+    v["optimizer"]["momentum"] = serde_json::json!(0.9);
     assert!(RunSpec::from_json(&v.to_string()).is_err());
     v["optimizer"] = serde_json::json!({"name": "adam", "lr": 0.01, "betas": [0.9, 0.999],
-                                        "weight_decay": 0.0});
+                                        "weight_decay": 0.0, "amsgrad": false,
+                                        "implementation": "recipe", "bias_correction": "f64"});
     let err = RunSpec::from_json(&v.to_string()).unwrap_err();
     assert!(format!("{err:#}").contains("eps"), "{err:#}");
 }

@@ -16,10 +16,11 @@ fn spec() -> RunSpec {
                   "buffers": [{"name": "inv_freq", "shape": [2]}],
                   "rename": {"embedding.weight": "emb.weight"}},
         "loss": "cross_entropy",
-        "optimizer": {"name": "sgd", "lr": 0.1},
+        "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.0, "dampening": 0.0,
+                          "nesterov": false, "weight_decay": 0.0},
         "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
         "params": [{"name": "emb.weight", "shape": [3, 2]}, {"name": "norm.weight", "shape": [2]}],
-        "fault": {"kind": "none"}
+        "fault": {"kind": "none"}, "loop": null
     });
     RunSpec::from_json(&v.to_string()).unwrap()
 }
