@@ -42,7 +42,15 @@ impl Data {
     /// # Errors
     /// Only on internal indexing failures.
     pub fn batch(&self, t: u32) -> Result<(Tensor, Tensor)> {
-        let i = (t as usize - 1) % self.batches();
+        self.micro_batch(t, 0, 1)
+    }
+
+    /// Micro-batch `j` of `k` of step `t` (t ≥ 1): batch `((t − 1)·k + j) mod batches`.
+    ///
+    /// # Errors
+    /// Only on internal indexing failures.
+    pub fn micro_batch(&self, t: u32, j: u32, k: u32) -> Result<(Tensor, Tensor)> {
+        let i = ((t as usize - 1) * k as usize + j as usize) % self.batches();
         Ok((self.x.get(i)?, self.y.get(i)?))
     }
 }

@@ -159,9 +159,10 @@ mod tests {
             "model": {"family": "mlp", "config": {}, "input": "float", "target": target,
                       "tied": {}, "buffers": [], "rename": {}},
             "loss": loss,
-            "optimizer": {"name": "sgd", "lr": 0.1},
+            "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.0, "dampening": 0.0,
+                          "nesterov": false, "weight_decay": 0.0},
             "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-            "params": [], "fault": fault
+            "params": [], "fault": fault, "loop": null
         });
         RunSpec::from_json(&v.to_string()).unwrap()
     }

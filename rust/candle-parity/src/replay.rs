@@ -55,12 +55,7 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, state: &ReplayState, sink: 
     }
     let Started { dev, net, data } = Started::<M>::new(spec)?;
     set_vars(&net.params.0, state)?;
-    let (mut opt, note) = Stepper::from_state(
-        &spec.optimizer,
-        net.params.vars(),
-        state.moments.as_ref(),
-        spec.fault,
-    )?;
+    let (mut opt, note) = Stepper::from_state(spec, &net.params, state.moments.as_ref())?;
 
     let mut out = FrameWriter::new(sink);
     let mut header = header_meta(&dev);

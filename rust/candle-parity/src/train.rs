@@ -6,17 +6,19 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::Result;
+use candle_core::backprop::GradStore;
 use candle_core::Device;
 use parity_common::candle::{CandleModel, FixtureStore, Taps};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::guard::{guarded, message};
-use parity_common::optim::{Parameters, RunOptimizer};
-use parity_common::spec::RunSpec;
+use parity_common::optim::{Parameters, Recorded, RunOptimizer, Scalars};
+use parity_common::schedule::{Order, Scheduler};
+use parity_common::spec::{Clip, Reduction, RunSpec};
 
 use crate::data::{Data, Fixture};
 use crate::device::{self, scalar_f64};
-use crate::net::{loss, Net};
-use crate::optim::Stepper;
+use crate::net::{loss, Net, Params};
+use crate::optim::{clip, Stepper};
 
 /// A port of `spec` built from its fixture on its device, and the run's data.
 pub struct Started<M> {
@@ -75,33 +77,29 @@ impl<M: CandleModel> Started<M> {
 /// cannot give ([`Stepper::new`]). At any time: a failing sink or device copy.
 pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let Started { dev, mut net, data } = Started::<M>::new(spec)?;
-    let mut opt = Stepper::new(
-        &spec.optimizer,
-        net.params.vars(),
-        spec.record.moments,
-        spec.fault,
-    )?;
+    let mut opt = Stepper::new(spec, &net.params, spec.record.moments)?;
+    let mut training_loop = TrainingLoop::new(spec, &mut opt)?;
     let mut out = FrameWriter::new(sink);
     let mut header = header_meta(&dev);
     header.insert("port".into(), std::any::type_name::<M>().into());
     opt.describe(&mut header);
     out.write_meta(header)?;
 
-    opt.write_step(&mut out, spec, 0, &net.params, None, Vec::new())?;
+    opt.write_step(&mut out, spec, 0, &net.params, None)?;
     let progress_every = (spec.steps / 10).max(1);
     // Wall time of the training steps, recording included (benchmarks read it).
     let started = std::time::Instant::now();
     for t in 1..=spec.steps {
-        let (x, y) = data.batch(t)?;
-        let pass = guarded(|| {
-            let output = net.forward(&x, &mut Taps::inactive())?;
-            let loss = loss(spec, &output, &y)?;
-            let grads = loss.backward()?;
-            Ok((loss, grads))
-        });
-        let (loss, grads) = match pass {
+        let (loss_value, mut grads) = match guarded(|| gradients(spec, &net, &data, t)) {
             Ok(v) => v,
             Err(e) => return failed(out, t, &e, started),
+        };
+        let scalars = match &mut training_loop {
+            Some(l) => match guarded(|| l.before_update(&mut opt, &mut grads, &net.params)) {
+                Ok(s) => Some(s),
+                Err(e) => return failed(out, t, &e, started),
+            },
+            None => None,
         };
         let recorded_grads = net.params.recorded_grads(spec, t, &grads)?;
         // The update steps the Vars in place and hands the parameters back.
@@ -110,15 +108,22 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             Ok(p) => p,
             Err(e) => return failed(out, t, &e, started),
         };
+        if let Some(l) = &mut training_loop {
+            if let Err(e) = guarded(|| l.after_update(&mut opt)) {
+                return failed(out, t, &e, started);
+            }
+        }
         if spec.records_step(t) {
-            let loss_value = scalar_f64(&loss)?;
             opt.write_step(
                 &mut out,
                 spec,
                 t,
                 &net.params,
-                Some(loss_value),
-                recorded_grads,
+                Some(Recorded {
+                    loss: loss_value,
+                    grads: recorded_grads,
+                    scalars: scalars.as_ref(),
+                }),
             )?;
             if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
@@ -132,6 +137,145 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
         ("train_seconds", started.elapsed().as_secs_f64().to_string()),
     ]))?;
     out.finish()
+}
+
+/// The forward and backward passes of step `t` (from 1): the loss of each of the run's
+/// micro-batches ([`RunSpec::micro_batches`], one without accumulation; the j-th on batch
+/// ((t − 1)·k + j) mod batches), each divided by their number k before its backward pass
+/// (reduction `mean`, k > 1) or not, the gradients summed in one `GradStore`
+/// (`GradStore::extend`). Returns the loss, widened to f64 (the mean of the micro-batches'
+/// losses), and the gradients.
+///
+/// # Errors
+/// The port's or candle's.
+pub fn gradients<M: CandleModel>(
+    spec: &RunSpec,
+    net: &Net<M>,
+    data: &Data,
+    t: u32,
+) -> Result<(f64, GradStore)> {
+    let k = spec.micro_batches();
+    let mean = spec
+        .training_loop
+        .as_ref()
+        .is_some_and(|l| l.accumulate.reduction == Reduction::Mean);
+    let mut sum = 0.0;
+    let mut acc: Option<GradStore> = None;
+    for j in 0..k {
+        let (x, y) = data.micro_batch(t, j, k)?;
+        let output = net.forward(&x, &mut Taps::inactive())?;
+        let l = loss(spec, &output, &y)?;
+        sum += scalar_f64(&l)?;
+        let scaled = if k > 1 && mean {
+            (&l / f64::from(k))?
+        } else {
+            l
+        };
+        let g = scaled.backward()?;
+        match &mut acc {
+            None => acc = Some(g),
+            Some(a) => a.extend(g)?,
+        }
+    }
+    let grads = acc.expect("at least one micro-batch");
+    Ok((if k == 1 { sum } else { sum / f64::from(k) }, grads))
+}
+
+/// The training loop's parts around the optimizer of a run with one (docs/loop.md), as a
+/// porter writes them in candle: the scheduler (PyTorch's, [`Scheduler`]) setting each
+/// group's learning rate with `opt.set_learning_rate` before the step, the gradient norm and
+/// clipping on the `GradStore` ([`crate::optim::clip`]).
+pub struct TrainingLoop {
+    scheduler: Option<(Scheduler, Order)>,
+    clip: Option<Clip>,
+}
+
+impl TrainingLoop {
+    /// The loop of `spec`, `None` without one; a scheduler is made over the groups' learning
+    /// rates and its index-0 values (and OneCycleLR's momenta) set on `opt`.
+    ///
+    /// # Errors
+    /// burn's per-parameter norm clipping ([`Clip::NormPerParameter`], which candle has no
+    /// counterpart of); as [`Stepper::set_momenta`].
+    pub fn new(spec: &RunSpec, opt: &mut Stepper) -> Result<Option<Self>> {
+        let Some(l) = &spec.training_loop else {
+            return Ok(None);
+        };
+        if let Some(Clip::NormPerParameter(_)) = l.clip {
+            anyhow::bail!("burn's per-parameter norm clipping is burn's; candle clips by the total norm (clip: {{norm}})");
+        }
+        let lrs: Vec<f64> = l.groups.iter().map(|g| g.lr).collect();
+        let scheduler = l
+            .schedule
+            .as_ref()
+            .map(|s| (Scheduler::new(&s.kind, &lrs), s.order));
+        let mut this = Self {
+            scheduler,
+            clip: l.clip,
+        };
+        this.apply(opt)?;
+        Ok(Some(this))
+    }
+
+    /// The scheduler's learning rates (and momenta) set on `opt`.
+    fn apply(&mut self, opt: &mut Stepper) -> Result<()> {
+        if let Some((s, _)) = &self.scheduler {
+            opt.set_learning_rates(s.lrs());
+            if let Some(m) = s.momenta() {
+                opt.set_momenta(m)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before the update: the total gradient norm, the clipping, and a scheduler stepped
+    /// first ([`Order::Before`]); returns the step's scalars (the learning rates the update
+    /// uses).
+    ///
+    /// # Errors
+    /// On tensor failures.
+    pub fn before_update(
+        &mut self,
+        opt: &mut Stepper,
+        grads: &mut GradStore,
+        params: &Params,
+    ) -> Result<Scalars> {
+        let vars = params.vars();
+        let norm = clip::total_norm(grads, &vars)?;
+        let grad_norm = norm.as_ref().map(clip::widened).transpose()?.unwrap_or(0.0);
+        let clip_coef = match (self.clip, &norm) {
+            (Some(Clip::Norm(max)), Some(norm)) => Some(clip::widened(&clip::clip_grad_norm(
+                grads, &vars, norm, max,
+            )?)?),
+            (Some(Clip::Value(v)), _) => {
+                clip::clip_grad_value(grads, &vars, v)?;
+                None
+            }
+            _ => None,
+        };
+        if let Some((s, Order::Before)) = &mut self.scheduler {
+            s.step();
+            self.apply(opt)?;
+        }
+        Ok(Scalars {
+            lrs: opt.learning_rates(),
+            grad_norm,
+            clip_coef,
+        })
+    }
+
+    /// After the update: a scheduler stepped after it ([`Order::After`], as PyTorch
+    /// requires), its next learning rates set.
+    ///
+    /// # Errors
+    /// As [`Stepper::set_momenta`].
+    pub fn after_update(&mut self, opt: &mut Stepper) -> Result<()> {
+        if let Some((s, Order::After)) = &mut self.scheduler {
+            s.step();
+            self.apply(opt)?;
+        }
+        Ok(())
+    }
 }
 
 /// Ends the stream after the framework failed at step `t` with `e`: the `failed` end frame

@@ -128,6 +128,21 @@ impl ManualAdamW {
         (&self.exp_avg[i], &self.exp_avg_sq[i])
     }
 
+    /// The learning rate (`candle_nn::Optimizer::learning_rate` of candle-nn's AdamW).
+    pub fn learning_rate(&self) -> f64 {
+        self.params.lr
+    }
+
+    /// Sets the learning rate, as `candle_nn::AdamW::set_learning_rate` does.
+    pub fn set_learning_rate(&mut self, lr: f64) {
+        self.params.lr = lr;
+    }
+
+    /// Sets β₁, as `candle_nn::AdamW::set_params` can.
+    pub fn set_beta1(&mut self, beta1: f64) {
+        self.params.beta1 = beta1;
+    }
+
     /// One step. Same expression tree as candle-nn 0.11.0 `AdamW::step`:
     /// m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²; θ ← θ(1 − lr·λ) − lr·(m·s_m)/(√(v·s_v) + ε).
     ///

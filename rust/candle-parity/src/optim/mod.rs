@@ -1,7 +1,10 @@
-//! Optimizers: candle-nn's `SGD` and `AdamW`, and a hand-written AdamW that follows
-//! candle-nn 0.11.0's `AdamW::step` operation by operation.
+//! Optimizers: candle-nn's `SGD` and `AdamW`, a hand-written AdamW that follows candle-nn
+//! 0.11.0's `AdamW::step` operation by operation ([`ManualAdamW`]), and the porter's recipes of
+//! what candle-nn lacks ([`recipe`]: PyTorch's SGD with momentum and weight decay, its Adam
+//! and AdamW with amsgrad); one optimizer per parameter group, as a porter builds groups in
+//! candle ([`Stepper`]); clipping on the `GradStore` ([`clip`]).
 //!
-//! The hand-written one exists for three reasons: it exposes the moments (`exp_avg`,
+//! The hand-written AdamW exists for three reasons: it exposes the moments (`exp_avg`,
 //! `exp_avg_sq`) for recording, which candle-nn keeps private; it can start from given
 //! moments ([`ManualAdamW::from_state`]), which replaying a step needs ([`crate::replay`],
 //! [`Stepper::from_state`]); and it can compute the bias-correction factors in float32 (the
@@ -13,24 +16,24 @@
 //!
 //! [`Stepper`], the optimizer of one run or replayed step, is candle-parity's side of
 //! parity-common's [`RunOptimizer`] (the update and the moments; what a step records is
-//! parity-common's); the hand-written AdamW is in `manual.rs`, the tests in `tests.rs`.
+//! parity-common's); the tests are in `tests.rs`.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use candle_nn::{AdamW, Optimizer as _, ParamsAdamW, SGD};
-use parity_common::optim::{FrameMoments, RunOptimizer};
-use parity_common::replay::{Moments, StateTensor};
-use parity_common::spec::{AdamWImpl, FactorType, Fault, FloatType, Optimizer};
+use parity_common::spec::{AdamWImpl, Fault, Optimizer};
 
-use crate::device::{state_tensor, to_raw};
-use crate::net::Params;
-
+pub mod clip;
 mod manual;
+pub mod recipe;
+mod stepper;
 #[cfg(test)]
 mod tests;
 
 pub use manual::{bias_correction, ManualAdamW};
+use recipe::{AdamRecipe, ParamsAdam, ParamsSgd, SgdRecipe};
+pub use stepper::Stepper;
 
 /// The `defaults` subcommand's JSON: candle-nn's `ParamsAdamW::default()`, read from the
 /// library, and what its SGD takes (a learning rate and nothing else).
@@ -51,20 +54,22 @@ pub fn defaults() -> serde_json::Value {
     })
 }
 
-/// The optimizer of one run.
-pub enum Stepper {
-    /// `candle_nn::SGD` (no momentum).
+/// The optimizer of one parameter group.
+pub enum Opt {
+    /// `candle_nn::SGD` (no momentum, no weight decay).
     Sgd(SGD),
     /// `candle_nn::AdamW`.
     AdamW(AdamW),
     /// [`ManualAdamW`].
     Manual(ManualAdamW),
+    /// The porter's PyTorch SGD ([`SgdRecipe`]).
+    SgdRecipe(SgdRecipe),
+    /// The porter's PyTorch Adam/AdamW ([`AdamRecipe`]).
+    AdamRecipe(AdamRecipe),
 }
 
-/// What candle-nn 0.11.0 lacks: Adam.
-const NO_ADAM: &str = "candle-nn 0.11.0 has no Adam; use AdamW with weight_decay 0 (PyTorch's Adam equals AdamW(weight_decay=0) bit for bit)";
-/// What candle-parity does not run: burn's AdamW.
-const NOT_BURN: &str = "implementation \"burn\" is burn's AdamW; candle-parity runs candle-nn's (\"candle\") or the hand-written copy (\"manual\")";
+/// What candle-parity does not run: burn's Adam and AdamW.
+const NOT_BURN: &str = "implementation \"burn\" is burn's Adam/AdamW; candle-parity runs candle-nn's AdamW (\"candle\"), its hand-written copy (\"manual\") or the porter's recipe (\"recipe\")";
 
 /// The `replay_note` of a candle-nn AdamW run replayed by [`ManualAdamW`].
 pub const REPLAY_NOTE_CANDLE_ADAMW: &str = "candle_nn::AdamW keeps its moments private; replayed with candle_parity::optim::ManualAdamW (float64 factors), equal to it bit for bit";
@@ -94,134 +99,175 @@ fn check_fault(spec: &Optimizer, fault: Fault) -> Result<()> {
     Ok(())
 }
 
-impl Stepper {
-    /// Builds the optimizer named by `spec` over `vars`, with the run's `fault` (see
-    /// [`ManualAdamW::new`]).
+impl Opt {
+    /// The optimizer `spec` names over `vars`, with the group's learning rate `lr` and
+    /// weight decay `weight_decay` and the run's `fault` (see [`ManualAdamW::new`]):
+    /// candle-nn's SGD for a plain SGD, the SGD recipe for one with momentum, dampening,
+    /// Nesterov or weight decay; the Adam recipe for Adam and for an AdamW with
+    /// `implementation: recipe` (which amsgrad needs); candle-nn's or the manual AdamW.
     ///
     /// # Errors
     /// When `want_moments` is set for an optimizer that does not expose them (SGD, or
     /// candle-nn's AdamW, whose moments are private), an AdamW fault is asked of an
-    /// optimizer other than the manual AdamW, or for what candle-nn 0.11.0 lacks: Adam, or an
-    /// AdamW implementation that is not candle's.
-    pub fn new(spec: &Optimizer, vars: Vec<Var>, want_moments: bool, fault: Fault) -> Result<Self> {
+    /// optimizer other than the manual AdamW, amsgrad of an AdamW other than the recipe, or
+    /// burn's implementation.
+    pub fn new(
+        spec: &Optimizer,
+        lr: f64,
+        weight_decay: f64,
+        vars: Vec<Var>,
+        want_moments: bool,
+        fault: Fault,
+    ) -> Result<Self> {
         check_fault(spec, fault)?;
-        Ok(match spec {
-            Optimizer::Sgd { lr } => {
+        Ok(match *spec {
+            Optimizer::Sgd {
+                momentum,
+                dampening,
+                nesterov,
+                ..
+            } => {
                 if want_moments {
                     bail!("SGD keeps no moments to record");
                 }
-                Stepper::Sgd(SGD::new(vars, *lr)?)
+                let plain = momentum == 0.0 && dampening == 0.0 && !nesterov && weight_decay == 0.0;
+                if plain {
+                    Opt::Sgd(SGD::new(vars, lr)?)
+                } else {
+                    Opt::SgdRecipe(SgdRecipe::new(
+                        vars,
+                        ParamsSgd {
+                            lr,
+                            momentum,
+                            dampening,
+                            nesterov,
+                            weight_decay,
+                        },
+                    )?)
+                }
             }
             Optimizer::Adamw {
-                lr,
                 betas,
                 eps,
-                weight_decay,
+                amsgrad,
                 implementation,
                 bias_correction,
+                ..
             } => {
-                let params = adamw_params(*lr, *betas, *eps, *weight_decay);
+                let params = adamw_params(lr, betas, eps, weight_decay);
                 match implementation {
+                    AdamWImpl::Candle | AdamWImpl::Manual if amsgrad => {
+                        bail!("candle-nn's AdamW has no amsgrad; the recipe (implementation \"recipe\") has")
+                    }
                     AdamWImpl::Candle => {
                         if want_moments {
                             bail!("candle-nn 0.11.0's AdamW keeps its moments private; use implementation \"manual\" to record exp_avg/exp_avg_sq");
                         }
-                        Stepper::AdamW(AdamW::new(vars, params)?)
+                        Opt::AdamW(AdamW::new(vars, params)?)
                     }
                     AdamWImpl::Manual => {
-                        Stepper::Manual(ManualAdamW::new(vars, params, *bias_correction, fault)?)
+                        Opt::Manual(ManualAdamW::new(vars, params, bias_correction, fault)?)
                     }
+                    AdamWImpl::Recipe => Opt::AdamRecipe(AdamRecipe::new(
+                        vars,
+                        recipe_params(lr, betas, eps, weight_decay, true, amsgrad),
+                    )?),
                     AdamWImpl::Burn => bail!(NOT_BURN),
                 }
             }
-            Optimizer::Adam { .. } => bail!(NO_ADAM),
+            Optimizer::Adam {
+                betas,
+                eps,
+                amsgrad,
+                implementation,
+                ..
+            } => match implementation {
+                AdamWImpl::Recipe => Opt::AdamRecipe(AdamRecipe::new(
+                    vars,
+                    recipe_params(lr, betas, eps, weight_decay, false, amsgrad),
+                )?),
+                AdamWImpl::Burn => bail!(NOT_BURN),
+                other => bail!("candle-nn 0.11.0 has no Adam; implementation {other:?} is an AdamW's: an Adam is the recipe"),
+            },
         })
     }
 
-    /// The optimizer of a replay ([`crate::replay`]): the one `spec` names over `vars`,
-    /// started from `moments` (given for AdamW, `None` for SGD) so that its next step is
-    /// step `moments.steps_taken + 1`, and the `replay_note` saying how.
-    ///
-    /// * SGD: candle-nn's `SGD` (stateless); note `""`.
-    /// * AdamW, implementation `manual`: [`ManualAdamW::from_state`] with the spec's factor
-    ///   type and `fault`; note `""`.
-    /// * AdamW, implementation `candle`: candle-nn's `AdamW` cannot start from given moments
-    ///   (they are private), so [`ManualAdamW`] with float64 factors replays it, which equals
-    ///   it bit for bit (the workflow's `manual_identity` comparison, tolerance 0); note
-    ///   [`REPLAY_NOTE_CANDLE_ADAMW`].
-    ///
-    /// The moments' f64 values are converted to each var's dtype (exact for the float32
-    /// state the workflow writes) and moved to its device.
-    ///
-    /// # Errors
-    /// As [`Stepper::new`] for Adam, burn's AdamW and misplaced faults; moments missing for
-    /// AdamW or given to SGD; moments whose count or shapes differ from the vars'.
-    pub fn from_state(
-        spec: &Optimizer,
-        vars: Vec<Var>,
-        moments: Option<&Moments>,
-        fault: Fault,
-    ) -> Result<(Self, &'static str)> {
-        check_fault(spec, fault)?;
-        match (spec, moments) {
-            (Optimizer::Sgd { lr }, None) => Ok((Stepper::Sgd(SGD::new(vars, *lr)?), "")),
-            (Optimizer::Sgd { .. }, Some(_)) => bail!("SGD keeps no moments to start from"),
-            (Optimizer::Adam { .. }, _) => bail!(NO_ADAM),
-            (
-                Optimizer::Adamw {
-                    implementation: AdamWImpl::Burn,
-                    ..
-                },
-                _,
-            ) => bail!(NOT_BURN),
-            (Optimizer::Adamw { .. }, None) => {
-                bail!("AdamW needs exp_avg and exp_avg_sq to start from")
-            }
-            (
-                Optimizer::Adamw {
-                    lr,
-                    betas,
-                    eps,
-                    weight_decay,
-                    implementation,
-                    bias_correction,
-                },
-                Some(m),
-            ) => {
-                let convert = |ts: &[StateTensor]| -> Result<Vec<Tensor>> {
-                    if ts.len() != vars.len() {
-                        bail!("{} moment tensors for {} parameters", ts.len(), vars.len());
-                    }
-                    ts.iter()
-                        .zip(&vars)
-                        .map(|(t, v)| state_tensor(t, v.dtype(), v.device()))
-                        .collect()
-                };
-                let (exp_avg, exp_avg_sq) = (convert(&m.exp_avg)?, convert(&m.exp_avg_sq)?);
-                let (factors, note) = match implementation {
-                    AdamWImpl::Candle => (FactorType::F64, REPLAY_NOTE_CANDLE_ADAMW),
-                    _ => (*bias_correction, ""),
-                };
-                let opt = ManualAdamW::from_state(
-                    vars,
-                    adamw_params(*lr, *betas, *eps, *weight_decay),
-                    factors,
-                    fault,
-                    exp_avg,
-                    exp_avg_sq,
-                    m.steps_taken as usize,
-                )?;
-                Ok((Stepper::Manual(opt), note))
-            }
+    /// candle's type that steps, the header's `optimizer_impl`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Opt::Sgd(_) => "candle_nn::SGD",
+            Opt::AdamW(_) => "candle_nn::AdamW",
+            Opt::Manual(_) => "candle_parity::optim::ManualAdamW",
+            Opt::SgdRecipe(_) => "candle_parity::optim::recipe::SgdRecipe",
+            Opt::AdamRecipe(_) => "candle_parity::optim::recipe::AdamRecipe",
         }
     }
 
-    /// `(exp_avg, exp_avg_sq)` of parameter `i` (state_dict order), where exposed.
-    pub fn moments(&self, i: usize) -> Option<(&Tensor, &Tensor)> {
+    /// The learning rate (`opt.learning_rate()`).
+    pub fn learning_rate(&self) -> f64 {
         match self {
-            Stepper::Manual(o) => Some(o.moments(i)),
-            _ => None,
+            Opt::Sgd(o) => o.learning_rate(),
+            Opt::AdamW(o) => o.learning_rate(),
+            Opt::Manual(o) => o.learning_rate(),
+            Opt::SgdRecipe(o) => o.learning_rate(),
+            Opt::AdamRecipe(o) => o.learning_rate(),
         }
+    }
+
+    /// Sets the learning rate (`set_learning_rate`, what a porter's scheduler calls).
+    pub fn set_learning_rate(&mut self, lr: f64) {
+        match self {
+            Opt::Sgd(o) => o.set_learning_rate(lr),
+            Opt::AdamW(o) => o.set_learning_rate(lr),
+            Opt::Manual(o) => o.set_learning_rate(lr),
+            Opt::SgdRecipe(o) => o.set_learning_rate(lr),
+            Opt::AdamRecipe(o) => o.set_learning_rate(lr),
+        }
+    }
+
+    /// Sets the momentum (SGD) or β₁ (Adam, AdamW), as OneCycleLR cycles them.
+    ///
+    /// # Errors
+    /// For candle-nn's SGD, which has no momentum ([`Opt::with_momentum`] first).
+    pub fn set_momentum(&mut self, momentum: f64) -> Result<()> {
+        match self {
+            Opt::Sgd(_) => bail!("candle-nn's SGD has no momentum to cycle"),
+            Opt::AdamW(o) => {
+                let mut p = o.params().clone();
+                p.beta1 = momentum;
+                o.set_params(p);
+            }
+            Opt::Manual(o) => o.set_beta1(momentum),
+            Opt::SgdRecipe(o) => o.set_momentum(momentum),
+            Opt::AdamRecipe(o) => o.set_beta1(momentum),
+        }
+        Ok(())
+    }
+
+    /// The optimizer with a momentum to set: candle-nn's SGD, which has none, becomes the
+    /// SGD recipe with momentum 0 (the same update until a momentum is set, as PyTorch's SGD
+    /// with momentum 0 is); every other one is returned as it is. For a OneCycleLR that
+    /// cycles the momentum.
+    ///
+    /// # Errors
+    /// On tensor failures.
+    pub fn with_momentum(self) -> Result<Self> {
+        Ok(match self {
+            Opt::Sgd(o) => {
+                let lr = o.learning_rate();
+                Opt::SgdRecipe(SgdRecipe::new(
+                    o.into_inner(),
+                    ParamsSgd {
+                        lr,
+                        momentum: 0.0,
+                        dampening: 0.0,
+                        nesterov: false,
+                        weight_decay: 0.0,
+                    },
+                )?)
+            }
+            other => other,
+        })
     }
 
     /// `opt.step(&grads)`: one update, in place, of every `Var` the optimizer holds that has
@@ -229,82 +275,42 @@ impl Stepper {
     ///
     /// # Errors
     /// On tensor failures.
-    pub fn step_vars(&mut self, grads: &GradStore) -> Result<()> {
+    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
         match self {
-            Stepper::Sgd(o) => o.step(grads)?,
-            Stepper::AdamW(o) => o.step(grads)?,
-            Stepper::Manual(o) => o.step(grads)?,
+            Opt::Sgd(o) => o.step(grads)?,
+            Opt::AdamW(o) => o.step(grads)?,
+            Opt::Manual(o) => o.step(grads)?,
+            Opt::SgdRecipe(o) => o.step(grads)?,
+            Opt::AdamRecipe(o) => o.step(grads)?,
         }
         Ok(())
     }
 
-    /// The frames' moments ([`RunOptimizer::frame_moments`]) of the kept parameters of
-    /// `params`, the `Var`s this optimizer was built over, in that order (state_dict order):
-    /// [`Stepper::moments`] of each, copied by [`to_raw`] (in its `Var`'s dtype, the run's).
-    ///
-    /// # Errors
-    /// For an optimizer other than [`ManualAdamW`] (candle-nn's keep their moments private,
-    /// SGD has none), or when a device copy fails.
-    pub fn frame_moments_of(
-        &self,
-        params: &[(String, Var)],
-        keep: &dyn Fn(&str) -> bool,
-    ) -> Result<Vec<FrameMoments>> {
-        let mut out = Vec::new();
-        for (i, (name, _)) in params.iter().enumerate() {
-            if !keep(name) {
-                continue;
-            }
-            let (m, v) = self
-                .moments(i)
-                .context("moments requested but not exposed by this optimizer")?;
-            out.push(FrameMoments {
-                name: name.clone(),
-                exp_avg: to_raw(m)?,
-                exp_avg_sq: to_raw(v)?,
-            });
+    /// `(exp_avg, exp_avg_sq)` of var `i` of the group, where exposed.
+    pub fn moments(&self, i: usize) -> Option<(&Tensor, &Tensor)> {
+        match self {
+            Opt::Manual(o) => Some(o.moments(i)),
+            Opt::AdamRecipe(o) => Some(o.moments(i)),
+            _ => None,
         }
-        Ok(out)
     }
 }
 
-/// candle-parity's side of the optimizer both runners drive (see [`RunOptimizer`]): the
-/// optimizer holds the run's `Var`s (the ones [`Params::vars`] gave [`Stepper::new`] or
-/// [`Stepper::from_state`]) and updates them in place.
-impl RunOptimizer for Stepper {
-    type Params = Params;
-
-    /// `candle_nn::SGD`, `candle_nn::AdamW` or `candle_parity::optim::ManualAdamW`.
-    fn name(&self) -> &'static str {
-        match self {
-            Stepper::Sgd(_) => "candle_nn::SGD",
-            Stepper::AdamW(_) => "candle_nn::AdamW",
-            Stepper::Manual(_) => "candle_parity::optim::ManualAdamW",
-        }
-    }
-
-    /// `opt.step(&grads)` on the `Var`s the optimizer holds, which are `params`'; they come
-    /// back updated.
-    ///
-    /// # Errors
-    /// On tensor failures.
-    fn step(&mut self, params: Params, grads: GradStore) -> Result<Params> {
-        self.step_vars(&grads)?;
-        Ok(params)
-    }
-
-    /// [`Stepper::moments`] of each kept parameter, copied by [`to_raw`] (the run dtype:
-    /// the moments are in their `Var`'s).
-    ///
-    /// # Errors
-    /// For an optimizer other than [`ManualAdamW`] (candle-nn's keep their moments private,
-    /// SGD has none), or when a device copy fails.
-    fn frame_moments(
-        &self,
-        params: &Params,
-        _ty: FloatType,
-        keep: &dyn Fn(&str) -> bool,
-    ) -> Result<Vec<FrameMoments>> {
-        self.frame_moments_of(&params.0, keep)
+fn recipe_params(
+    lr: f64,
+    betas: [f64; 2],
+    eps: f64,
+    weight_decay: f64,
+    decoupled: bool,
+    amsgrad: bool,
+) -> ParamsAdam {
+    ParamsAdam {
+        lr,
+        beta1: betas[0],
+        beta2: betas[1],
+        eps,
+        weight_decay,
+        decoupled,
+        amsgrad,
     }
 }

@@ -318,10 +318,35 @@ pub fn spec_json(c: &Case, fixture: &Path, optimizer: &Value, moments: bool) -> 
     Ok(json!({
         "experiment": "replay_test", "run": "candle", "fixture": fixture, "dtype": c.dtype,
         "device": "cpu", "steps": K, "model": model_spec(&c.model, c.loss), "loss": c.loss,
-        "optimizer": optimizer,
+        "optimizer": explicit_optimizer(optimizer),
         "record": {"every": 1, "tensors": null, "grads": true, "moments": moments},
-        "params": params, "fault": c.fault,
+        "params": params, "fault": c.fault, "loop": null,
     }))
+}
+
+/// `optimizer` with every field the run spec needs, PyTorch's defaults for those the test
+/// leaves out (SGD without momentum or decay, no amsgrad; an Adam is the recipe).
+pub fn explicit_optimizer(optimizer: &Value) -> Value {
+    let mut o = optimizer.clone();
+    let map = o.as_object_mut().expect("an optimizer object");
+    let mut fill = |k: &str, v: Value| {
+        map.entry(k.to_string()).or_insert(v);
+    };
+    match optimizer["name"].as_str() {
+        Some("sgd") => {
+            fill("momentum", json!(0.0));
+            fill("dampening", json!(0.0));
+            fill("nesterov", json!(false));
+            fill("weight_decay", json!(0.0));
+        }
+        Some("adam") => {
+            fill("amsgrad", json!(false));
+            fill("implementation", json!("recipe"));
+            fill("bias_correction", json!("f64"));
+        }
+        _ => fill("amsgrad", json!(false)),
+    }
+    o
 }
 
 /// [`spec_json`] parsed.
