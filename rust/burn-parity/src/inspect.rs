@@ -2,6 +2,7 @@
 //! `scripts/parity/train/own_check.py`).
 
 use anyhow::Result;
+use burn::optim::GradientsParams;
 use parity_common::burn::{BurnModel, Taps};
 use parity_common::guard::{guarded, message};
 use parity_common::spec::RunSpec;
@@ -86,6 +87,7 @@ pub fn run<M: BurnModel>(spec: &RunSpec) -> Result<Inspection> {
     match guarded(|| Ok(loss.backward())) {
         Err(e) => inspection.backward_error = Some(message(&e)),
         Ok(grads) => {
+            let grads = GradientsParams::from_grads(grads, &net.model);
             let got =
                 parity_common::optim::Parameters::frame_grads(&net, &grads, spec.dtype, &|_| true)?;
             inspection.no_grad = net

@@ -21,7 +21,9 @@
 //! burn-store ([`load`]: the fixture's tensors in PyTorch names and layout, burn-store's
 //! `PyTorchToBurnAdapter`, the port's key remapping) and recorded back in PyTorch names and
 //! layout. One loop serves them all: `train` ([`train`]: forward → loss → `loss.backward()`
-//! → `GradientsParams::from_grads` → `optim.step`), `replay` ([`replay`], one step from a
+//! → `GradientsParams::from_grads` → `optim.step`, with the training loop's schedule
+//! ([`schedule`]), clipping ([`clip`]), parameter groups and accumulation where the run has
+//! them), `replay` ([`replay`], one step from a
 //! given state with every named intermediate) and `inspect`, each written once and generic
 //! over the port; [`optim`] configures burn's optimizers with every hyperparameter from the
 //! spec, and [`moments`] reads Adam's and AdamW's moments out of burn's optimizer record and
@@ -32,6 +34,7 @@
 //! built-in ports. The other public items serve the crate's own tests; a user's port needs
 //! none of them, only parity-common's `burn` module.
 
+pub mod clip;
 mod data;
 pub mod device;
 pub mod families;
@@ -45,6 +48,7 @@ pub mod optim;
 pub mod probe;
 pub mod replay;
 mod runner;
+pub mod schedule;
 pub mod train;
 
 pub use runner::{run_port, NoPort};

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use anyhow::{bail, Context, Result};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use parity_common::burn::{BurnModel, Input, Output, Taps};
 use parity_common::frames::RawTensor;
 use parity_common::guard::guarded;
@@ -141,6 +141,12 @@ impl Data {
     /// Step `t`'s batch index (t ≥ 1): `(t − 1) mod batches`.
     pub fn index(&self, t: u32) -> usize {
         (t as usize - 1) % self.inputs.len()
+    }
+
+    /// The batch of micro-batch `j` of `k` of step `t` (from 1): `((t − 1)·k + j) mod
+    /// batches`.
+    pub fn micro_index(&self, t: u32, j: u32, k: u32) -> usize {
+        ((t as usize - 1) * k as usize + j as usize) % self.inputs.len()
     }
 
     /// The input of batch `i`.
@@ -291,7 +297,7 @@ impl<M: BurnModel> Net<M> {
 struct Reader<'a> {
     want: &'a HashMap<ParamId, usize>,
     ty: FloatType,
-    grads: Option<&'a Gradients>,
+    grads: Option<&'a GradientsParams>,
     got: Vec<Option<Result<Host>>>,
 }
 
@@ -302,7 +308,7 @@ impl ModuleVisitor for Reader<'_> {
         };
         self.got[i] = match self.grads {
             None => Some(Host::read(param.val().inner(), self.ty)),
-            Some(g) => param.val().grad(g).map(|t| Host::read(t, self.ty)),
+            Some(g) => g.get::<D>(param.id).map(|t| Host::read(t, self.ty)),
         };
     }
 }
@@ -310,7 +316,7 @@ impl ModuleVisitor for Reader<'_> {
 impl<M: Module> Net<M> {
     /// Each parameter (spec order) in PyTorch layout (see [`ParamInfo::to_torch`]), or its
     /// gradient from `grads` (`None` where it has none).
-    fn read(&self, ty: FloatType, grads: Option<&Gradients>) -> Result<Vec<Option<Host>>> {
+    fn read(&self, ty: FloatType, grads: Option<&GradientsParams>) -> Result<Vec<Option<Host>>> {
         let want: HashMap<ParamId, usize> = self
             .params
             .iter()
@@ -339,7 +345,7 @@ impl<M: Module> Net<M> {
 /// The frames' copies of the port's parameters: each in PyTorch layout (the inverse of
 /// burn-store's adapter, see [`load::ports_params`]), checked to be in the run dtype.
 impl<M: Module> Parameters for Net<M> {
-    type Grads = Gradients;
+    type Grads = GradientsParams;
 
     /// # Errors
     /// When a parameter cannot be read or is not in `ty`.
@@ -364,7 +370,7 @@ impl<M: Module> Parameters for Net<M> {
     /// As [`Parameters::frame_params`].
     fn frame_grads(
         &self,
-        grads: &Gradients,
+        grads: &GradientsParams,
         ty: FloatType,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<(String, RawTensor)>> {
@@ -405,13 +411,12 @@ impl<M: Module> RunOptimizer for NetOptimizer<M> {
         self.inner.name()
     }
 
-    /// `GradientsParams::from_grads(grads, &model)`, then `optim.step(lr, model, grads)`.
+    /// `optim.step(lr, model, grads)`.
     ///
     /// # Errors
     /// None (burn's step panics on its own failures).
-    fn step(&mut self, net: Net<M>, grads: Gradients) -> Result<Net<M>> {
+    fn step(&mut self, net: Net<M>, grads: GradientsParams) -> Result<Net<M>> {
         let Net { model, params } = net;
-        let grads = GradientsParams::from_grads(grads, &model);
         Ok(Net {
             model: self.inner.step_module(model, grads),
             params,

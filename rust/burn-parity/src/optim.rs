@@ -19,33 +19,158 @@
 //! optimizer record ([`crate::moments`], [`Stepper::moments`], [`Stepper::start_from`]).
 
 use anyhow::{bail, Result};
-use burn::module::Module;
+use burn::module::{Module, ParamGroup, ParamId};
 use burn::optim::decay::WeightDecayConfig;
+use burn::optim::grad_clipping::GradientClippingConfig;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
 use parity_common::probe_spec::ProbeOptimizer;
 use parity_common::replay::Moments;
-use parity_common::spec::{AdamWImpl, FactorType, FloatType, Optimizer};
+use parity_common::spec::{AdamWImpl, Clip, FactorType, FloatType, Optimizer, RunSpec};
 
 use crate::load::ParamInfo;
 use crate::moments::{self, ParamMoments};
 
-/// The optimizer of one run and its learning rate.
+/// The optimizer of one run and the learning rate of its next step (each group's).
 pub struct Stepper {
     optim: ModuleOptimizer,
-    lr: f64,
+    lr: ModuleLearningRate,
     name: &'static str,
 }
 
-impl Stepper {
-    /// Builds burn's optimizer named by `spec`:
+/// burn's config of an optimizer, every hyperparameter explicit, and its gradient clipping
+/// (see [`Built::of`]).
+struct Built {
+    config: Config,
+    clipping: Option<GradientClippingConfig>,
+}
+
+/// One of burn's optimizer configs.
+enum Config {
+    Sgd(SgdConfig),
+    Adam(AdamConfig),
+    AdamW(AdamWConfig),
+}
+
+impl Built {
+    /// burn's config of the optimizer `spec` names, with weight decay `weight_decay` (a
+    /// group's) and burn's gradient clipping `clipping`:
     ///
-    /// * `sgd`: `SgdConfig` without momentum, weight decay or gradient clipping;
-    /// * `adam`: `AdamConfig` with β₁, β₂, ε from the spec, AMSGrad off, no clipping, and L2
-    ///   weight decay `WeightDecayConfig { penalty }` when the spec's λ is above 0 (none at 0,
-    ///   as `torch.optim.Adam` adds nothing then);
-    /// * `adamw`: `AdamWConfig` with β₁, β₂, ε and the decoupled weight decay from the spec,
-    ///   cautious weight decay and AMSGrad off, no clipping.
+    /// * `sgd`: `SgdConfig` with `MomentumConfig { momentum, dampening, nesterov }` when the
+    ///   momentum is not 0 (none otherwise: PyTorch then keeps no buffer and ignores
+    ///   dampening and nesterov), L2 `WeightDecayConfig { penalty }` when λ is not 0. burn
+    ///   holds the momentum as `f32` (rounded) and the dampening as `f64`;
+    /// * `adam`: `AdamConfig` with β₁, β₂, ε and AMSGrad from the spec, and L2 weight decay
+    ///   `WeightDecayConfig { penalty }` when λ is above 0 (none at 0, as `torch.optim.Adam`
+    ///   adds nothing then);
+    /// * `adamw`: `AdamWConfig` with β₁, β₂, ε, AMSGrad and the decoupled weight decay from
+    ///   the spec, cautious weight decay off.
+    ///
+    /// # Errors
+    /// An Adam or AdamW that is not burn's own ([`check_burns`]).
+    fn of(
+        spec: &Optimizer,
+        weight_decay: f64,
+        clipping: Option<GradientClippingConfig>,
+    ) -> Result<Self> {
+        let config = match *spec {
+            Optimizer::Sgd {
+                momentum,
+                dampening,
+                nesterov,
+                ..
+            } => Config::Sgd(
+                SgdConfig::new()
+                    .with_momentum((momentum != 0.0).then_some(MomentumConfig {
+                        momentum,
+                        dampening,
+                        nesterov,
+                    }))
+                    .with_weight_decay(
+                        (weight_decay != 0.0).then(|| WeightDecayConfig::new(weight_decay as f32)),
+                    )
+                    .with_gradient_clipping(clipping.clone()),
+            ),
+            Optimizer::Adam {
+                betas,
+                eps,
+                amsgrad,
+                implementation,
+                bias_correction,
+                ..
+            } => {
+                check_burns(implementation, bias_correction)?;
+                Config::Adam(
+                    AdamConfig::new()
+                        .with_beta_1(betas[0] as f32)
+                        .with_beta_2(betas[1] as f32)
+                        .with_epsilon(eps as f32)
+                        .with_amsgrad(amsgrad)
+                        .with_weight_decay(
+                            (weight_decay > 0.0)
+                                .then(|| WeightDecayConfig::new(weight_decay as f32)),
+                        )
+                        .with_grad_clipping(clipping.clone()),
+                )
+            }
+            Optimizer::Adamw {
+                betas,
+                eps,
+                amsgrad,
+                implementation,
+                bias_correction,
+                ..
+            } => {
+                check_burns(implementation, bias_correction)?;
+                Config::AdamW(
+                    AdamWConfig::new()
+                        .with_beta_1(betas[0] as f32)
+                        .with_beta_2(betas[1] as f32)
+                        .with_epsilon(eps as f32)
+                        .with_weight_decay(weight_decay as f32)
+                        .with_cautious_weight_decay(false)
+                        .with_amsgrad(amsgrad)
+                        .with_grad_clipping(clipping.clone()),
+                )
+            }
+        };
+        Ok(Built { config, clipping })
+    }
+
+    /// burn's type that steps.
+    fn name(&self) -> &'static str {
+        match self.config {
+            Config::Sgd(_) => "burn::optim::Sgd",
+            Config::Adam(_) => "burn::optim::Adam",
+            Config::AdamW(_) => "burn::optim::AdamW",
+        }
+    }
+
+    /// `config.init()`: the optimizer of the whole module, with the config's clipping.
+    fn init(&self) -> ModuleOptimizer {
+        match &self.config {
+            Config::Sgd(c) => c.init(),
+            Config::Adam(c) => c.init(),
+            Config::AdamW(c) => c.init(),
+        }
+    }
+
+    /// `optim.with_group(group, config.build(), clipping)`: this config's optimizer for the
+    /// parameters of `group` (`build()` leaves the clipping out, so it is passed along).
+    fn add_to(&self, optim: ModuleOptimizer, group: ParamGroup) -> ModuleOptimizer {
+        let clipping = self.clipping.as_ref().map(GradientClippingConfig::init);
+        match &self.config {
+            Config::Sgd(c) => optim.with_group(group, c.build(), clipping),
+            Config::Adam(c) => optim.with_group(group, c.build(), clipping),
+            Config::AdamW(c) => optim.with_group(group, c.build(), clipping),
+        }
+    }
+}
+
+impl Stepper {
+    /// burn's optimizer named by `spec` over every parameter ([`Built::of`], no clipping),
+    /// stepping with the spec's learning rate.
     ///
     /// `want_moments` asks for [`Stepper::moments`] to be readable (Adam and AdamW only).
     ///
@@ -56,61 +181,64 @@ impl Stepper {
         if want_moments && matches!(spec, Optimizer::Sgd { .. }) {
             bail!("SGD keeps no moments to record (exp_avg/exp_avg_sq exist for adam and adamw)");
         }
-        Ok(match spec {
-            Optimizer::Sgd { lr } => Stepper {
-                optim: SgdConfig::new()
-                    .with_momentum(None)
-                    .with_weight_decay(None)
-                    .with_gradient_clipping(None)
-                    .init(),
-                lr: *lr,
-                name: "burn::optim::Sgd",
-            },
-            Optimizer::Adam {
-                lr,
-                betas,
-                eps,
-                weight_decay,
-            } => Stepper {
-                optim: AdamConfig::new()
-                    .with_beta_1(betas[0] as f32)
-                    .with_beta_2(betas[1] as f32)
-                    .with_epsilon(*eps as f32)
-                    .with_amsgrad(false)
-                    .with_weight_decay(
-                        (*weight_decay > 0.0).then(|| WeightDecayConfig::new(*weight_decay as f32)),
-                    )
-                    .with_grad_clipping(None)
-                    .init(),
-                lr: *lr,
-                name: "burn::optim::Adam",
-            },
-            Optimizer::Adamw {
-                lr,
-                betas,
-                eps,
-                weight_decay,
-                implementation,
-                bias_correction,
-            } => {
-                if *implementation != AdamWImpl::Burn || *bias_correction != FactorType::F32 {
-                    bail!("burn-parity runs burn's own AdamW (implementation \"burn\", bias_correction \"f32\"), not {implementation:?} with {bias_correction:?} factors");
-                }
-                Stepper {
-                    optim: AdamWConfig::new()
-                        .with_beta_1(betas[0] as f32)
-                        .with_beta_2(betas[1] as f32)
-                        .with_epsilon(*eps as f32)
-                        .with_weight_decay(*weight_decay as f32)
-                        .with_cautious_weight_decay(false)
-                        .with_amsgrad(false)
-                        .with_grad_clipping(None)
-                        .init(),
-                    lr: *lr,
-                    name: "burn::optim::AdamW",
-                }
-            }
+        let built = Built::of(spec, spec.weight_decay(), None)?;
+        Ok(Stepper {
+            optim: built.init(),
+            lr: spec.lr().into(),
+            name: built.name(),
         })
+    }
+
+    /// The optimizer of a training run, as a burn user configures it: [`Stepper::new`]
+    /// without a training loop; with one, per parameter group (`groups`: each group's
+    /// parameter ids, the loop's groups in order) burn's optimizer with the group's weight
+    /// decay, the last group's through `config.init()` (burn's base, matching every
+    /// parameter) and each other's through `ModuleOptimizer::with_group`, all with burn's
+    /// clipping where the loop's is burn's (value clipping, and
+    /// [`Clip::NormPerParameter`]; PyTorch's total-norm clipping is composed outside the
+    /// optimizer, [`crate::clip`]). The learning rates are set per step
+    /// ([`Stepper::set_learning_rate`]).
+    ///
+    /// # Errors
+    /// As [`Stepper::new`].
+    pub fn for_run(spec: &RunSpec, groups: &[Vec<ParamId>], want_moments: bool) -> Result<Self> {
+        let Some(l) = &spec.training_loop else {
+            return Self::new(&spec.optimizer, want_moments);
+        };
+        if want_moments && matches!(spec.optimizer, Optimizer::Sgd { .. }) {
+            bail!("SGD keeps no moments to record (exp_avg/exp_avg_sq exist for adam and adamw)");
+        }
+        let clipping = match l.clip {
+            Some(Clip::Value(v)) => Some(GradientClippingConfig::Value(v as f32)),
+            Some(Clip::NormPerParameter(v)) => Some(GradientClippingConfig::Norm(v as f32)),
+            Some(Clip::Norm(_)) | None => None,
+        };
+        let built = l
+            .groups
+            .iter()
+            .map(|g| Built::of(&spec.optimizer, g.weight_decay, clipping.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        let (base, rest) = built.split_last().expect("a loop has a group");
+        let mut optim = base.init();
+        for (b, ids) in rest.iter().zip(groups) {
+            optim = b.add_to(optim, ParamGroup::from_ids(ids.clone()));
+        }
+        Ok(Stepper {
+            optim,
+            lr: spec.optimizer.lr().into(),
+            name: base.name(),
+        })
+    }
+
+    /// The learning rate of the next step, per parameter (burn's `ModuleLearningRate`, as a
+    /// `ModuleLrScheduler::step` returns it).
+    pub fn set_learning_rate(&mut self, lr: ModuleLearningRate) {
+        self.lr = lr;
+    }
+
+    /// The learning rate the next step gives parameter `id`.
+    pub fn learning_rate(&self, id: ParamId) -> f64 {
+        self.lr.lr_from_param(id, None)
     }
 
     /// burn's optimizer for a probe, every hyperparameter from the probe:
@@ -132,25 +260,13 @@ impl Stepper {
                 dampening,
                 nesterov,
                 weight_decay,
-            } => {
-                let momentum = (momentum != 0.0).then_some(MomentumConfig {
-                    momentum,
-                    dampening,
-                    nesterov,
-                });
-                return Ok(Stepper {
-                    optim: SgdConfig::new()
-                        .with_momentum(momentum)
-                        .with_weight_decay(
-                            (weight_decay != 0.0)
-                                .then(|| WeightDecayConfig::new(weight_decay as f32)),
-                        )
-                        .with_gradient_clipping(None)
-                        .init(),
-                    lr,
-                    name: "burn::optim::Sgd",
-                });
-            }
+            } => Optimizer::Sgd {
+                lr,
+                momentum,
+                dampening,
+                nesterov,
+                weight_decay,
+            },
             ProbeOptimizer::Adam {
                 lr,
                 betas,
@@ -161,6 +277,9 @@ impl Stepper {
                 betas,
                 eps,
                 weight_decay,
+                amsgrad: false,
+                implementation: AdamWImpl::Burn,
+                bias_correction: FactorType::F32,
             },
             ProbeOptimizer::Adamw {
                 lr,
@@ -172,6 +291,7 @@ impl Stepper {
                 betas,
                 eps,
                 weight_decay,
+                amsgrad: false,
                 implementation: AdamWImpl::Burn,
                 bias_correction: FactorType::F32,
             },
@@ -188,7 +308,7 @@ impl Stepper {
     /// `optim.step(lr, module, grads)`: one update of every parameter of `module` (a probe's
     /// leaves, or a port through [`crate::net::NetOptimizer`]) that has a gradient.
     pub fn step_module<M: Module>(&mut self, module: M, grads: GradientsParams) -> M {
-        self.optim.step(self.lr, module, grads)
+        self.optim.step(self.lr.clone(), module, grads)
     }
 
     /// Whether burn's optimizer keeps moments (Adam, AdamW), as opposed to stateless SGD.
@@ -262,6 +382,15 @@ impl Stepper {
     }
 }
 
+/// Refuses an Adam or AdamW that is not burn's own (another implementation, or float64
+/// bias-correction factors).
+fn check_burns(implementation: AdamWImpl, bias_correction: FactorType) -> Result<()> {
+    if implementation != AdamWImpl::Burn || bias_correction != FactorType::F32 {
+        bail!("burn-parity runs burn's own Adam and AdamW (implementation \"burn\", bias_correction \"f32\"), not {implementation:?} with {bias_correction:?} factors");
+    }
+    Ok(())
+}
+
 /// burn's optimizer defaults as JSON, serialised from the config types themselves
 /// (`AdamConfig::new()`, `AdamWConfig::new()`, `SgdConfig::new()`, `MomentumConfig::new()`):
 /// `{"burn_version", "Adam": {"source", "config"}, "AdamW": …, "SGD": {…, "momentum_config"},
@@ -309,7 +438,13 @@ mod tests {
 
     #[test]
     fn sgd_moments_and_foreign_adamw_are_refused() {
-        let sgd = Optimizer::Sgd { lr: 0.1 };
+        let sgd = Optimizer::Sgd {
+            lr: 0.1,
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
         let err = Stepper::new(&sgd, true).err().unwrap();
         assert!(err.to_string().contains("SGD keeps no moments"), "{err:#}");
         let adam = Optimizer::Adam {
@@ -317,6 +452,9 @@ mod tests {
             betas: [0.9, 0.999],
             eps: 1e-8,
             weight_decay: 0.0,
+            amsgrad: false,
+            implementation: AdamWImpl::Burn,
+            bias_correction: FactorType::F32,
         };
         assert!(Stepper::new(&adam, true).unwrap().has_moments());
         let candle = Optimizer::Adamw {
@@ -324,10 +462,14 @@ mod tests {
             betas: [0.9, 0.999],
             eps: 1e-8,
             weight_decay: 0.01,
+            amsgrad: false,
             implementation: AdamWImpl::Candle,
             bias_correction: FactorType::F64,
         };
         let err = Stepper::new(&candle, false).err().unwrap();
-        assert!(err.to_string().contains("burn's own AdamW"), "{err:#}");
+        assert!(
+            err.to_string().contains("burn's own Adam and AdamW"),
+            "{err:#}"
+        );
     }
 }

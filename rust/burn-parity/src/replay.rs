@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::{bail, Result};
+use burn::optim::GradientsParams;
 use burn::tensor::{DType, TensorData};
 use parity_common::burn::{BurnModel, Output, Taps};
 use parity_common::frames::{FrameWriter, RawTensor};
@@ -101,6 +102,7 @@ pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, state: &ReplayState, sink: W)
         }
     }
     got.insert("loss".into(), loss_value.into_raw());
+    let grads = GradientsParams::from_grads(grads, &net.model);
     got.extend(net.replay_grads(&grads, ty)?);
     let net = opt.update(spec, k, net, grads)?;
     got.extend(net.replay_after(ty)?);

@@ -1,22 +1,28 @@
 //! The training loop, written once for every port: forward → loss → `loss.backward()` →
-//! `GradientsParams::from_grads` → `optim.step(lr, model, grads)`, one step per batch,
+//! `GradientsParams::from_grads` → `optim.step(lr, model, grads)`, one step per batch (or
+//! per accumulated micro-batches, with the run's schedule and clipping: docs/loop.md),
 //! streaming one frame per recorded step.
 
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::{bail, Result};
-use burn::tensor::{Device, TensorData};
+use anyhow::{bail, Context, Result};
+use burn::module::{Module, ParamGroup, ParamId};
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
 use parity_common::burn::{BurnModel, Taps};
 use parity_common::frames::{meta, FrameWriter};
 use parity_common::guard::{guarded, message};
-use parity_common::optim::{Parameters, RunOptimizer};
+use parity_common::optim::{Parameters, Recorded, RunOptimizer, Scalars};
 use parity_common::replay::ReplayState;
-use parity_common::spec::{Fault, FloatType, RunSpec};
+use parity_common::schedule::Order;
+use parity_common::spec::{Clip, Fault, FloatType, Reduction, RunSpec};
 
+use crate::clip;
 use crate::device::{self, Host};
 use crate::fixture::Fixture;
-use crate::load::Source;
+use crate::load::{ParamInfo, Source};
 use crate::net::{fixture_sources, flat_output, loss, Data, Net, NetOptimizer};
 use crate::optim::Stepper;
 
@@ -74,25 +80,30 @@ impl<M: BurnModel> Started<M> {
 }
 
 /// Trains port `M` as `spec` says and writes its frames to `sink`: a header (with `port`, the
-/// port's Rust type), step 0's frame (the initial parameters), then per step forward (taps
-/// inactive) → [`loss`] → `loss.backward()` → burn's optimizer ([`NetOptimizer`]), one `step`
+/// port's Rust type), step 0's frame (the initial parameters), then per step the gradients
+/// ([`gradients`]), the training loop's part before the update where the run has one
+/// ([`TrainingLoop::before_update`]), burn's optimizer ([`NetOptimizer`]), one `step`
 /// frame per recorded step ([`train_steps`]: every recorded parameter by state_dict key,
 /// PyTorch layout, run dtype; `loss`; on request `grad:`, and for Adam and AdamW from step 1
 /// on `exp_avg:` and `exp_avg_sq:`, burn's `moment_1` and `moment_2` after the update read
-/// back from its optimizer record, see [`crate::moments`]), and an `end` frame with status
-/// `complete` and `train_seconds`. Step `t` (from 1) trains on batch `(t − 1) mod batches`.
+/// back from its optimizer record, see [`crate::moments`]; the loop's scalars where it has
+/// one), and an `end` frame with status `complete` and `train_seconds`.
 ///
 /// When burn or the port fails inside the loop (an error or a panic at step k), the stream
 /// ends with an `end` frame `{"status": "failed", "step": "k", "error": <the message>}` and
 /// this returns `Ok`; the message also goes to stderr.
 ///
 /// # Errors
-/// Before the header: as [`Started::new`], or an optimizer burn-parity does not run or a
-/// moments request for SGD ([`Stepper::new`]). At any time: a failing sink or a parameter
-/// that cannot be read back.
+/// Before the header: as [`Started::new`], an optimizer burn-parity does not run or a
+/// moments request for SGD ([`Stepper::for_run`]), a schedule burn refuses
+/// ([`TrainingLoop::new`]). At any time: a failing sink or a parameter that cannot be read
+/// back.
 pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let Started { dev, net, data } = Started::<M>::new(spec, None)?;
-    let mut opt = NetOptimizer::<M>::new(Stepper::new(&spec.optimizer, spec.record.moments)?);
+    let groups = group_ids(spec, &net.params)?;
+    let stepper = Stepper::for_run(spec, &groups, spec.record.moments)?;
+    let training_loop = TrainingLoop::new(spec, &groups)?;
+    let mut opt = NetOptimizer::<M>::new(stepper);
     let mut out = FrameWriter::new(sink);
 
     let mut header = header_meta(&dev);
@@ -101,13 +112,8 @@ pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     out.write_meta(header)?;
 
     let started = std::time::Instant::now();
-    let ended = train_steps(spec, &mut out, net, &mut opt, |net, t| {
-        let i = data.index(t);
-        let output = net.forward(data.input(i), &mut Taps::inactive())?;
-        let (shape, flat) = flat_output(spec, output);
-        let loss = loss(spec, &shape, flat, &data, i)?;
-        let value = Host::read(loss.clone().inner(), spec.dtype)?.scalar()?;
-        Ok((value, loss.backward()))
+    let ended = train_steps(spec, &mut out, net, &mut opt, training_loop, |net, t| {
+        gradients(spec, net, &data, t)
     })?;
     out.flush()?; // every recorded step in the pipe: the time includes handing them over
     let seconds = started.elapsed().as_secs_f64().to_string();
@@ -133,38 +139,206 @@ pub fn run<M: BurnModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     out.finish()
 }
 
-/// The steps of a training run: step 0's frame (the initial parameters), then per step `t`
-/// from 1: `pass(net, t)` (the forward pass, the loss and `loss.backward()`, returning the
-/// loss widened to f64 and the gradients), the recorded gradients
-/// ([`Parameters::recorded_grads`], read before the update), the update
-/// ([`RunOptimizer::update`]) and, for a recorded step, its `step` frame
-/// ([`RunOptimizer::write_step`]); progress goes to stderr about ten times per run.
+/// The forward and backward passes of step `t` (from 1), as a burn user writes them: per
+/// micro-batch ([`RunSpec::micro_batches`]; one without accumulation, on batch
+/// `(t − 1) mod batches`; else the j-th of k on batch `((t − 1)·k + j) mod batches`) the
+/// port's forward pass (taps inactive), [`loss`], divided by k (`div_scalar`, reduction
+/// `mean`, k > 1) or not, `loss.backward()` and `GradientsParams::from_grads`, summed over
+/// the micro-batches by burn's `GradientsAccumulator`. Returns the loss widened to f64 (the
+/// mean of the micro-batches' losses) and the gradients.
 ///
-/// Returns `Ok(Ok(()))` after the last step, or `Ok(Err((t, e)))` when `pass` or the update
-/// failed at step `t` (an error, or a panic inside burn or the port, as
+/// # Errors
+/// The port's or burn's.
+pub fn gradients<M: BurnModel>(
+    spec: &RunSpec,
+    net: &Net<M>,
+    data: &Data,
+    t: u32,
+) -> Result<(f64, GradientsParams)> {
+    let k = spec.micro_batches();
+    let mean = spec
+        .training_loop
+        .as_ref()
+        .is_some_and(|l| l.accumulate.reduction == Reduction::Mean);
+    let pass = |i: usize| -> Result<(f64, Tensor<1>)> {
+        let output = net.forward(data.input(i), &mut Taps::inactive())?;
+        let (shape, flat) = flat_output(spec, output);
+        let loss = loss(spec, &shape, flat, data, i)?;
+        let value = Host::read(loss.clone().inner(), spec.dtype)?.scalar()?;
+        Ok((value, loss))
+    };
+    if k == 1 {
+        let (value, loss) = pass(data.index(t))?;
+        return Ok((
+            value,
+            GradientsParams::from_grads(loss.backward(), &net.model),
+        ));
+    }
+    let mut acc = GradientsAccumulator::<M>::new();
+    let mut sum = 0.0;
+    for j in 0..k {
+        let (value, loss) = pass(data.micro_index(t, j, k))?;
+        sum += value;
+        let loss = if mean {
+            loss.div_scalar(f64::from(k))
+        } else {
+            loss
+        };
+        acc.accumulate(
+            &net.model,
+            GradientsParams::from_grads(loss.backward(), &net.model),
+        );
+    }
+    Ok((sum / f64::from(k), acc.grads()))
+}
+
+/// Each parameter group's burn ids: the loop's groups (by state_dict key) looked up in
+/// `params`; one group of every parameter without a loop.
+///
+/// # Errors
+/// A group naming a parameter the port does not have.
+pub fn group_ids(spec: &RunSpec, params: &[ParamInfo]) -> Result<Vec<Vec<ParamId>>> {
+    spec.groups()
+        .iter()
+        .map(|g| {
+            g.params
+                .iter()
+                .map(|name| {
+                    params
+                        .iter()
+                        .find(|p| p.name == *name)
+                        .map(|p| p.id)
+                        .with_context(|| {
+                            format!("parameter group names {name:?}, which the port does not have")
+                        })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The training loop's parts around burn's optimizer in a run with one (docs/loop.md), as a
+/// burn user writes them: a `ModuleLrScheduler` ([`crate::schedule`]) stepped once before
+/// each optimizer step for every group's learning rate; PyTorch's total-norm clipping
+/// composed on the `GradientsParams` ([`crate::clip`]), or burn's own clipping inside the
+/// optimizer ([`Stepper::for_run`]).
+pub struct TrainingLoop {
+    scheduler: ModuleLrScheduler,
+    clip: Option<Clip>,
+    /// One parameter of each group, whose learning rate is the group's scalar.
+    representatives: Vec<ParamId>,
+}
+
+impl TrainingLoop {
+    /// The loop of `spec` over the groups `groups` ([`group_ids`]), `None` without one. A
+    /// scheduler stepped before the optimizer ([`Order::Before`]) is stepped once here,
+    /// before the first step, as a port that reads its first rate early does.
+    ///
+    /// # Errors
+    /// As [`crate::schedule::module_scheduler`].
+    pub fn new(spec: &RunSpec, groups: &[Vec<ParamId>]) -> Result<Option<Self>> {
+        let Some(l) = &spec.training_loop else {
+            return Ok(None);
+        };
+        let lrs: Vec<(ParamGroup, f64)> = groups
+            .iter()
+            .zip(&l.groups)
+            .map(|(ids, g)| (ParamGroup::from_ids(ids.clone()), g.lr))
+            .collect();
+        let kind = l.schedule.as_ref().map(|s| &s.kind);
+        let (mut scheduler, _) = crate::schedule::module_scheduler(kind, &lrs)?;
+        if l.schedule
+            .as_ref()
+            .is_some_and(|s| s.order == Order::Before)
+        {
+            scheduler.step();
+        }
+        Ok(Some(Self {
+            scheduler,
+            clip: l.clip,
+            representatives: groups.iter().map(|g| g[0]).collect(),
+        }))
+    }
+
+    /// Before the update: the total gradient norm of `model`'s gradients in `grads`, PyTorch's
+    /// norm clipping where the loop has it ([`Clip::Norm`]), and the scheduler's learning
+    /// rates for this step set on `opt`; returns the step's scalars.
+    ///
+    /// # Errors
+    /// A norm that cannot be read back.
+    pub fn before_update<M: Module>(
+        &mut self,
+        opt: &mut Stepper,
+        model: &M,
+        grads: &mut GradientsParams,
+        ty: FloatType,
+    ) -> Result<Scalars> {
+        let widen = |t: &Tensor<1>| Host::read(t.clone(), ty)?.scalar();
+        let norm = clip::total_norm(model, grads);
+        let grad_norm = norm.as_ref().map(widen).transpose()?.unwrap_or(0.0);
+        let clip_coef = match (self.clip, &norm) {
+            (Some(Clip::Norm(max)), Some(norm)) => {
+                Some(widen(&clip::clip_grad_norm(model, grads, norm, max))?)
+            }
+            _ => None,
+        };
+        opt.set_learning_rate(self.scheduler.step());
+        Ok(Scalars {
+            lrs: self
+                .representatives
+                .iter()
+                .map(|&id| opt.learning_rate(id))
+                .collect(),
+            grad_norm,
+            clip_coef,
+        })
+    }
+}
+
+/// The steps of a training run: step 0's frame (the initial parameters), then per step `t`
+/// from 1: `pass(net, t)` (the forward and backward passes, returning the loss widened to
+/// f64 and the gradients), the loop's part before the update ([`TrainingLoop::before_update`],
+/// where the run has a loop), the recorded gradients ([`Parameters::recorded_grads`], read
+/// before the update), the update ([`RunOptimizer::update`]) and, for a recorded step, its
+/// `step` frame ([`RunOptimizer::write_step`], with the loop's scalars); progress goes to
+/// stderr about ten times per run.
+///
+/// Returns `Ok(Ok(()))` after the last step, or `Ok(Err((t, e)))` when `pass`, the loop or
+/// the update failed at step `t` (an error, or a panic inside burn or the port, as
 /// `panic: <message>`): every finished step is in `out`. Writes no header and no end frame.
 ///
 /// # Errors
 /// A failing sink, or a parameter, gradient or moment that cannot be read back.
-pub fn train_steps<O, W, F>(
+pub fn train_steps<M, W, F>(
     spec: &RunSpec,
     out: &mut FrameWriter<W>,
-    mut net: O::Params,
-    opt: &mut O,
+    mut net: Net<M>,
+    opt: &mut NetOptimizer<M>,
+    mut training_loop: Option<TrainingLoop>,
     mut pass: F,
 ) -> Result<std::result::Result<(), (u32, anyhow::Error)>>
 where
-    O: RunOptimizer,
-    O::Params: Parameters<Grads = burn::tensor::Gradients>,
+    M: Module,
     W: Write,
-    F: FnMut(&O::Params, u32) -> Result<(f64, burn::tensor::Gradients)>,
+    F: FnMut(&Net<M>, u32) -> Result<(f64, GradientsParams)>,
 {
-    opt.write_step(out, spec, 0, &net, None, Vec::new())?;
+    opt.write_step(out, spec, 0, &net, None)?;
     let progress_every = (spec.steps / 10).max(1);
     for t in 1..=spec.steps {
-        let (loss, grads) = match guarded(|| pass(&net, t)) {
+        let (loss, mut grads) = match guarded(|| pass(&net, t)) {
             Ok(v) => v,
             Err(e) => return Ok(Err((t, e))),
+        };
+        let scalars = match &mut training_loop {
+            Some(l) => {
+                match guarded(|| {
+                    l.before_update(&mut opt.inner, &net.model, &mut grads, spec.dtype)
+                }) {
+                    Ok(s) => Some(s),
+                    Err(e) => return Ok(Err((t, e))),
+                }
+            }
+            None => None,
         };
         let recorded_grads = net.recorded_grads(spec, t, &grads)?;
         net = match guarded(|| opt.update(spec, t, net, grads)) {
@@ -172,7 +346,17 @@ where
             Err(e) => return Ok(Err((t, e))),
         };
         if spec.records_step(t) {
-            opt.write_step(out, spec, t, &net, Some(loss), recorded_grads)?;
+            opt.write_step(
+                out,
+                spec,
+                t,
+                &net,
+                Some(Recorded {
+                    loss,
+                    grads: recorded_grads,
+                    scalars: scalars.as_ref(),
+                }),
+            )?;
             if t.is_multiple_of(progress_every) || t == spec.steps {
                 eprintln!("step {t}/{} loss {loss:.8}", spec.steps);
             }

@@ -100,10 +100,35 @@ pub fn spec_json(
     json!({
         "experiment": tag, "run": "burn", "fixture": fixture, "dtype": dtype, "device": "cpu",
         "steps": 1, "model": model_spec(model, loss), "loss": loss,
-        "optimizer": {"name": "sgd", "lr": 0.1},
+        "optimizer": explicit_optimizer(&json!({"name": "sgd", "lr": 0.1})),
         "record": {"every": 1, "tensors": null, "grads": false, "moments": false},
-        "params": params, "fault": {"kind": "none"}
+        "params": params, "fault": {"kind": "none"}, "loop": null
     })
+}
+
+/// `optimizer` with every field the run spec needs, PyTorch's defaults for those the test
+/// leaves out (SGD without momentum or decay, no amsgrad; an Adam is burn's).
+pub fn explicit_optimizer(optimizer: &Value) -> Value {
+    let mut o = optimizer.clone();
+    let map = o.as_object_mut().expect("an optimizer object");
+    let mut fill = |k: &str, v: Value| {
+        map.entry(k.to_string()).or_insert(v);
+    };
+    match optimizer["name"].as_str() {
+        Some("sgd") => {
+            fill("momentum", json!(0.0));
+            fill("dampening", json!(0.0));
+            fill("nesterov", json!(false));
+            fill("weight_decay", json!(0.0));
+        }
+        Some("adam") => {
+            fill("amsgrad", json!(false));
+            fill("implementation", json!("burn"));
+            fill("bias_correction", json!("f32"));
+        }
+        _ => fill("amsgrad", json!(false)),
+    }
+    o
 }
 
 /// Deterministic values in [−scale, scale) on a 1/1024 grid.
@@ -202,7 +227,7 @@ pub fn spec(
     let moments = optimizer["name"] != "sgd";
     let mut spec = spec_json(tag, &path, &model, loss, dtype);
     spec["steps"] = json!(steps);
-    spec["optimizer"] = optimizer;
+    spec["optimizer"] = explicit_optimizer(&optimizer);
     spec["record"] = json!({"every": 1, "tensors": null, "grads": true, "moments": moments});
     Fixture::new(RunSpec::from_json(&spec.to_string()).unwrap(), dir)
 }

@@ -6,9 +6,9 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_parity::device::{self, Host};
 use burn_parity::families::transformer::Transformer;
-use burn_parity::net::{flat_output, loss, Data, Net, NetOptimizer};
+use burn_parity::net::{flat_output, Data, Net, NetOptimizer};
 use burn_parity::optim::Stepper;
-use burn_parity::train::Started;
+use burn_parity::train::{gradients, Started};
 use parity_common::burn::{BurnModel, Input, Output, Taps};
 use parity_common::frames::RawTensor;
 use parity_common::optim::{Parameters, RunOptimizer};
@@ -311,17 +311,11 @@ pub fn training_is_finite_and_sgd_descends(dtype: &str) {
     // Step 1 as `train` takes it: forward (taps inactive) → loss → backward → burn's SGD;
     // returns the parameters after it and the loss before it.
     let run = |net: Net<Transformer>, opt: &mut NetOptimizer<Transformer>| {
-        let i = data.index(1);
-        let out = net.forward(data.input(i), &mut Taps::inactive()).unwrap();
-        let (shape, flat) = flat_output(&spec, out);
-        let l = loss(&spec, &shape, flat, &data, i).unwrap();
-        let value = Host::read(l.clone().inner(), spec.dtype).unwrap();
-        let net = opt.update(&spec, 1, net, l.backward()).unwrap();
-        (net, value)
+        let (value, grads) = gradients(&spec, &net, &data, 1).unwrap();
+        (opt.update(&spec, 1, net, grads).unwrap(), value)
     };
     let (net, before) = run(net, &mut opt);
     let (_, after) = run(net, &mut opt);
-    let (before, after) = (before.scalar().unwrap(), after.scalar().unwrap());
     assert!(after < before, "SGD step: loss {before} → {after}");
 }
 
