@@ -82,10 +82,12 @@ def test_runner_spec_is_explicit(config):
         "betas": [0.9, 0.999],
         "eps": 1e-8,
         "weight_decay": 0.01,
+        "amsgrad": False,
         "implementation": "candle",
         "bias_correction": "f64",
     }
     assert spec["params"][0] == {"name": "fc1.weight", "shape": [16, 8]}
+    assert spec["loop"] is None
 
 
 def test_framework_comes_from_the_run_name():
@@ -111,13 +113,14 @@ def test_framework_comes_from_the_run_name():
                     "betas": [0.9, 0.999],
                     "eps": 1e-8,
                     "weight_decay": 0.0,
-                }
+                },
+                runs={"torch": None, "candle": {"optimizer": {"implementation": "candle"}}},
             ),
-            r"experiments.a3_adamw.runs.candle.optimizer.name: candle-nn 0.11.0 has no Adam",
+            r"a3_adamw.runs.candle.optimizer.implementation: candle-nn 0.11.0 has no Adam",
         ),
         (
-            lambda c: c["experiments"]["a3_sgd"]["optimizer"].update(momentum=0.9),
-            r"experiments.a3_sgd.runs.candle.optimizer: candle-nn 0.11.0's SGD has no momentum",
+            lambda c: c["experiments"]["a3_sgd"]["optimizer"].update(nesterov=True),
+            r"a3_sgd.runs.torch.optimizer.nesterov: Nesterov momentum requires a momentum",
         ),
         (
             lambda c: c["experiments"]["a3_adamw"].update(
@@ -176,13 +179,23 @@ def test_burn_runner_spec_uses_burns_own_optimizers(config):
         "betas": [0.9, 0.999],
         "eps": 1e-8,
         "weight_decay": 0.0,
+        "amsgrad": False,
+        "implementation": "burn",
+        "bias_correction": "f32",
     }
     adamw = spec_of(plan, RunKey("a3_adamw", "burn", "f32", "cpu"))
     assert adamw["optimizer"]["implementation"] == "burn"
     assert adamw["optimizer"]["bias_correction"] == "f32"
     assert adamw["optimizer"]["weight_decay"] == 0.01
     sgd = spec_of(plan, RunKey("a3_sgd", "burn", "f32", "cpu"))
-    assert sgd["optimizer"] == {"name": "sgd", "lr": 0.1}
+    assert sgd["optimizer"] == {
+        "name": "sgd",
+        "lr": 0.1,
+        "momentum": 0.0,
+        "dampening": 0.0,
+        "nesterov": False,
+        "weight_decay": 0.0,
+    }
     cnn = spec_of(plan, RunKey("cnn_adam", "burn", "f32", "cpu"))
     assert cnn["model"]["config"]["conv_impl"] == "conv1d"
     assert (cnn["model"]["input"], cnn["model"]["target"]) == ("float", "classes")
@@ -216,19 +229,26 @@ def test_burn_records_adam_moments_but_sgd_has_none(config):
         Plan(config)
 
 
-def test_burn_sgd_momentum_is_refused(config):
-    config["experiments"]["a3_sgd"]["optimizer"]["momentum"] = 0.9
-    config["experiments"]["a3_sgd"]["runs"] = {"torch": None, "burn": None}
-    config["experiments"]["a3_sgd"]["comparisons"] = {
-        "main": {"reference": "torch", "candidate": "burn"}
+def test_burn_sgd_momentum_is_burns_momentum_config(config):
+    """burn's SGD takes momentum, dampening, Nesterov and L2 decay (MomentumConfig,
+    WeightDecayConfig): the spec carries them all, explicit."""
+    config["experiments"]["a3_sgd"]["optimizer"].update(
+        momentum=0.9, nesterov=True, weight_decay=0.01
+    )
+    spec = spec_of(Plan(config), RunKey("a3_sgd", "burn", "f32", "cpu"))
+    assert spec["optimizer"] == {
+        "name": "sgd",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "dampening": 0.0,
+        "nesterov": True,
+        "weight_decay": 0.01,
     }
-    with pytest.raises(ConfigError, match=r"runs.burn.optimizer: burn runs plain SGD"):
-        Plan(config)
 
 
 def test_every_problem_of_a_config_is_named_at_once(config):
     config = copy.deepcopy(config)
-    config["experiments"]["a3_sgd"]["optimizer"] = {"name": "sgd", "lr": 0.1, "momentum": 0.9}
+    config["experiments"]["a3_sgd"]["optimizer"] = {"name": "sgd", "lr": 0.1, "dampening": 0.1}
     config["experiments"]["a3_sgd"]["comparisons"]["main"]["candidate"] = "candel"
     config["experiments"]["cnn_adam"]["model"] = dict(
         config["experiments"]["cnn_adam"]["model"], kernel=17
@@ -237,12 +257,13 @@ def test_every_problem_of_a_config_is_named_at_once(config):
         Plan(config)
     paths = [p.path for p in err.value.problems]
     assert paths == [
-        "experiments.a3_sgd.runs.candle.optimizer",
-        "experiments.a3_sgd.runs.burn.optimizer",
+        "experiments.a3_sgd.runs.torch.optimizer.dampening",
+        "experiments.a3_sgd.runs.candle.optimizer.dampening",
+        "experiments.a3_sgd.runs.burn.optimizer.dampening",
         "experiments.a3_sgd.comparisons.main.candidate",
         "experiments.cnn_adam.model.kernel",
     ]
-    assert str(err.value).count("config: experiments.") == 4
+    assert str(err.value).count("config: experiments.") == 5
 
 
 def test_the_optimizer_defaults_show_the_frameworks_the_runs_use(config):

@@ -26,6 +26,7 @@ from parity.core.config import MAIN, RECORD_DEFAULTS, ConfigError, merge
 from parity.core.models import check_model, model_params
 from parity.plan import frameworks, own, versions
 from parity.plan.frameworks import candle
+from parity.plan.loop import resolve_loop
 
 
 def resolve_experiment(
@@ -109,6 +110,11 @@ def resolve_run(where: str, exp: Mapping, run: str, override: Mapping, config: M
         for k in ("betas", "eps", "weight_decay"):
             if k not in optimizer:
                 raise ConfigError(f"{where}.optimizer.{k}", f"{name} needs an explicit {k}")
+    check_optimizer(f"{where}.optimizer", optimizer)
+    names = [n for n, _ in model_params(exp["model"])]
+    loop = resolve_loop(where, exp, override, optimizer, names)
+    if loop is not None:
+        settings["loop"] = loop
     own_side = exp["model"]["family"] == "own" and framework in own.RUST_SIDES
     if own_side and framework not in exp["model"]:
         raise ConfigError(
@@ -130,13 +136,28 @@ def resolve_run(where: str, exp: Mapping, run: str, override: Mapping, config: M
         settings["version"] = versions.primary(config, framework)
     if "fault" in override:
         settings["fault"] = check_fault(f"{where}.fault", exp, settings, override["fault"])
-    names = [n for n, _ in model_params(exp["model"])]
     for t in settings["record"].get("tensors") or ():
         if t not in names:
             raise ConfigError(
                 f"{where}.record.tensors", f"{t!r} is not a parameter ({', '.join(names)})"
             )
     return settings
+
+
+def check_optimizer(where: str, optimizer: Mapping) -> None:
+    """What PyTorch's optimizers refuse of their arguments, refused here for every framework:
+    Nesterov momentum without momentum or with dampening (``torch.optim.SGD`` raises
+    ValueError), SGD-only keys on an Adam and the reverse (the schema's), dampening
+    without momentum (it would do nothing). Raises :class:`ConfigError` at ``where``."""
+    if optimizer["name"] == "sgd":
+        if optimizer.get("nesterov") and (
+            optimizer.get("momentum", 0) <= 0 or optimizer.get("dampening", 0) != 0
+        ):
+            raise ConfigError(
+                f"{where}.nesterov", "Nesterov momentum requires a momentum and zero dampening"
+            )
+        if optimizer.get("dampening", 0) and not optimizer.get("momentum", 0):
+            raise ConfigError(f"{where}.dampening", "dampening acts on a momentum: set one")
 
 
 def check_fault(where: str, exp: Mapping, settings: Mapping, fault: Mapping) -> dict:

@@ -22,7 +22,14 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
     reading ``fixture`` (a safetensors path)."""
     opt = settings["optimizer"]
     if opt["name"] == "sgd":
-        optimizer = {"name": "sgd", "lr": opt["lr"]}
+        optimizer = {
+            "name": "sgd",
+            "lr": opt["lr"],
+            "momentum": opt.get("momentum", 0.0),
+            "dampening": opt.get("dampening", 0.0),
+            "nesterov": bool(opt.get("nesterov", False)),
+            "weight_decay": opt.get("weight_decay", 0.0),
+        }
     else:
         optimizer = {
             "name": opt["name"],
@@ -30,10 +37,10 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
             "betas": list(opt["betas"]),
             "eps": opt["eps"],
             "weight_decay": opt["weight_decay"],
+            "amsgrad": bool(opt.get("amsgrad", False)),
+            "implementation": opt["implementation"],
+            "bias_correction": opt["bias_correction"],
         }
-        if opt["name"] == "adamw":  # Adam is burn's only; candle refuses it
-            optimizer["implementation"] = opt["implementation"]
-            optimizer["bias_correction"] = opt["bias_correction"]
     if settings["model"]["family"] == "own":
         model = own_model(settings["model"], settings["framework"])
     else:
@@ -57,6 +64,27 @@ def runner_spec(key: RunKey, settings: Mapping[str, Any], fixture: str) -> dict:
         },
         "params": [{"name": n, "shape": list(sh)} for n, sh in model_params(settings["model"])],
         "fault": dict(settings.get("fault", NO_FAULT)),
+        "loop": loop_spec(settings.get("loop")),
+    }
+
+
+def loop_spec(loop: Mapping[str, Any] | None) -> dict | None:
+    """The run spec's ``loop`` (``parity_common::spec::Loop``) of a run's resolved loop
+    (``parity.plan.loop``), or None without one: the schedule (every argument explicit,
+    ``order``), the clipping, the parameter groups (each with its parameters by state_dict
+    key, its ``lr`` and ``weight_decay``) and the accumulation."""
+    if loop is None:
+        return None
+    schedule = loop["schedule"]
+    return {
+        "schedule": schedule
+        and {
+            "order": schedule["order"],
+            "kind": {k: v for k, v in schedule.items() if k != "order"},
+        },
+        "clip": loop["clip"],
+        "groups": loop["param_groups"],
+        "accumulate": loop["accumulate"],
     }
 
 

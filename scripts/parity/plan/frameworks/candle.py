@@ -1,11 +1,13 @@
-"""candle 0.11 (Rust, ``rust/candle-parity``): candle-nn's optimizers or a hand-written
-AdamW, the convolution through conv2d (default) or conv1d."""
+"""candle 0.11 (Rust, ``rust/candle-parity``): candle-nn's optimizers, a hand-written copy of
+its AdamW, or the porter's hand-written recipes of what candle-nn lacks (docs/loop.md); the
+convolution through conv2d (default) or conv1d."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from parity.core.config import ConfigError
+from parity.plan.loop import cycles_momentum
 
 NAME = "candle"
 RUST = True
@@ -28,27 +30,44 @@ ADAMW_FAULTS = frozenset({"eps_in_sqrt", "no_bias_correction", "step_from_zero"}
 
 
 def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, config: Mapping):
-    """candle's side of a run: AdamW's ``implementation`` (candle-nn's ``candle`` or the
-    hand-written ``manual``) and ``bias_correction`` (``f64`` factors, or ``f32`` with the
-    manual one); the CNN's ``conv_impl`` (``conv2d`` by default). Raises
-    :class:`ConfigError` for what candle-nn 0.11 lacks (Adam, SGD momentum or weight
-    decay), f32 factors without ``manual``, ``conv_impl`` on a model without a
-    convolution, and moments candle-nn keeps private."""
+    """candle's side of a run: the optimizer's ``implementation`` and the CNN's
+    ``conv_impl`` (``conv2d`` by default).
+
+    candle-nn 0.11 has SGD without momentum or weight decay and AdamW; the rest of the
+    loop a porter writes by hand (docs/loop.md), and so does candle-parity, as the
+    ``recipe`` implementation: an SGD with momentum, dampening, Nesterov or weight decay,
+    an Adam (L2 decay) and an AdamW with ``amsgrad`` are the recipes (``implementation``
+    set to ``recipe``); a plain AdamW is candle-nn's (``candle``, default) or its hand-written
+    copy (``manual``), and may be the recipe on request. ``bias_correction`` is ``f64``, or
+    ``f32`` with the manual one. Raises :class:`ConfigError` for f32 factors without
+    ``manual``, an ``implementation`` that cannot do what the optimizer asks, ``conv_impl``
+    on a model without a convolution, and moments candle-nn keeps private."""
     optimizer = settings["optimizer"]
     name = optimizer["name"]
+    sgd_extras = [
+        k for k in ("momentum", "dampening", "nesterov", "weight_decay") if optimizer.get(k)
+    ]
+    if name == "sgd" and (sgd_extras or cycles_momentum(settings.get("loop"))):
+        # a OneCycleLR cycling the momentum gives even a plain SGD one, which candle-nn's
+        # SGD has no field for
+        optimizer["implementation"] = "recipe"
     if name == "adam":
-        raise ConfigError(
-            f"{where}.optimizer.name",
-            "candle-nn 0.11.0 has no Adam; use adamw with weight_decay 0 "
-            "(PyTorch's Adam equals AdamW(weight_decay=0) bit for bit)",
-        )
-    if name == "sgd" and (optimizer.get("momentum", 0) or optimizer.get("weight_decay", 0)):
-        raise ConfigError(
-            f"{where}.optimizer", "candle-nn 0.11.0's SGD has no momentum and no weight decay"
-        )
-    if name == "adamw":
-        optimizer.setdefault("implementation", "candle")
+        if optimizer.get("implementation", "recipe") != "recipe":
+            raise ConfigError(
+                f"{where}.optimizer.implementation",
+                "candle-nn 0.11.0 has no Adam: the hand-written one is the recipe",
+            )
+        optimizer["implementation"] = "recipe"
+    if name in ("adam", "adamw"):
+        default = "recipe" if optimizer.get("amsgrad") else "candle"
+        optimizer.setdefault("implementation", default)
         optimizer.setdefault("bias_correction", "f64")
+        if optimizer.get("amsgrad") and optimizer["implementation"] != "recipe":
+            raise ConfigError(
+                f"{where}.optimizer.amsgrad",
+                f"candle-nn's AdamW has no amsgrad ({optimizer['implementation']!r}); the "
+                "hand-written recipe has",
+            )
         if optimizer["bias_correction"] == "f32" and optimizer["implementation"] != "manual":
             raise ConfigError(
                 f"{where}.optimizer.bias_correction",
@@ -67,11 +86,12 @@ def resolve_run(where: str, exp: Mapping, settings: dict, override: Mapping, con
         for key in TRANSFORMER_OPS:
             if key in override:
                 raise ConfigError(f"{where}.{key}", "only transformer models have this op")
-    manual = name == "adamw" and optimizer.get("implementation") == "manual"
-    if settings["record"].get("moments") and not manual:
+    exposed = name in ("adam", "adamw") and optimizer["implementation"] in ("manual", "recipe")
+    if settings["record"].get("moments") and not exposed:
         raise ConfigError(
             f"{where}.record.moments",
-            "candle-nn keeps AdamW's moments private; use implementation: manual",
+            "candle-nn keeps AdamW's moments private (and SGD has none); use implementation: "
+            "manual or recipe",
         )
 
 
