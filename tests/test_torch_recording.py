@@ -121,7 +121,7 @@ def test_a_writer_swapped_in_is_handed_every_recorded_step(tmp_path):
         def __exit__(self, *exc):
             pass
 
-        def write_step(self, step, loss, tensors, handed_over=False):
+        def write_step(self, step, loss, tensors, handed_over=False, scalars=None):
             handed.append((step, loss, {n: np.array(v, copy=True) for n, v in tensors.items()}))
 
     out = tmp_path / "a.parquet"

@@ -19,12 +19,14 @@ from parity.trace.schema import (
     INDEX_KEY,
     METADATA_KEY,
     NUMPY_TYPES,
+    SCALARS,
     VALUE_COLUMN,
     StepRecord,
     TraceError,
     TraceLayout,
     check_metadata,
     loss_from_bits,
+    scalars_from_bits,
     steps_recorded,
 )
 
@@ -97,9 +99,25 @@ class TraceReader:
             if not isinstance(absent, dict) or set(absent) - set(self.layout.extras):
                 raise ValueError("'absent' names a column that is not an extra of the layout")
             absent = {c: set(v) for c, v in absent.items()}
+            scalars = index.get("scalars")
+            if scalars is not None:
+                if set(scalars) != set(SCALARS) or any(
+                    not isinstance(v, list) or len(v) != len(steps) for v in scalars.values()
+                ):
+                    raise ValueError("'scalars' does not hold one entry per step of each scalar")
+                per_step = [
+                    scalars_from_bits({n: scalars[n][k] for n in SCALARS})
+                    for k in range(len(steps))
+                ]
+                per_step[0] = None
+            else:
+                per_step = [None] * len(steps)
         except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
             raise TraceError(self.path, f"index is malformed ({e})") from None
         self.steps: list[int] = steps
+        #: Each step's loop scalars (None at step 0 and in a run without a loop).
+        self.scalars: list[dict | None] = per_step
+        self.has_scalars = scalars is not None
         if len(steps) > recorded_rows(self.meta["steps"], self.meta["record_every"]):
             raise TraceError(
                 self.path, f"index lists {len(steps)} steps, more than the run records"
@@ -239,7 +257,7 @@ class TraceReader:
                 tensors[c] = values[at : at + n]
             at += n
         flat = values[: self.layout.params_size()] if every else None
-        return StepRecord(self.steps[k], self.losses[k], tensors, flat)
+        return StepRecord(self.steps[k], self.losses[k], tensors, flat, self.scalars[k])
 
     def iter_steps(self, columns: Sequence[str] | None = None) -> Iterator[StepRecord]:
         """Yield the recorded steps in order, reading one row group at a time.

@@ -18,7 +18,11 @@ A trace is one Parquet file per run,
   that step's forward pass, before the update, widened exactly from the run's dtype, as
   the 16 hex digits of its IEEE 754 binary64 bit pattern; null at step 0), ``offsets``
   (per step the row of its first value) and ``absent`` (extra column → the steps at which
-  it is null);
+  it is null); and, for a run with a training loop (docs/loop.md), ``scalars``: per
+  :data:`SCALARS` name a list with one entry per step (null at step 0), ``lr`` a list of
+  each parameter group's learning rate in the step's update, ``grad_norm`` the total
+  gradient norm before clipping, ``clip_coef`` the clip coefficient (null without norm
+  clipping), each float64 as its 16 hex digits like the loss;
 * CRC-32 checksums on every page, verified whenever a page is read (``integrity``): a
   corrupt trace is refused by name, never compared.
 
@@ -45,6 +49,7 @@ import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +66,8 @@ VALUE_COLUMN = "value"
 FLOAT_TYPES = {"f32": pa.float32(), "f64": pa.float64()}
 NUMPY_TYPES = {"f32": np.dtype("<f4"), "f64": np.dtype("<f8")}
 EXTRA_KINDS = ("grad", "exp_avg", "exp_avg_sq")
+#: The scalars a step of a run with a training loop records (``index["scalars"]``).
+SCALARS = ("lr", "grad_norm", "clip_coef")
 #: ``failed``: the framework raised an error during a step (its message in the metadata's
 #: ``error``, the step in ``failed_step``); the steps before it are recorded.
 STATUSES = ("complete", "diverged", "failed")
@@ -115,6 +122,27 @@ def loss_bits(loss: float | None) -> str | None:
     """A loss as the index stores it: the 16 hex digits of its float64 bit pattern (exact,
     NaN payloads included), or None."""
     return None if loss is None else struct.pack(">d", loss).hex()
+
+
+def scalars_bits(scalars: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A step's loop scalars as the index stores them (each float as :func:`loss_bits`)."""
+    if scalars is None:
+        return None
+    out: dict[str, Any] = {}
+    for name in SCALARS:
+        v = scalars.get(name)
+        out[name] = [loss_bits(x) for x in v] if isinstance(v, list | tuple) else loss_bits(v)
+    return out
+
+
+def scalars_from_bits(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The inverse of :func:`scalars_bits`."""
+    if stored is None:
+        return None
+    return {
+        name: [loss_from_bits(x) for x in v] if isinstance(v, list) else loss_from_bits(v)
+        for name, v in stored.items()
+    }
 
 
 def loss_from_bits(bits: str | None) -> float | None:
@@ -186,7 +214,8 @@ class TraceLayout:
 
 @dataclass
 class StepRecord:
-    """One recorded step: its number, loss (None at step 0) and tensors by column name.
+    """One recorded step: its number, loss (None at step 0), tensors by column name, and the
+    training loop's scalars where the run has a loop.
 
     ``flat``, when the reader was asked for every parameter, is the step's parameters
     concatenated in state_dict order (1-D, the trace's dtype, :meth:`TraceLayout.params_size`
@@ -196,6 +225,8 @@ class StepRecord:
     loss: float | None
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
     flat: np.ndarray | None = None
+    #: The loop's scalars (:data:`SCALARS`; ``lr`` a list per group), for a run with one.
+    scalars: dict[str, Any] | None = None
 
 
 def check_metadata(path, meta: Mapping) -> None:

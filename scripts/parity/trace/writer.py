@@ -25,12 +25,14 @@ from parity.trace.schema import (
     INDEX_KEY,
     METADATA_KEY,
     NUMPY_TYPES,
+    SCALARS,
     SCHEMA_VERSION,
     StepRecord,
     TraceError,
     TraceLayout,
     loss_bits,
     recorded_steps,
+    scalars_bits,
     steps_recorded,
 )
 
@@ -141,8 +143,12 @@ class TraceWriter:
         loss: float | None,
         tensors: Mapping[str, np.ndarray],
         handed_over: bool = False,
+        scalars: Mapping | None = None,
     ):
         """Add one recorded step.
+
+        ``scalars``: the training loop's scalars of the step (``schema.SCALARS``) in a run
+        with a loop, given at every step but 0 or at none.
 
         ``tensors`` maps column names to arrays of the layout's dtype with the parameter's
         element count (any shape; flattened in C order). Every parameter column is required;
@@ -196,6 +202,16 @@ class TraceWriter:
                 size += self._numel[c]
             else:
                 self._index["absent"].setdefault(c, []).append(step)
+        if scalars is not None or "scalars" in self._index:
+            stored = self._index.get("scalars")
+            if stored is None and position == 1 and scalars is not None:
+                stored = self._index["scalars"] = {n: [None] for n in SCALARS}  # step 0: null
+            if stored is None or scalars is None:
+                raise TraceError(
+                    self.path, f"step {step}: loop scalars at every step but 0, or at none"
+                )
+            for n, v in scalars_bits(scalars).items():
+                stored[n].append(v)
         self._index["steps"].append(step)
         self._index["loss"].append(loss_bits(loss))
         self._index["offsets"].append(self._rows)

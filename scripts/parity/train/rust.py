@@ -189,7 +189,9 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary, identity) -
                 t = frame.tensors
                 loss = float(t.pop("loss")[0]) if "loss" in t else None
                 # the frame's arrays are views of its own buffer: nothing else holds them
-                writer.write_step(int(frame.meta["step"]), loss, t, handed_over=True)
+                writer.write_step(
+                    int(frame.meta["step"]), loss, t, handed_over=True, scalars=pop_scalars(t)
+                )
             elif frame.kind == "end":
                 ended = True
                 if "train_seconds" in frame.meta:
@@ -213,6 +215,20 @@ def _consume(key, settings, fixture, proc, layout, out, log, binary, identity) -
         if isinstance(e, FrameError):
             raise RunnerError(f"malformed frame stream from {binary}: {e}") from e
         raise
+
+
+def pop_scalars(tensors: dict) -> dict | None:
+    """The training loop's scalars of a step frame (``scalar:lr``, ``scalar:grad_norm``,
+    ``scalar:clip_coef``, float64; ``parity_common::optim::Scalars``), taken out of its
+    ``tensors``; None for a frame without them (a run without a loop, step 0)."""
+    if "scalar:lr" not in tensors:
+        return None
+    clip = tensors.pop("scalar:clip_coef", None)
+    return {
+        "lr": [float(x) for x in tensors.pop("scalar:lr")],
+        "grad_norm": float(tensors.pop("scalar:grad_norm")[0]),
+        "clip_coef": None if clip is None else float(clip[0]),
+    }
 
 
 def run_frames(

@@ -32,17 +32,9 @@ from parity.trace import fixtures
 from parity.trace.provenance import trace_metadata
 from parity.trace.schema import TraceLayout, extra_column
 from parity.trace.writer import TraceWriter
+from parity.train import loop as training_loop
 
 TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64}
-
-#: ``optimizer_path`` → keyword arguments selecting PyTorch's optimizer implementation.
-#: single_tensor is the per-parameter loop (CPU default), foreach the multi-tensor one,
-#: fused the single-kernel one.
-OPTIMIZER_PATHS = {
-    "single_tensor": {"foreach": False, "fused": False},
-    "foreach": {"foreach": True, "fused": False},
-    "fused": {"foreach": False, "fused": True},
-}
 
 
 class ReluGradOneAtZero(torch.autograd.Function):
@@ -210,34 +202,6 @@ def loss_fn(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown loss {name!r}")
 
 
-def make_optimizer(settings: Mapping[str, Any], params: list[torch.Tensor], path: str):
-    """``torch.optim`` optimizer from resolved settings, every hyperparameter explicit.
-
-    Raises ``ValueError`` for an unknown name or path.
-    """
-    opt = settings
-    kw = dict(OPTIMIZER_PATHS[path])
-    if opt["name"] == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=opt["lr"],
-            momentum=opt.get("momentum", 0.0),
-            weight_decay=opt.get("weight_decay", 0.0),
-            **kw,
-        )
-    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(opt["name"])
-    if cls is None:
-        raise ValueError(f"unknown optimizer {opt['name']!r}")
-    return cls(
-        params,
-        lr=opt["lr"],
-        betas=tuple(opt["betas"]),
-        eps=opt["eps"],
-        weight_decay=opt["weight_decay"],
-        **kw,
-    )
-
-
 def _host(t: torch.Tensor) -> np.ndarray:
     return t.detach().reshape(-1).cpu().numpy().copy()
 
@@ -319,7 +283,15 @@ def train(
     y = torch.from_numpy(fx["y"]).to(device=device)
     if s["loss"] == "mse":
         y = y.to(dtype)
-    opt = make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
+    loop = s.get("loop")
+    groups = training_loop.param_groups(loop["param_groups"], p) if loop else list(p.values())
+    opt = training_loop.make_optimizer(s["optimizer"], groups, s["optimizer_path"])
+    schedule = loop and loop["schedule"]
+    scheduler = (
+        training_loop.make_scheduler(opt, {k: v for k, v in schedule.items() if k != "order"})
+        if schedule
+        else None
+    )
 
     rec = s["record"]
     recorded = rec.get("tensors") or names
@@ -358,8 +330,9 @@ def train(
 
     if copy_beside is None:
         copy_beside = device.type == "cpu" and net_cls is Net
-    # A recorded step's copy, made beside the next forward pass: (step, loss, Future).
-    pending: tuple[int, float, Future] | None = None
+    # A recorded step's copy, made beside the next forward pass: (step, loss, Future,
+    # loop scalars).
+    pending: tuple[int, float, Future, dict | None] | None = None
     with (
         writer(out, layout, meta) as w,
         ThreadPoolExecutor(1, "record-copy") if copy_beside else contextlib.nullcontext() as pool,
@@ -367,25 +340,43 @@ def train(
         w.write_step(0, None, {n: _host(p[n]) for n in recorded})  # no extras at step 0
         started = time.perf_counter()
         for t in range(1, steps + 1):
-            i = (t - 1) % batches
-            loss = loss_fn(s["loss"], net.forward(x[i], fault), y[i])
-            if pending is not None:  # before zero_grad and step change what it copies
-                w.write_step(pending[0], pending[1], pending[2].result())
-                pending = None
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            if loop:
+                # the pending copy is written before zero_grad, after the first forward pass
+                done, pending = pending, None
+                losses, scalars = training_loop.step(
+                    t,
+                    loop,
+                    lambda b: loss_fn(s["loss"], net.forward(x[b], fault), y[b]),
+                    x.shape[0],
+                    opt,
+                    scheduler,
+                    lambda done=done: (
+                        done and w.write_step(done[0], done[1], done[2].result(), scalars=done[3])
+                    ),
+                )
+            else:
+                i = (t - 1) % batches
+                loss = loss_fn(s["loss"], net.forward(x[i], fault), y[i])
+                if pending is not None:  # before zero_grad and step change what it copies
+                    w.write_step(pending[0], pending[1], pending[2].result(), scalars=pending[3])
+                    pending = None
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses, scalars = [loss], None
             if t % every and t != steps:
                 continue
-            value = float(loss.detach().to(torch.float64).cpu())
+            # A loss widened to f64; with micro-batches, the mean of theirs.
+            widened = [float(v.detach().to(torch.float64).cpu()) for v in losses]
+            value = widened[0] if len(widened) == 1 else sum(widened) / len(widened)
             if pool is not None:
-                pending = (t, value, pool.submit(recorded_row))
+                pending = (t, value, pool.submit(recorded_row), scalars)
             else:
-                w.write_step(t, value, recorded_row())
+                w.write_step(t, value, recorded_row(), scalars=scalars)
             if t % max(1, steps // 10) == 0 or t == steps:
                 log.info("step %d/%d loss %.8f", t, steps, value)
         if pending is not None:
-            w.write_step(pending[0], pending[1], pending[2].result())
+            w.write_step(pending[0], pending[1], pending[2].result(), scalars=pending[3])
         # Wall time of the steps and their recording (benchmarks read it).
         w.meta["runner"]["train_seconds"] = time.perf_counter() - started
     log.info("wrote %s (%s)", out, w.meta["status"])
@@ -432,7 +423,7 @@ def replay(
     y = torch.from_numpy(fx["y"][i]).to(device=tdev)
     if s["loss"] == "mse":
         y = y.to(tdt)
-    opt = make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
+    opt = training_loop.make_optimizer(s["optimizer"], list(p.values()), s["optimizer_path"])
     if s["optimizer"]["name"] != "sgd" and steps_taken > 0:
         sd = opt.state_dict()
         sd["state"] = {
