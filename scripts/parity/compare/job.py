@@ -189,7 +189,14 @@ def perstep_job(
             f"tolerance {comp.tolerance:g}; verdict **{verdict}**"
         ),
     ]
-    tables.write_csv(out_csv, rows, tables.PERSTEP_COLUMNS)
+    if result.scalar_first:
+        f = result.scalar_first
+        notes.append(
+            f"the training loop's **{f['scalar']}** differs first, at step {f['step']} "
+            f"({f['a']} vs {f['b']})"
+        )
+    columns = tables.PERSTEP_COLUMNS + (tables.LOOP_COLUMNS if rows and "dlr" in rows[0] else ())
+    tables.write_csv(out_csv, rows, columns)
     tables.write_twins(
         out_md,
         tables.perstep_markdown(rows, f"{comp.experiment}: {comp.name} on {comp.device}", notes),
@@ -220,6 +227,11 @@ def perstep_job(
         "reference_provenance": _provenance(ref),
         "candidate_provenance": _provenance(cand),
     }
+    if ref.has_scalars and cand.has_scalars:
+        summary["scalar_first"] = result.scalar_first
+        summary["tol_exceeded_params"] = (
+            maths.params_beyond(ref, cand, beyond["step"], comp.tolerance) if beyond else []
+        )
     if figure:
         draw(comp, "perstep", rows, figure, result.param_scale)
     stamp = job_stamp(job, code)

@@ -203,6 +203,43 @@ class PerStep:
     #: parameters that never moved from their step-0 values on one side while they did on
     #: the other (:func:`never_updated`), as ``side: name`` (``candidate: ln_f.weight``)
     never_updated: list[str] = field(default_factory=list)
+    #: the first of the training loop's scalars that differs beyond rounding
+    #: (:func:`scalar_differences`), ``{"step", "scalar", "a", "b"}``; None when none does or
+    #: the runs have no loop
+    scalar_first: dict | None = None
+
+
+#: How far apart two runs' loop scalars may be, relative to the reference's, and still
+#: agree: a learning rate is float64 on every side (PyTorch's schedule recursion, which the
+#: Rust runners replay bit for bit, ``parity_common::schedule``), so only float64 rounding;
+#: the gradient norm and the clip coefficient are computed in the run's dtype, so float32
+#: rounding of a norm over many elements (2⁻¹⁶ ≈ 1.5e-5, generous: the parameters of a
+#: matching float32 pair differ by about 1e-7, and so do their gradients' norms).
+SCALAR_RTOL = {"lr": 2.0**-40, "grad_norm": 2.0**-16, "clip_coef": 2.0**-16}
+
+
+def scalar_differences(a: StepRecord, b: StepRecord) -> list[dict]:
+    """The loop scalars of one step on which the reference ``a`` and the candidate ``b``
+    differ beyond :data:`SCALAR_RTOL` (a value on one side only differs), each
+    ``{"scalar", "a", "b"}``: the number of parameter groups (``param_groups``) where it
+    differs, the learning rates per group (``lr[group 0]``), the gradient norm, the clip
+    coefficient; empty at step 0 or without scalars on both sides."""
+    if not a.scalars or not b.scalars:
+        return []
+    out = []
+    lrs_a, lrs_b = a.scalars["lr"], b.scalars["lr"]
+    if len(lrs_a) != len(lrs_b):
+        out.append({"scalar": "param_groups", "a": len(lrs_a), "b": len(lrs_b)})
+    pairs = [
+        (f"lr[group {i}]", "lr", x, y) for i, (x, y) in enumerate(zip(lrs_a, lrs_b, strict=False))
+    ]
+    pairs += [(n, n, a.scalars[n], b.scalars[n]) for n in ("grad_norm", "clip_coef")]
+    for label, kind, x, y in pairs:
+        if x is None and y is None:
+            continue
+        if x is None or y is None or not abs_diff(x, y) <= SCALAR_RTOL[kind] * abs(x):
+            out.append({"scalar": label, "a": x, "b": y})
+    return out
 
 
 def never_updated(
@@ -237,6 +274,8 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
     """
     check_comparable([reference, candidate])
     names = reference.layout.names
+    loop = reference.has_scalars and candidate.has_scalars
+    scalar_first = None
     rows, step0, identical, scale = [], False, True, 0.0
     first: tuple[dict, dict] | None = None
     moved: tuple[dict, dict] = ({n: False for n in names}, {n: False for n in names})
@@ -259,18 +298,54 @@ def perstep(reference: TraceReader, candidate: TraceReader) -> PerStep:
         if a.step == 0:
             step0 = same
         d = max_abs_diff(a.tensors, b.tensors, names)
-        rows.append(
-            {
-                "step": a.step,
-                "loss_a": a.loss,
-                "loss_b": b.loss,
-                "dloss": _dloss(a.loss, b.loss),
-                "max_dparam": d.value,
-                "where": d.where,
-            }
-        )
+        row = {
+            "step": a.step,
+            "loss_a": a.loss,
+            "loss_b": b.loss,
+            "dloss": _dloss(a.loss, b.loss),
+            "max_dparam": d.value,
+            "where": d.where,
+        }
+        if loop:
+            row.update(loop_columns(a, b))
+            differ = scalar_differences(a, b)
+            if differ and scalar_first is None:
+                scalar_first = {"step": a.step, **differ[0]}
+        rows.append(row)
     stuck = never_updated(moved[0], moved[1], names)
-    return PerStep(rows, step0, identical, scale, stuck)
+    return PerStep(rows, step0, identical, scale, stuck, scalar_first)
+
+
+def params_beyond(
+    reference: TraceReader, candidate: TraceReader, step: int, tolerance: float
+) -> list[str]:
+    """The parameters (state_dict order) whose largest difference at recorded ``step``
+    exceeds ``tolerance``: what an update that differs changed (the localisation of a run
+    with a training loop names them, ``parity.localise.job``)."""
+    names = reference.layout.names
+    a, b = reference.read_step(step), candidate.read_step(step)
+    return [n for n in names if max_abs_diff(a.tensors, b.tensors, [n]).value > tolerance]
+
+
+def loop_columns(a: StepRecord, b: StepRecord) -> dict:
+    """A per-step row's columns of the training loop's scalars (``tables.LOOP_COLUMNS``):
+    each run's first group's learning rate, the largest difference over the groups' rates
+    (``dlr``), each run's gradient norm before clipping and their difference, each run's
+    clip coefficient and theirs; all None at step 0."""
+    sa, sb = a.scalars or {}, b.scalars or {}
+    lra, lrb = sa.get("lr") or [], sb.get("lr") or []
+    dlr = [abs_diff(x, y) for x, y in zip(lra, lrb, strict=False)]
+    return {
+        "lr_a": lra[0] if lra else None,
+        "lr_b": lrb[0] if lrb else None,
+        "dlr": max(dlr) if dlr else None,
+        "grad_norm_a": sa.get("grad_norm"),
+        "grad_norm_b": sb.get("grad_norm"),
+        "dgrad_norm": _dloss(sa.get("grad_norm"), sb.get("grad_norm")),
+        "clip_coef_a": sa.get("clip_coef"),
+        "clip_coef_b": sb.get("clip_coef"),
+        "dclip_coef": _dloss(sa.get("clip_coef"), sb.get("clip_coef")),
+    }
 
 
 def split(

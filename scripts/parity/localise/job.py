@@ -63,6 +63,96 @@ def _unlocalised(status: str, reason: str) -> dict:
     }
 
 
+def scalar_culprit(perstep: Mapping) -> dict | None:
+    """A localisation that needs no replay: the training loop's first scalar that differs
+    beyond rounding (the comparison's ``scalar_first``: a learning rate of a group, the
+    gradient norm, the clip coefficient), when it differs no later than the parameters
+    first leave the tolerance. Named before any tensor, as ``loop:<scalar>``
+    (``loop:lr[group 0]``, ``loop:grad_norm``, ``loop:clip_coef``): the loop computed its step
+    with another number. None otherwise."""
+    first = perstep.get("scalar_first")
+    beyond = perstep.get("tol_exceeded_step")
+    if not first or (beyond is not None and first["step"] > beyond):
+        return None
+    a, b = first["a"], first["b"]
+    diff = None if a is None or b is None else abs(a - b)
+    row = {
+        "order": 1,
+        "phase": "loop",
+        "quantity": f"loop:{first['scalar']}",
+        "shape": "[]",
+        "max_abs_diff": diff,
+        "where": "",
+        "ulp": None,
+        "fp64_ratio": None,
+        "f64_f64": None,
+        "f64_threshold": None,
+        "verdict": "differs",
+        "note": f"reference {a}, candidate {b}",
+    }
+    return {
+        "status": LOCALISED,
+        "step": first["step"],
+        "step_reason": "the first step a scalar of the training loop differs",
+        "culprit": f"loop:{first['scalar']}",
+        "culprit_phase": "loop",
+        "reason": "",
+        "notes": ["named from the traces' loop scalars (docs/loop.md), before any tensor"],
+        "rows": [row],
+    }
+
+
+def update_culprit(perstep: Mapping, loc: Mapping, reference: str) -> dict | None:
+    """A localisation that needs no replay, for a run with a training loop whose scalars
+    agree (:func:`scalar_culprit` found none): the update of the parameters that first leave
+    the tolerance (the comparison's ``tol_exceeded_params``), named by the reference's
+    parameter group when the run has several and they are all of one (``update:group 1``),
+    else by the parameters (``update:fc1.bias,fc2.weight``): the optimizer computed their step
+    otherwise. None for a run that can be replayed (no ``loop_groups``), or when no parameter
+    leaves the tolerance."""
+    groups = loc.get("loop_groups", {}).get(reference)
+    params = perstep.get("tol_exceeded_params")
+    step = perstep.get("tol_exceeded_step")
+    if not groups or not params or step is None:
+        return None
+    owner = {p: i for i, g in enumerate(groups) for p in g}
+    of = {owner.get(p) for p in params}
+    named = ", ".join(params)
+    if len(groups) > 1 and len(of) == 1:
+        culprit = f"update:group {of.pop()}"
+    else:
+        culprit = f"update:{','.join(params)}"
+    row = {
+        "order": 1,
+        "phase": "update",
+        "quantity": culprit,
+        "shape": "",
+        "max_abs_diff": perstep.get("worst_dparam"),
+        "where": perstep.get("tol_exceeded_where") or "",
+        "ulp": None,
+        "fp64_ratio": None,
+        "f64_f64": None,
+        "f64_threshold": None,
+        "verdict": "differs",
+        "note": f"parameters beyond the tolerance at step {step}: {named}",
+    }
+    return {
+        "status": LOCALISED,
+        "step": step,
+        "step_reason": "first step beyond the tolerance, the loop's scalars agreeing",
+        "culprit": culprit,
+        "culprit_phase": "update",
+        "reason": "",
+        "notes": [
+            (
+                "named from the traces (docs/loop.md): the loop's scalars agree at that step, "
+                "the parameters after the update do not"
+            )
+        ],
+        "rows": [row],
+    }
+
+
 def _localise(job: Mapping, log: logging.Logger, log_path: str | None) -> dict:
     """The replays and the walk (:func:`parity.localise.replay.localise_comparison`); a comparison
     that cannot be replayed gets status ``not localised`` and the reason, not an error."""
@@ -166,7 +256,14 @@ def localise(
         job["diagnosis_result"] = integrity.read_sealed_json(diagnosis_result)
     comp = Comparison.from_params(job["comparison"])
     reason = skip_reason(job["perstep"], comp, job["localise"]["all"])
-    result = _unlocalised(SKIPPED, reason) if reason else _localise(job, log, log_path)
+    if reason:
+        result = _unlocalised(SKIPPED, reason)
+    else:
+        result = (
+            scalar_culprit(job["perstep"])
+            or update_culprit(job["perstep"], job["localise"], comp.reference.run)
+            or _localise(job, log, log_path)
+        )
     csv_path = outputs.get("csv") or comp.table("localise", "csv")
     if result["status"] == LOCALISED:
         tables.write_csv(csv_path, result["rows"], tables.LOCALISE_COLUMNS)

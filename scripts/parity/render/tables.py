@@ -18,6 +18,19 @@ from pathlib import Path
 from parity.core.fileio import write_text_atomic
 
 PERSTEP_COLUMNS = ("step", "loss_a", "loss_b", "dloss", "max_dparam", "where")
+#: The per-step table's further columns for runs with a training loop (docs/loop.md):
+#: ``compare.maths.loop_columns``.
+LOOP_COLUMNS = (
+    "lr_a",
+    "lr_b",
+    "dlr",
+    "grad_norm_a",
+    "grad_norm_b",
+    "dgrad_norm",
+    "clip_coef_a",
+    "clip_coef_b",
+    "dclip_coef",
+)
 SPLIT_COLUMNS = ("step", "max_dparam", "torch_f64", "candle_f64", "f64_f64")
 #: The localisation table (``parity.localise.walk``): one row per quantity of the replayed step.
 LOCALISE_COLUMNS = (
@@ -112,8 +125,10 @@ def _markdown(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def perstep_markdown(rows: Sequence[Mapping], title: str, notes: Sequence[str] = ()) -> str:
-    """Markdown twin of a per-step table (study layout)."""
+    """Markdown twin of a per-step table (study layout); with a training loop's columns, the
+    reference's learning rate and the differences of the loop's scalars too."""
     by_step = {r["step"]: r for r in rows}
+    loop = bool(rows) and "dlr" in rows[0]
     body = [
         [
             str(s),
@@ -122,10 +137,17 @@ def perstep_markdown(rows: Sequence[Mapping], title: str, notes: Sequence[str] =
             _sci(by_step[s]["dloss"]),
             _sci(by_step[s]["max_dparam"]),
             f"`{by_step[s]['where']}`",
+            *(
+                [_sci(by_step[s][c]) for c in ("lr_a", "dlr", "dgrad_norm", "dclip_coef")]
+                if loop
+                else []
+            ),
         ]
         for s in display_steps(list(by_step))
     ]
     header = ["step", "loss_a", "loss_b", "|dloss|", "max|dparam|", "where"]
+    if loop:
+        header += ["lr (ref)", "|dlr|", "|dgrad_norm|", "|dclip_coef|"]
     return _page(title, notes, _markdown(header, body))
 
 
