@@ -382,6 +382,12 @@ def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
         ("transformer_adamw", "burn"): ("grad:blocks.1.mlp.fc1.out", "backward"),
         ("transformer_adamw", "burn_candle"): ("grad:blocks.1.mlp.fc1.out", "backward"),
         ("transformer_fused", "main"): ("grad:ln_f.weight", "backward"),
+        # The loop's traps, named from the loop's scalars or the group whose update differs.
+        ("loop_adam", "early"): ("loop:lr[group 0]", "loop"),
+        ("loop_adam", "sum"): ("loop:grad_norm", "loop"),
+        ("loop_adam", "decay_all"): ("update:group 0", "update"),
+        ("loop_adam", "decoupled"): ("update:group 1", "update"),
+        ("loop_sgd", "burn_builtin_clip"): ("loop:clip_coef", "loop"),
     }
     for key, (culprit, phase) in want.items():
         assert (rows[key]["culprit"], rows[key]["culprit_phase"]) == (culprit, phase), key
@@ -392,6 +398,44 @@ def test_summary_names_the_culprit_of_every_failing_comparison(short_run):
     assert (workdir / skipped.format("tables", "md")).exists()
     for folder, ext in (("tables", "csv"), ("figures", "png"), ("figures", "svg")):
         assert not (workdir / skipped.format(folder, ext)).exists(), ext
+
+
+def test_the_loop_passes_to_rounding_and_its_traps_are_formula_differences(short_run):
+    """The hand-written loops (candle's recipes, burn's built-ins) agree with PyTorch's to
+    float64 rounding, with the scalars every side recorded; each trap is a formula
+    difference; clipping bites on most steps of loop_sgd."""
+    workdir, config, _ = short_run
+    steps = config["experiments"]["loop_sgd"]["steps"]
+    split = {
+        (e, name): read_csv(workdir / f"results/tables/{e}/split-cpu{suffix}.csv")
+        for e, name, suffix in [
+            ("loop_sgd", "main", ""),
+            ("loop_sgd", "burn", "-burn"),
+            ("loop_sgd", "burn_builtin_clip", "-burn_builtin_clip"),
+            ("loop_adam", "main", ""),
+            ("loop_adam", "early", "-early"),
+            ("loop_adam", "sum", "-sum"),
+            ("loop_adam", "decay_all", "-decay_all"),
+            ("loop_adam", "decoupled", "-decoupled"),
+        ]
+    }
+    for (e, name), rows in split.items():
+        worst = max(float(r["f64_f64"]) for r in rows)
+        if name in ("main", "burn"):
+            assert worst <= 1e-12, (e, name, worst)
+        else:
+            assert worst > 1e-6, (e, name, worst)
+    perstep = read_csv(workdir / "results/tables/loop_sgd/perstep-cpu.csv")
+    assert len(perstep) == steps + 1 and perstep[0]["lr_a"] == ""
+    coefs = [float(r["clip_coef_a"]) for r in perstep[1:]]
+    assert sum(c < 1 for c in coefs) > steps / 2, coefs
+    for r in perstep[1:]:
+        # the warm-up and cosine, hand-written in candle, agree to the last bit
+        assert r["lr_a"] == r["lr_b"] and float(r["dclip_coef"]) < 1e-6, r
+    burn = read_csv(workdir / "results/tables/loop_sgd/perstep-cpu-burn.csv")
+    # burn's own LinearLr and CosineAnnealingLr: PyTorch's rates to float64 rounding
+    for r in burn[1:]:
+        assert abs(float(r["lr_a"]) - float(r["lr_b"])) <= 2**-40 * float(r["lr_a"]), r
 
 
 def test_the_transformer_family_runs_in_all_three_frameworks(short_run):

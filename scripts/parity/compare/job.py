@@ -232,6 +232,11 @@ def perstep_job(
         summary["tol_exceeded_params"] = (
             maths.params_beyond(ref, cand, beyond["step"], comp.tolerance) if beyond else []
         )
+        # the loop's scalar differences per step, which the diagnosis figure draws too
+        summary["loop_rows"] = [
+            {"step": r["step"], **{c: _json_number(r[c]) for c in figures.LOOP_FIGURE_COLUMNS}}
+            for r in rows
+        ]
     if figure:
         draw(comp, "perstep", rows, figure, result.param_scale)
     stamp = job_stamp(job, code)
@@ -374,7 +379,10 @@ def _diagnosis(
     tables.write_csv(out_csv, rows, DIAGNOSIS_COLUMNS)
     tables.write_twins(out_md, tables.diagnosis_markdown(rows, result, comp))
     if figure:
-        draw(comp, "diagnosis", rows, figure, perstep["param_scale"], perstep, result)
+        # a run with a training loop: its scalars' differences by step, from the per-step result
+        loop = {r["step"]: r for r in perstep.get("loop_rows", [])}
+        drawn = [{**loop.get(r["step"], {}), **r} for r in rows]
+        draw(comp, "diagnosis", drawn, figure, perstep["param_scale"], perstep, result)
     stamp = job_stamp(job, code)
     result = write_result(out_result, result, made_from, out_csv, out_md, stamp, figure)
     return rows, result

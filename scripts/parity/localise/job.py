@@ -171,7 +171,10 @@ def _markdown(comp: Comparison, result: Mapping) -> str:
     lines = [f"# {title}", ""]
     lines.append(f"- reference: {comp.reference.label}; candidate: {comp.candidate.label}")
     if result["status"] == LOCALISED:
-        lines.append(f"- replayed step {result['step']} ({result['step_reason']})")
+        # a culprit of the loop or of a group's update is read off the traces, not replayed
+        read = result["culprit_phase"] in ("loop", "update")
+        verb = "named at" if read else "replayed"
+        lines.append(f"- {verb} step {result['step']} ({result['step_reason']})")
         culprit = result["culprit"]
         lines.append(
             f"- culprit: **`{culprit}`** ({result['culprit_phase']})"

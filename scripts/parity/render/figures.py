@@ -39,6 +39,9 @@ COLOURS = {
     "f64_f64": "#d62728",  # reference f64 vs candidate f64
     "f64_threshold": "#9467bd",  # what float64 rounding alone explains
     "rmse": "#17becf",  # RMSE of the f32 pair
+    "dlr": "#e377c2",  # the loop's learning rates (largest over the groups)
+    "dgrad_norm": "#bcbd22",  # the loop's gradient norm before clipping
+    "dclip_coef": "#7f7f7f",  # the loop's clip coefficient
 }
 
 
@@ -137,6 +140,15 @@ COMPARISON_COLUMNS = {
 }
 
 
+#: The per-step figure's lines of a run with a training loop (docs/loop.md), drawn where a
+#: row has them.
+LOOP_FIGURE_COLUMNS = {
+    "dlr": "|dlr| (largest over the groups)",
+    "dgrad_norm": "|dgrad_norm| (before clipping)",
+    "dclip_coef": "|dclip_coef|",
+}
+
+
 def comparison_figure(
     kind: str,
     rows: Sequence[Mapping],
@@ -152,7 +164,18 @@ def comparison_figure(
     tolerance, the float32 rounding level at ``param_scale`` (the per-step result's largest
     parameter magnitude) and, for a diagnosis, dotted lines at the first step beyond the
     tolerance (``perstep``, the per-step result), where float64 leaves rounding and the
-    first ReLU flip (``diagnosis``, its findings). Writes each of ``paths``."""
+    first ReLU flip (``diagnosis``, its findings); the per-step and diagnosis figures of runs
+    with a training loop also draw the differences of the loop's scalars
+    (:data:`LOOP_FIGURE_COLUMNS`, those a row has). Writes each of ``paths``."""
+    columns = dict(COMPARISON_COLUMNS[kind])
+    if kind in ("perstep", "diagnosis"):
+        columns.update(
+            {
+                c: label
+                for c, label in LOOP_FIGURE_COLUMNS.items()
+                if any(r.get(c) is not None for r in rows)
+            }
+        )
     markers = {}
     if kind == "diagnosis":
         markers = {
@@ -163,7 +186,7 @@ def comparison_figure(
     plot_columns(
         paths,
         rows,
-        COMPARISON_COLUMNS[kind],
+        columns,
         title,
         tolerance,
         markers=markers,
