@@ -228,15 +228,7 @@ def perstep_job(
         "candidate_provenance": _provenance(cand),
     }
     if ref.has_scalars and cand.has_scalars:
-        summary["scalar_first"] = result.scalar_first
-        summary["tol_exceeded_params"] = (
-            maths.params_beyond(ref, cand, beyond["step"], comp.tolerance) if beyond else []
-        )
-        # the loop's scalar differences per step, which the diagnosis figure draws too
-        summary["loop_rows"] = [
-            {"step": r["step"], **{c: _json_number(r[c]) for c in figures.LOOP_FIGURE_COLUMNS}}
-            for r in rows
-        ]
+        summary |= maths.loop_summary(ref, cand, result, rows, beyond, comp.tolerance)
     if figure:
         draw(comp, "perstep", rows, figure, result.param_scale)
     stamp = job_stamp(job, code)

@@ -327,6 +327,38 @@ def params_beyond(
     return [n for n in names if max_abs_diff(a.tensors, b.tensors, [n]).value > tolerance]
 
 
+#: The differences of the loop's scalars per step (``loop_columns``), which the per-step
+#: result keeps for the diagnosis figure.
+LOOP_DIFFERENCES = ("dlr", "dgrad_norm", "dclip_coef")
+
+
+def loop_summary(
+    reference: TraceReader,
+    candidate: TraceReader,
+    result: PerStep,
+    rows: Sequence[Mapping],
+    beyond: Mapping | None,
+    tolerance: float,
+) -> dict:
+    """The per-step result's entries of two runs with a training loop: ``scalar_first`` (the
+    first scalar that differs, :func:`scalar_differences`), ``tol_exceeded_params``
+    (:func:`params_beyond` at the first step beyond ``tolerance``, ``beyond``'s) and
+    ``loop_rows`` (each row's :data:`LOOP_DIFFERENCES`, for the diagnosis figure)."""
+
+    def number(v):
+        return None if v is None or not math.isfinite(v) else v
+
+    return {
+        "scalar_first": result.scalar_first,
+        "tol_exceeded_params": (
+            params_beyond(reference, candidate, beyond["step"], tolerance) if beyond else []
+        ),
+        "loop_rows": [
+            {"step": r["step"], **{c: number(r[c]) for c in LOOP_DIFFERENCES}} for r in rows
+        ],
+    }
+
+
 def loop_columns(a: StepRecord, b: StepRecord) -> dict:
     """A per-step row's columns of the training loop's scalars (``tables.LOOP_COLUMNS``):
     each run's first group's learning rate, the largest difference over the groups' rates

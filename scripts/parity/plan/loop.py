@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parity.core.config import ConfigError
@@ -209,6 +209,36 @@ def unreplayable_state(optimizer: Mapping[str, Any]) -> list[str]:
     if optimizer.get("amsgrad"):
         out.append("amsgrad's max_exp_avg_sq")
     return out
+
+
+def replay_limits(
+    settings: Mapping[str, Mapping[str, Any]], params: Callable[[], Sequence[str]]
+) -> tuple[str | None, dict[str, list[list[str]]]]:
+    """Why the same-state replay cannot replay a comparison of runs whose resolved settings
+    are ``settings`` (run → settings; ``params()`` the state_dict keys): the loop features it
+    does not run (:func:`features`) or optimizer state it does not hold
+    (:func:`unreplayable_state`); None when it can. With a reason, also each run's
+    parameter groups (one of every parameter without a loop), by which the localisation
+    names a differing update (``parity.localise.job.update_culprit``); else ``{}``."""
+    looped = sorted({f for s in settings.values() for f in features(s.get("loop"))})
+    stateful = sorted({w for s in settings.values() for w in unreplayable_state(s["optimizer"])})
+    if looped:
+        why = (
+            f"the same-state replay does not run the training loop's {', '.join(looped)} yet "
+            "(docs/loop.md); a culprit among the loop's scalars is named without one"
+        )
+    elif stateful:
+        why = (
+            f"the replay's state holds parameters and Adam's moments, not {', '.join(stateful)}"
+            " (docs/loop.md); a differing update is named without one"
+        )
+    else:
+        return None, {}
+    groups = {
+        r: [g["params"] for g in s["loop"]["param_groups"]] if s.get("loop") else [list(params())]
+        for r, s in settings.items()
+    }
+    return why, groups
 
 
 def features(loop: Mapping[str, Any] | None) -> list[str]:

@@ -32,8 +32,7 @@ from parity.core.models import model_params
 from parity.plan import frameworks, versions
 from parity.plan.faults import resolve_fault, resolve_sensitivity
 from parity.plan.keys import Comparison, RunKey, trace_expectation
-from parity.plan.loop import features as loop_features
-from parity.plan.loop import unreplayable_state
+from parity.plan.loop import replay_limits
 from parity.plan.resolve import resolve_experiment
 
 
@@ -342,14 +341,6 @@ class Plan:
             del keys["ref64"], keys["cand64"]
         return keys
 
-    def _groups(self, experiment: str, run: str) -> list[list[str]]:
-        """The parameter groups of a run (state_dict keys), one group of every parameter
-        without a training loop."""
-        loop = self._settings(experiment, run).get("loop")
-        if loop:
-            return [g["params"] for g in loop["param_groups"]]
-        return [[n for n, _ in model_params(self.experiments[experiment]["model"])]]
-
     def localise_params(self, c: Comparison) -> dict:
         """What a localisation job needs (``parity.localise.replay``): config ``localise``, each
         run's settings, the replays' keys, the fixture, threads and batch size, and why it cannot
@@ -366,31 +357,14 @@ class Plan:
         ]
         runs = {c.reference.run, c.candidate.run}
         data = self._settings(c.experiment, c.reference.run)["data"]
-        looped = sorted(
-            {f for r in runs for f in loop_features(self._settings(c.experiment, r).get("loop"))}
+        loop_why, loop_groups = replay_limits(
+            {r: self._settings(c.experiment, r) for r in sorted(runs)},
+            lambda: [n for n, _ in model_params(self.experiments[c.experiment]["model"])],
         )
-        stateful = sorted(
-            {
-                why
-                for r in runs
-                for why in unreplayable_state(self._settings(c.experiment, r)["optimizer"])
-            }
-        )
-        unreplayable = None
+        unreplayable = loop_why
         if imported:
             unreplayable = (
                 f"device {', '.join(imported)} is imported: its runs cannot be replayed here"
-            )
-        elif looped:
-            unreplayable = (
-                "the same-state replay does not run the training loop's "
-                f"{', '.join(looped)} yet (docs/loop.md); a culprit among the loop's scalars "
-                "is named without one"
-            )
-        elif stateful:
-            unreplayable = (
-                f"the replay's state holds parameters and Adam's moments, not {', '.join(stateful)}"
-                " (docs/loop.md); a differing update is named without one"
             )
         return {
             **self.localise,
@@ -403,9 +377,7 @@ class Plan:
             "unreplayable": unreplayable,
             # the groups of each run that cannot be replayed: an update that differs is named
             # by its group (parity.localise.job, update_culprit)
-            "loop_groups": {
-                r: self._groups(c.experiment, r) for r in sorted(runs) if looped or stateful
-            },
+            "loop_groups": loop_groups,
         }
 
     # ----- tables over many comparisons ----------------------------------------------

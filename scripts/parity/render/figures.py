@@ -140,8 +140,8 @@ COMPARISON_COLUMNS = {
 }
 
 
-#: The per-step figure's lines of a run with a training loop (docs/loop.md), drawn where a
-#: row has them.
+#: The lines of a run with a training loop (docs/loop.md; ``maths.LOOP_DIFFERENCES``), drawn
+#: where a row has them.
 LOOP_FIGURE_COLUMNS = {
     "dlr": "|dlr| (largest over the groups)",
     "dgrad_norm": "|dgrad_norm| (before clipping)",
