@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use candle_core::backprop::GradStore;
 use candle_core::Device;
 use parity_common::candle::{CandleModel, FixtureStore, Taps};
@@ -77,7 +77,11 @@ impl<M: CandleModel> Started<M> {
 /// cannot give ([`Stepper::new`]). At any time: a failing sink or device copy.
 pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     let Started { dev, mut net, data } = Started::<M>::new(spec)?;
-    let mut opt = Stepper::new(spec, &net.params, spec.record.moments)?;
+    let mut opt = match (&spec.training_loop, net.port.optimizer(&net.params.0)?) {
+        (Some(_), Some(own)) => Stepper::of_port(own),
+        (None, Some(_)) => bail!("the port brings its own optimizer, which runs in a run with a training loop (docs/loop.md, \"Your own loop\")"),
+        (_, None) => Stepper::new(spec, &net.params, spec.record.moments)?,
+    };
     let mut training_loop = TrainingLoop::new(spec, &mut opt)?;
     let mut out = FrameWriter::new(sink);
     let mut header = header_meta(&dev);
@@ -95,7 +99,7 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             Err(e) => return failed(out, t, &e, started),
         };
         let scalars = match &mut training_loop {
-            Some(l) => match guarded(|| l.before_update(&mut opt, &mut grads, &net.params)) {
+            Some(l) => match guarded(|| l.before_update(&mut opt, &mut grads, &net, t)) {
                 Ok(s) => Some(s),
                 Err(e) => return failed(out, t, &e, started),
             },
@@ -204,7 +208,8 @@ impl TrainingLoop {
         if let Some(Clip::NormPerParameter(_)) = l.clip {
             anyhow::bail!("burn's per-parameter norm clipping is burn's; candle clips by the total norm (clip: {{norm}})");
         }
-        let lrs: Vec<f64> = l.groups.iter().map(|g| g.lr).collect();
+        // each group's rate when the optimizer was made (a port's own optimizer: its groups)
+        let lrs = opt.learning_rates();
         let scheduler = l
             .schedule
             .as_ref()
@@ -228,18 +233,42 @@ impl TrainingLoop {
         Ok(())
     }
 
-    /// Before the update: the total gradient norm, the clipping, and a scheduler stepped
-    /// first ([`Order::Before`]); returns the step's scalars (the learning rates the update
-    /// uses).
+    /// Before step `t`'s update: the port's own gradient transform where it has one
+    /// ([`CandleModel::transform_gradients`]), else the total gradient norm and the loop's
+    /// clipping; a scheduler stepped first ([`Order::Before`]); the port's own learning rates
+    /// for the step where it has them ([`CandleModel::learning_rates`]). Returns the step's
+    /// scalars (the learning rates the update uses).
     ///
     /// # Errors
-    /// On tensor failures.
-    pub fn before_update(
+    /// On tensor failures, and the port's.
+    pub fn before_update<M: CandleModel>(
         &mut self,
         opt: &mut Stepper,
         grads: &mut GradStore,
-        params: &Params,
+        net: &Net<M>,
+        t: u32,
     ) -> Result<Scalars> {
+        let (grad_norm, clip_coef) = match net.port.transform_gradients(grads, &net.params.0)? {
+            Some(own) => (own.grad_norm, own.clip_coef),
+            None => self.clip(grads, &net.params)?,
+        };
+        if let Some((s, Order::Before)) = &mut self.scheduler {
+            s.step();
+            self.apply(opt)?;
+        }
+        if let Some(lrs) = net.port.learning_rates(t) {
+            opt.set_learning_rates(&lrs);
+        }
+        Ok(Scalars {
+            lrs: opt.learning_rates(),
+            grad_norm,
+            clip_coef,
+        })
+    }
+
+    /// The total gradient norm of `params`' gradients in `grads`, widened (0 without one),
+    /// and the loop's clipping applied: norm clipping's coefficient, widened.
+    fn clip(&self, grads: &mut GradStore, params: &Params) -> Result<(f64, Option<f64>)> {
         let vars = params.vars();
         let norm = clip::total_norm(grads, &vars)?;
         let grad_norm = norm.as_ref().map(clip::widened).transpose()?.unwrap_or(0.0);
@@ -253,15 +282,7 @@ impl TrainingLoop {
             }
             _ => None,
         };
-        if let Some((s, Order::Before)) = &mut self.scheduler {
-            s.step();
-            self.apply(opt)?;
-        }
-        Ok(Scalars {
-            lrs: opt.learning_rates(),
-            grad_norm,
-            clip_coef,
-        })
+        Ok((grad_norm, clip_coef))
     }
 
     /// After the update: a scheduler stepped after it ([`Order::After`], as PyTorch

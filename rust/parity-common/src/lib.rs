@@ -3,7 +3,8 @@
 //! **What a port uses** (a user's crate, docs/own-model.md, and the built-in families
 //! inside the runner crates alike):
 //!
-//! * feature `candle`: [`candle::CandleModel`] (the trait), [`candle::Taps`] (named
+//! * feature `candle`: [`candle::CandleModel`] (the trait; a port may bring its own loop
+//!   through [`candle::PortOptimizer`] and the trait's optional methods), [`candle::Taps`] (named
 //!   intermediates) and [`candle::FixtureStore`] (the `VarBuilder` backend serving the
 //!   fixture by state_dict key);
 //! * feature `burn`: [`burn::BurnModel`], [`burn::Taps`], [`burn::Input`] and
@@ -56,7 +57,9 @@ pub use port::Inspection;
 /// The candle side of a port (feature `candle`): see [`candle::CandleModel`].
 #[cfg(feature = "candle")]
 pub mod candle {
-    pub use crate::port::candle::{Asked, CandleModel, FixtureStore, Tap, Taps};
+    pub use crate::port::candle::{
+        Asked, CandleModel, FixtureStore, GradScalars, Groups, PortOptimizer, Tap, Taps,
+    };
 }
 
 /// The burn side of a port (feature `burn`): see [`burn::BurnModel`].

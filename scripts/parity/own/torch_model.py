@@ -36,19 +36,18 @@ class OwnModelError(RuntimeError):
     config key (``model.torch.factory``) or the module path and says why."""
 
 
-def _import_factory(ref: str):
-    """The callable ``ref`` names (``path/to/file.py:function`` or ``package.module:function``).
-    Raises :class:`OwnModelError` when the file or module does not import or lacks it."""
+def _import_factory(ref: str, key: str = "model.torch.factory"):
+    """The callable ``ref`` names (``path/to/file.py:function`` or ``package.module:function``),
+    the config's ``key``. Raises :class:`OwnModelError` when the file or module does not
+    import or lacks it."""
     target, sep, func = ref.rpartition(":")
     if not sep or not target or not func.isidentifier():
-        raise OwnModelError(
-            f"model.torch.factory: {ref!r} is not 'file.py:function' or 'module:function'"
-        )
+        raise OwnModelError(f"{key}: {ref!r} is not 'file.py:function' or 'module:function'")
     try:
         if target.endswith(".py") or "/" in target:
             path = Path(target).resolve()
             if not path.is_file():
-                raise OwnModelError(f"model.torch.factory: {path} is not a file")
+                raise OwnModelError(f"{key}: {path} is not a file")
             name = f"parity_own_factory_{abs(hash(str(path)))}"
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
@@ -66,13 +65,36 @@ def _import_factory(ref: str):
     except OwnModelError:
         raise
     except Exception as e:
-        raise OwnModelError(
-            f"model.torch.factory: {target} does not import: {type(e).__name__}: {e}"
-        ) from e
+        raise OwnModelError(f"{key}: {target} does not import: {type(e).__name__}: {e}") from e
     fn = getattr(module, func, None)
     if not callable(fn):
-        raise OwnModelError(f"model.torch.factory: {target} has no function {func!r}")
+        raise OwnModelError(f"{key}: {target} has no function {func!r}")
     return fn
+
+
+def own_optimizer(ref: str, module: nn.Module):
+    """The user's own ``torch.optim`` optimizer and scheduler (config
+    ``model.torch.optimizer``, docs/loop.md "Your own loop"): the function ``ref`` names,
+    called with the model, returns an optimizer, or ``(optimizer, scheduler)`` where the
+    scheduler (an ``lr_scheduler``, or None) is stepped after each optimizer step. Raises
+    :class:`OwnModelError` for a function that fails or returns something else."""
+    key = "model.torch.optimizer"
+    fn = _import_factory(ref, key)
+    try:
+        made = fn(module)
+    except Exception as e:
+        raise OwnModelError(f"{key}: {ref} raised {type(e).__name__}: {e}") from e
+    opt, scheduler = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise OwnModelError(
+            f"{key}: {ref} returned a {type(opt).__name__}, not a torch.optim.Optimizer "
+            "(or an (optimizer, scheduler) pair)"
+        )
+    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+        raise OwnModelError(
+            f"{key}: {ref}'s scheduler, a {type(scheduler).__name__}, has no step()"
+        )
+    return opt, scheduler
 
 
 def _transformers_class(name: str):

@@ -63,13 +63,15 @@ def resolve_loop(
     params: Sequence[str],
 ) -> dict[str, Any] | None:
     """The loop of run ``where`` (``experiments.<e>.runs.<r>``; module docs), or None when
-    neither the experiment ``exp`` nor the run's ``override`` configures one. ``optimizer``
+    neither the experiment ``exp`` nor the run's ``override`` configures one and the model
+    names no PyTorch optimizer of its own (:func:`own_optimizer`: its experiment always has
+    a loop, one group of every parameter unless configured). ``optimizer``
     is the run's resolved optimizer (the groups take their default ``lr`` and
     ``weight_decay`` from it), ``params`` the state_dict keys in order. Raises
     :class:`ConfigError` naming the key (the run's where it overrides, else the
     experiment's) and the reason."""
     cfg = loop_config(exp, override)
-    if not cfg:
+    if not cfg and not own_optimizer(exp["model"]):
         return None
     experiment = where.rsplit(".runs.", 1)[0]
     source = {k: f"{where if k in override else experiment}.{k}" for k in LOOP_KEYS}
@@ -199,6 +201,14 @@ def cycles_momentum(loop: Mapping[str, Any] | None) -> bool:
     return s.get("name") == "OneCycleLR" and bool(s.get("cycle_momentum"))
 
 
+def own_optimizer(model: Mapping[str, Any]) -> str | None:
+    """The user's own PyTorch optimizer factory an own model names (``model.torch.optimizer``,
+    docs/loop.md "Your own loop"), or None."""
+    if model.get("family") != "own":
+        return None
+    return (model.get("torch") or {}).get("optimizer")
+
+
 def unreplayable_state(optimizer: Mapping[str, Any]) -> list[str]:
     """What of the optimizer's state a same-state replay, which starts from the parameters
     and Adam's ``exp_avg``/``exp_avg_sq``, does not hold: SGD's momentum buffers, amsgrad's
@@ -222,6 +232,8 @@ def replay_limits(
     names a differing update (``parity.localise.job.update_culprit``); else ``{}``."""
     looped = sorted({f for s in settings.values() for f in features(s.get("loop"))})
     stateful = sorted({w for s in settings.values() for w in unreplayable_state(s["optimizer"])})
+    if any(own_optimizer(s["model"]) for s in settings.values()):
+        stateful.append("the state of the user's own PyTorch optimizer")
     if looped:
         why = (
             f"the same-state replay does not run the training loop's {', '.join(looped)} yet "

@@ -65,10 +65,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def factory_file(spec: Mapping[str, Any], workdir: str | os.PathLike) -> Path | None:
-    """The Python file a factory ``file.py:function`` names (relative to ``workdir``), or
-    None for a module path or a ``transformers`` class."""
-    ref = spec.get("factory")
+def factory_file(
+    spec: Mapping[str, Any], workdir: str | os.PathLike, key: str = "factory"
+) -> Path | None:
+    """The Python file a factory ``file.py:function`` names (``spec[key]``, relative to
+    ``workdir``; the model's ``factory`` or the ``optimizer``), or None for a module path, a
+    ``transformers`` class or no such key."""
+    ref = spec.get(key)
     if not ref:
         return None
     target = ref.rpartition(":")[0]
@@ -82,9 +85,14 @@ def card_key(spec: Mapping[str, Any], workdir: str | os.PathLike) -> str:
     file beside it (the modules it is likely to import), and the installed versions."""
     key = {"spec": spec, "versions": _versions(), "format": CARD_FORMAT}
     h = hashlib.sha256(canonical_hash(key).encode())
-    f = factory_file(spec, workdir)
-    if f is not None and f.is_file():
-        for p in sorted(f.parent.glob("*.py")):
+    # the model factory's folder, and the optimizer factory's (model.torch.optimizer)
+    folders = {
+        f.parent
+        for f in (factory_file(spec, workdir), factory_file(spec, workdir, "optimizer"))
+        if f is not None and f.is_file()
+    }
+    for folder in sorted(folders):
+        for p in sorted(folder.glob("*.py")):
             h.update(p.name.encode())
             h.update(p.read_bytes())
     return h.hexdigest()

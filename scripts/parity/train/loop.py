@@ -176,7 +176,8 @@ def step(
         losses.append(loss)
     params = [p for g in opt.param_groups for p in g["params"]]
     grad_norm, clip_coef = clip(loop["clip"], params)
-    order = loop["schedule"]["order"] if loop["schedule"] else None
+    # a schedule's order; a user's own scheduler (model.torch.optimizer) steps after
+    order = None if scheduler is None else (loop["schedule"] or {}).get("order", "after")
     if order == "before":
         scheduler.step()
     lrs = [float(g["lr"]) for g in opt.param_groups]

@@ -284,14 +284,21 @@ def train(
     if s["loss"] == "mse":
         y = y.to(dtype)
     loop = s.get("loop")
-    groups = training_loop.param_groups(loop["param_groups"], p) if loop else list(p.values())
-    opt = training_loop.make_optimizer(s["optimizer"], groups, s["optimizer_path"])
-    schedule = loop and loop["schedule"]
-    scheduler = (
-        training_loop.make_scheduler(opt, {k: v for k, v in schedule.items() if k != "order"})
-        if schedule
-        else None
-    )
+    own = s["model"].get("torch", {}).get("optimizer") if s["model"]["family"] == "own" else None
+    if own:
+        # the user's own optimizer and scheduler (docs/loop.md, "Your own loop")
+        from parity.own.torch_model import own_optimizer
+
+        opt, scheduler = own_optimizer(own, net.module)
+    else:
+        groups = training_loop.param_groups(loop["param_groups"], p) if loop else list(p.values())
+        opt = training_loop.make_optimizer(s["optimizer"], groups, s["optimizer_path"])
+        schedule = loop and loop["schedule"]
+        scheduler = (
+            training_loop.make_scheduler(opt, {k: v for k, v in schedule.items() if k != "order"})
+            if schedule
+            else None
+        )
 
     rec = s["record"]
     recorded = rec.get("tensors") or names

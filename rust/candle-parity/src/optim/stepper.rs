@@ -5,6 +5,7 @@
 use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use candle_core::Tensor;
+use parity_common::candle::PortOptimizer;
 use parity_common::optim::{FrameMoments, RunOptimizer};
 use parity_common::replay::{Moments, StateTensor};
 use parity_common::spec::{AdamWImpl, FactorType, FloatType, Optimizer, RunSpec};
@@ -22,6 +23,10 @@ pub struct Stepper {
     /// Per group: the indices of its parameters in the run's (state_dict) order, and its
     /// optimizer.
     groups: Vec<(Vec<usize>, Opt)>,
+    /// A port's own optimizer ([`CandleModel::optimizer`]), which then steps instead.
+    ///
+    /// [`CandleModel::optimizer`]: parity_common::candle::CandleModel::optimizer
+    port: Option<Box<dyn PortOptimizer>>,
 }
 
 /// The indices (state_dict order of `params`) of each group of `spec`.
@@ -65,7 +70,16 @@ impl Stepper {
                 Ok((idx, if cycled { opt.with_momentum()? } else { opt }))
             })
             .collect::<Result<_>>()?;
-        Ok(Self { groups })
+        Ok(Self { groups, port: None })
+    }
+
+    /// A port's own optimizer (docs/loop.md, "Your own loop"), which holds the port's `Var`s
+    /// and steps them; its groups are its own.
+    pub fn of_port(port: Box<dyn PortOptimizer>) -> Self {
+        Self {
+            groups: Vec::new(),
+            port: Some(port),
+        }
     }
 
     /// The optimizer of a replay ([`crate::replay`]): the one `spec` names over `params`,
@@ -198,6 +212,7 @@ impl Stepper {
         Ok((
             Self {
                 groups: vec![(all, opt)],
+                port: None,
             },
             note,
         ))
@@ -205,6 +220,9 @@ impl Stepper {
 
     /// Sets each group's learning rate (`lrs`, group order): `opt.set_learning_rate(lr)`.
     pub fn set_learning_rates(&mut self, lrs: &[f64]) {
+        if let Some(p) = &mut self.port {
+            p.set_learning_rates(lrs);
+        }
         for ((_, opt), &lr) in self.groups.iter_mut().zip(lrs) {
             opt.set_learning_rate(lr);
         }
@@ -213,8 +231,12 @@ impl Stepper {
     /// Sets each group's momentum or β₁ (`momenta`, group order).
     ///
     /// # Errors
-    /// As [`Opt::set_momentum`].
+    /// As [`Opt::set_momentum`]; a port's own optimizer, whose momentum the workflow cannot
+    /// reach.
     pub fn set_momenta(&mut self, momenta: &[f64]) -> Result<()> {
+        if self.port.is_some() {
+            bail!("a port's own optimizer has no momentum the workflow can set: its OneCycleLR momentum cycling is the port's to write");
+        }
         for ((_, opt), &m) in self.groups.iter_mut().zip(momenta) {
             opt.set_momentum(m)?;
         }
@@ -223,6 +245,9 @@ impl Stepper {
 
     /// Each group's learning rate now.
     pub fn learning_rates(&self) -> Vec<f64> {
+        if let Some(p) = &self.port {
+            return p.learning_rates();
+        }
         self.groups.iter().map(|(_, o)| o.learning_rate()).collect()
     }
 
@@ -240,6 +265,9 @@ impl Stepper {
     /// # Errors
     /// On tensor failures.
     pub fn step_vars(&mut self, grads: &GradStore) -> Result<()> {
+        if let Some(p) = &mut self.port {
+            p.step(grads)?;
+        }
         for (_, opt) in &mut self.groups {
             opt.step(grads)?;
         }
@@ -255,7 +283,10 @@ impl RunOptimizer for Stepper {
 
     /// The optimizer's type (every group's is the same kind).
     fn name(&self) -> &'static str {
-        self.groups[0].1.name()
+        match &self.port {
+            Some(p) => p.name(),
+            None => self.groups[0].1.name(),
+        }
     }
 
     /// `opt.step(&grads)` on the `Var`s the optimizers hold, which are `params`'; they come

@@ -24,15 +24,18 @@
 //! }
 //! ```
 
+mod own_loop;
 mod store;
 mod taps;
 #[cfg(test)]
 mod tests;
 
+pub use own_loop::{GradScalars, Groups, PortOptimizer};
 pub use store::{Asked, FixtureStore};
 pub use taps::{Tap, Taps};
 
-use candle_core::Tensor;
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
 use candle_nn::VarBuilder;
 
 /// A candle port of a PyTorch model, as the runner drives it (`candle_parity`): built once
@@ -75,5 +78,47 @@ pub trait CandleModel: Sized {
     /// lets the runner give its general reason.
     fn why_no_gradient(&self) -> Option<&'static str> {
         None
+    }
+
+    /// The port's own optimizer, as its training code builds it (docs/loop.md, "Your own
+    /// loop"): for instance one `candle_nn::AdamW` per parameter group in a [`Groups`].
+    /// `params` are the parameters by PyTorch state_dict key, in state_dict order, as the
+    /// `Var`s to optimize. `None` (the default): the workflow's, from the config's
+    /// `optimizer` and `param_groups`.
+    ///
+    /// # Errors
+    /// Whatever building it fails with (it fails the run before its first step).
+    fn optimizer(
+        &self,
+        params: &[(String, Var)],
+    ) -> anyhow::Result<Option<Box<dyn PortOptimizer>>> {
+        let _ = params;
+        Ok(None)
+    }
+
+    /// The learning rate of each of the optimizer's groups (group order) for step `t`
+    /// (from 1), as the port's own schedule computes it; the runner sets them on the
+    /// optimizer before the step's update. `None` (the default): the workflow's schedule
+    /// (the config's `schedule`), or the optimizer's rates as they are without one.
+    fn learning_rates(&self, t: u32) -> Option<Vec<f64>> {
+        let _ = t;
+        None
+    }
+
+    /// The port's own transform of a step's gradients before the update (its clipping), in
+    /// place on `grads`, with the parameters `params` (state_dict key, `Var`): returns the
+    /// total gradient norm before it and the clip coefficient, where the port computes them
+    /// (the trace's `scalar:grad_norm`, `scalar:clip_coef`). `None` (the default): the
+    /// workflow's (the config's `clip`).
+    ///
+    /// # Errors
+    /// candle's, which fail the step.
+    fn transform_gradients(
+        &self,
+        grads: &mut GradStore,
+        params: &[(String, Var)],
+    ) -> anyhow::Result<Option<GradScalars>> {
+        let _ = (grads, params);
+        Ok(None)
     }
 }

@@ -1,0 +1,72 @@
+"""A user's own training loop through the real workflow (docs/loop.md, "Your own loop"):
+examples/own_loop copied to a folder outside the repository, its crate pointed at this
+checkout's parity-common. PyTorch's side is the user's make_optimizer (AdamW with two
+parameter groups, transformers' warm-up cosine schedule); the candle port brings its
+hand-written loop through the trait's optional methods. The faithful port trains like
+PyTorch; the port that reads its schedule one step ahead fails, localised to the learning
+rate at step 1."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_own_workflow import snakemake, summary
+
+from conftest import REPO
+
+pytestmark = pytest.mark.workflow
+
+EXAMPLE = Path("examples") / "own_loop"
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory):
+    """The example as a user copies it, 8 steps of both experiments (through the warm-up
+    and into the cosine)."""
+    dest = tmp_path_factory.mktemp("user") / "own-loop"
+    shutil.copytree(REPO / EXAMPLE, dest / EXAMPLE, ignore=shutil.ignore_patterns("target"))
+    manifest = dest / EXAMPLE / "candle-port" / "Cargo.toml"
+    ours = REPO / "rust" / "parity-common"
+    manifest.write_text(
+        re.sub(
+            r'parity-common = \{ path = "[^"]*"',
+            f'parity-common = {{ path = "{ours}"',
+            manifest.read_text(),
+        )
+    )
+    cfg = yaml.safe_load((dest / EXAMPLE / "config.yaml").read_text())
+    for exp in cfg["experiments"].values():
+        exp["steps"] = STEPS
+    (dest / "config.yaml").write_text(yaml.safe_dump(cfg))
+    snakemake(dest, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml")
+    return dest
+
+
+def test_the_hand_written_loop_trains_like_the_users_pytorch_loop(loop_run):
+    row = summary(loop_run)[("own_loop", "main")]
+    assert row["verdict"] == "pass", row
+    assert float(row["f64_f64"]) <= 1e-12, row
+    with open(loop_run / "results/tables/own_loop/perstep-cpu.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))[1:]
+    # the port's schedule: PyTorch's rates (0 at step 1, the warm-up, then the cosine)
+    assert [float(r["lr_a"]) for r in rows[:4]] == [0.0, 0.0025, 0.005, 0.0075]
+    for r in rows:
+        assert float(r["dlr"]) <= 2**-40 * float(r["lr_a"]), r
+        # the port's own clipping: its norm and coefficient, PyTorch's to float32 rounding
+        assert float(r["dgrad_norm"]) <= 1e-6 * float(r["grad_norm_a"]), r
+        assert float(r["clip_coef_b"]) < 1, r
+
+
+def test_the_port_that_reads_its_schedule_early_is_named_at_step_1(loop_run):
+    row = summary(loop_run)[("own_loop_early", "main")]
+    assert row["verdict"] == "expected-fail", row
+    assert (row["culprit"], row["culprit_phase"]) == ("loop:lr[group 0]", "loop"), row
+    md = (loop_run / "results/tables/own_loop_early/localise-main-cpu.md").read_text()
+    assert "named at step 1" in md, md
