@@ -260,9 +260,11 @@ impl TrainingLoop {
         }))
     }
 
-    /// Before the update: the total gradient norm of `model`'s gradients in `grads`, PyTorch's
-    /// norm clipping where the loop has it ([`Clip::Norm`]), and the scheduler's learning
-    /// rates for this step set on `opt`; returns the step's scalars.
+    /// Before the update: the total gradient norm of `model`'s gradients in `grads` (on a
+    /// `recorded` step, or for PyTorch's norm clipping: a full pass over every gradient; NaN,
+    /// which no frame holds, otherwise), PyTorch's norm clipping where the loop has it
+    /// ([`Clip::Norm`]), and the scheduler's learning rates for this step set on `opt`;
+    /// returns the step's scalars.
     ///
     /// # Errors
     /// A norm that cannot be read back.
@@ -272,10 +274,20 @@ impl TrainingLoop {
         model: &M,
         grads: &mut GradientsParams,
         ty: FloatType,
+        recorded: bool,
     ) -> Result<Scalars> {
         let widen = |t: &Tensor<1>| Host::read(t.clone(), ty)?.scalar();
-        let norm = clip::total_norm(model, grads);
-        let grad_norm = norm.as_ref().map(widen).transpose()?.unwrap_or(0.0);
+        let wanted = recorded || matches!(self.clip, Some(Clip::Norm(_)));
+        let norm = if wanted {
+            clip::total_norm(model, grads)
+        } else {
+            None
+        };
+        let grad_norm = match &norm {
+            Some(n) => widen(n)?,
+            None if wanted => 0.0,
+            None => f64::NAN,
+        };
         let clip_coef = match (self.clip, &norm) {
             (Some(Clip::Norm(max)), Some(norm)) => {
                 Some(widen(&clip::clip_grad_norm(model, grads, norm, max))?)
@@ -331,8 +343,9 @@ where
         };
         let scalars = match &mut training_loop {
             Some(l) => {
+                let recorded = spec.records_step(t);
                 match guarded(|| {
-                    l.before_update(&mut opt.inner, &net.model, &mut grads, spec.dtype)
+                    l.before_update(&mut opt.inner, &net.model, &mut grads, spec.dtype, recorded)
                 }) {
                     Ok(s) => Some(s),
                     Err(e) => return Ok(Err((t, e))),

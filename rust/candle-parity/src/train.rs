@@ -99,7 +99,7 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
             Err(e) => return failed(out, t, &e, started),
         };
         let scalars = match &mut training_loop {
-            Some(l) => match guarded(|| l.before_update(&mut opt, &mut grads, &net, t)) {
+            Some(l) => match guarded(|| l.before_update(spec, &mut opt, &mut grads, &net, t)) {
                 Ok(s) => Some(s),
                 Err(e) => return failed(out, t, &e, started),
             },
@@ -234,7 +234,8 @@ impl TrainingLoop {
     }
 
     /// Before step `t`'s update: the port's own gradient transform where it has one
-    /// ([`CandleModel::transform_gradients`]), else the total gradient norm and the loop's
+    /// ([`CandleModel::transform_gradients`]), else the total gradient norm (on a step
+    /// `spec` records, or for norm clipping: a full pass over every gradient) and the loop's
     /// clipping; a scheduler stepped first ([`Order::Before`]); the port's own learning rates
     /// for the step where it has them ([`CandleModel::learning_rates`]). Returns the step's
     /// scalars (the learning rates the update uses).
@@ -243,6 +244,7 @@ impl TrainingLoop {
     /// On tensor failures, and the port's.
     pub fn before_update<M: CandleModel>(
         &mut self,
+        spec: &RunSpec,
         opt: &mut Stepper,
         grads: &mut GradStore,
         net: &Net<M>,
@@ -250,7 +252,7 @@ impl TrainingLoop {
     ) -> Result<Scalars> {
         let (grad_norm, clip_coef) = match net.port.transform_gradients(grads, &net.params.0)? {
             Some(own) => (own.grad_norm, own.clip_coef),
-            None => self.clip(grads, &net.params)?,
+            None => self.clip(grads, &net.params, spec.records_step(t))?,
         };
         if let Some((s, Order::Before)) = &mut self.scheduler {
             s.step();
@@ -266,10 +268,22 @@ impl TrainingLoop {
         })
     }
 
-    /// The total gradient norm of `params`' gradients in `grads`, widened (0 without one),
-    /// and the loop's clipping applied: norm clipping's coefficient, widened.
-    fn clip(&self, grads: &mut GradStore, params: &Params) -> Result<(f64, Option<f64>)> {
+    /// The total gradient norm of `params`' gradients in `grads`, widened (0 without one;
+    /// computed only where the step is `recorded` or norm clipping needs it, else NaN, which
+    /// no frame holds), and the loop's clipping applied: norm clipping's coefficient, widened.
+    fn clip(
+        &self,
+        grads: &mut GradStore,
+        params: &Params,
+        recorded: bool,
+    ) -> Result<(f64, Option<f64>)> {
         let vars = params.vars();
+        if !recorded && !matches!(self.clip, Some(Clip::Norm(_))) {
+            if let Some(Clip::Value(v)) = self.clip {
+                clip::clip_grad_value(grads, &vars, v)?;
+            }
+            return Ok((f64::NAN, None));
+        }
         let norm = clip::total_norm(grads, &vars)?;
         let grad_norm = norm.as_ref().map(clip::widened).transpose()?.unwrap_or(0.0);
         let clip_coef = match (self.clip, &norm) {

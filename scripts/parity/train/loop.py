@@ -127,12 +127,15 @@ def total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads, 2.0)
 
 
-def clip(clip_setting: Mapping[str, Any] | None, params: Sequence[torch.Tensor]):
+def clip(
+    clip_setting: Mapping[str, Any] | None, params: Sequence[torch.Tensor], recorded: bool = True
+):
     """Clips the gradients of ``params`` in place as the run's ``clip`` says and returns the
     step's scalars: ``(grad_norm, clip_coef)``, the total gradient norm before clipping as a
     float64 widened from its dtype, and the coefficient ``clip_grad_norm_`` multiplied every
     gradient by (``min(max_norm / (norm + 1e-6), 1)``, as it computes it; None without norm
-    clipping)."""
+    clipping). A step that is not ``recorded`` gets no norm (None) unless clipping computes
+    it: a full pass over every gradient the trace would not keep."""
     grads = [p.grad for p in params if p.grad is not None]
     if clip_setting and "norm" in clip_setting:
         max_norm = clip_setting["norm"]
@@ -140,7 +143,9 @@ def clip(clip_setting: Mapping[str, Any] | None, params: Sequence[torch.Tensor])
         # clip_grad_norm_'s own coefficient (torch/nn/utils/clip_grad.py, _clip_grads_with_norm_).
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
         return float(norm.to(torch.float64)), float(coef.to(torch.float64))
-    norm = float(total_norm(grads).to(torch.float64)) if grads else 0.0
+    norm = None
+    if recorded:
+        norm = float(total_norm(grads).to(torch.float64)) if grads else 0.0
     if clip_setting and "value" in clip_setting:
         torch.nn.utils.clip_grad_value_(params, clip_setting["value"])
     return norm, None
@@ -154,6 +159,7 @@ def step(
     opt: torch.optim.Optimizer,
     scheduler,
     before_zero_grad: Callable[[], Any],
+    recorded: bool = True,
 ) -> tuple[list[torch.Tensor], dict[str, Any]]:
     """Step ``t`` (from 1) of a run with a training loop, as a PyTorch user writes it: per
     micro-batch (the j-th of k on batch ((t − 1)·k + j) mod ``batches``) its loss
@@ -162,8 +168,8 @@ def step(
     ``mean``, k > 1) and ``backward()``; then :func:`clip`, the scheduler stepped before the
     optimizer where its ``order`` says so, ``opt.step()``, and the scheduler after it as
     PyTorch requires. Returns the micro-batches' losses and the step's scalars (each group's
-    learning rate in the update, the gradient norm before clipping, the clip
-    coefficient)."""
+    learning rate in the update, the gradient norm before clipping, the clip coefficient;
+    the norm only where the step is ``recorded`` or clipping computes it)."""
     acc = loop["accumulate"]
     k, mean = acc["micro_batches"], acc["reduction"] == "mean"
     losses = []
@@ -175,7 +181,7 @@ def step(
         (loss / k if k > 1 and mean else loss).backward()
         losses.append(loss)
     params = [p for g in opt.param_groups for p in g["params"]]
-    grad_norm, clip_coef = clip(loop["clip"], params)
+    grad_norm, clip_coef = clip(loop["clip"], params, recorded)
     # a schedule's order; a user's own scheduler (model.torch.optimizer) steps after
     order = None if scheduler is None else (loop["schedule"] or {}).get("order", "after")
     if order == "before":

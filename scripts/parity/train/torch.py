@@ -360,6 +360,7 @@ def train(
                     lambda done=done: (
                         done and w.write_step(done[0], done[1], done[2].result(), scalars=done[3])
                     ),
+                    recorded=not (t % every and t != steps),
                 )
             else:
                 i = (t - 1) % batches
