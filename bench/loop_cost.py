@@ -7,7 +7,8 @@ four accumulated micro-batches (four forward and backward passes per step). Each
 the median of ``--repeat`` runs of the job, interleaved; the train_seconds the runner
 records (the steps and their recording, no start-up). A figure users ask for; no target.
 
-    .venv/bin/python bench/loop_cost.py [--repeat 3]
+    .venv/bin/python bench/loop_cost.py [--repeat 3] [--frameworks torch candle]
+        [--variants "no loop" "scalars only" …]
 """
 
 from __future__ import annotations
@@ -65,27 +66,35 @@ def config() -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--frameworks", nargs="+", default=["torch", "candle"])
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
+    if "no loop" not in args.variants:
+        parser.error("the variants are measured against 'no loop': include it")
     workdir = WORK / "loop-cost"
     cfg = config()
     keys = {
         (fw, v): RunKey("scale_mlp", f"{fw}{SUFFIX[v]}", "f32", "cpu")
-        for fw in ("torch", "candle")
-        for v in VARIANTS
+        for fw in args.frameworks
+        for v in args.variants
     }
     seconds = {k: [] for k in keys}
     for i in range(args.repeat):
         # every run once per round, all of them again from the second round on
-        force = ("train_torch", "train_candle") if i else ()
-        run_workflow(workdir, cfg, *(k.trace for k in keys.values()), forcerun=force)
+        force = tuple(f"train_{fw}" for fw in args.frameworks) if i else ()
+        # the runs of a round in turns, so a slow spell falls on every variant alike
+        order = list(keys.values())
+        order = order[i % len(order) :] + order[: i % len(order)]
+        for key in order:
+            run_workflow(workdir, cfg, key.trace, forcerun=force)
         for k, key in keys.items():
             meta = TraceReader(workdir / key.trace).meta
             assert meta["runner"]["threads"] == 1, meta["runner"]
             seconds[k].append(meta["runner"]["train_seconds"])
     rows = []
-    for v in VARIANTS:
+    for v in args.variants:
         row = {"variant": v}
-        for fw in ("torch", "candle"):
+        for fw in args.frameworks:
             ms = 1000 * statistics.median(seconds[(fw, v)]) / STEPS
             base = 1000 * statistics.median(seconds[(fw, "no loop")]) / STEPS
             row[f"{fw} ms/step"] = f"{ms:.2f}"
