@@ -134,16 +134,20 @@ CASES = [
         "tolerance: -1e-06 is less than or equal to the minimum of 0",
     ),
     (
-        "candle run asked for Adam",
+        "candle-nn's AdamW asked to be an Adam",
         # The config is merged over the defaults, whose candle run asks for adamw: the
-        # run's own override says adam.
-        lambda c: exp(c, "a1_adam")["runs"].update(candle={"optimizer": {"name": "adam"}}),
-        "experiments.a1_adam.runs.candle.optimizer.name: candle-nn 0.11.0 has no Adam",
+        # run's own override says adam, from candle-nn, which has none.
+        lambda c: exp(c, "a1_adam")["runs"].update(
+            candle={"optimizer": {"name": "adam", "implementation": "candle"}}
+        ),
+        "experiments.a1_adam.runs.candle.optimizer.implementation: candle-nn 0.11.0 has no Adam",
     ),
     (
-        "candle SGD with momentum",
-        lambda c: exp(c)["optimizer"].update(momentum=0.9),
-        "experiments.a3_sgd.runs.candle.optimizer: candle-nn 0.11.0's SGD has no momentum",
+        "amsgrad from candle-nn's AdamW",
+        lambda c: exp(c, "a3_adamw")["runs"].update(
+            candle={"optimizer": {"amsgrad": True, "implementation": "candle"}}
+        ),
+        "experiments.a3_adamw.runs.candle.optimizer.amsgrad: candle-nn's AdamW has no amsgrad",
     ),
     (
         "float32 factors with candle-nn's own AdamW",

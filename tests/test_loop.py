@@ -200,10 +200,15 @@ def test_a_run_with_a_loop_or_optimizer_state_is_not_replayed(config):
         ["fc1.bias", "fc2.bias"],
         ["fc1.weight", "fc2.weight"],
     ]
-    momentum = {"optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9}}
+    mlp = {"family": "mlp"}
+    momentum = {"model": mlp, "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9}}
     why, groups = replay_limits({"torch": momentum}, lambda: PARAMS)
     assert "SGD's momentum buffers" in why and groups == {"torch": [PARAMS]}
-    assert replay_limits({"torch": {"optimizer": SGD}}, lambda: PARAMS) == (None, {})
+    plain = {"model": mlp, "optimizer": SGD}
+    assert replay_limits({"torch": plain}, lambda: PARAMS) == (None, {})
+    own = {"model": {"family": "own", "torch": {"optimizer": "model:optimizer"}}, "optimizer": SGD}
+    why, _ = replay_limits({"torch": own}, lambda: PARAMS)
+    assert "the state of the user's own PyTorch optimizer" in why
 
 
 # ----- the scalars in the trace ----------------------------------------------------------

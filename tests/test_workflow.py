@@ -6,8 +6,9 @@ import re
 import pytest
 
 from parity.analysis import burn_adam
+from parity.plan.loop import LOOP_KEYS
 from parity.plan.plan import Plan
-from parity.render.tables import PERSTEP_COLUMNS, SPLIT_COLUMNS
+from parity.render.tables import LOOP_COLUMNS, PERSTEP_COLUMNS, SPLIT_COLUMNS
 from parity.trace.reader import TraceReader
 
 from conftest import REPO, enabled_experiments, load_config, load_test_config, run_workflow
@@ -51,9 +52,12 @@ def test_tables_have_exactly_the_spec_columns(short_run):
     kinds = _main_kinds(config)
     # candle's fused layer norm has no float64 run, hence no split (its cell is unsupported).
     assert [e for e, k in kinds.items() if "split" not in k] == ["transformer_fused"]
-    for exp in enabled_experiments(config):
+    for exp, definition in enabled_experiments(config).items():
+        # An experiment with a training loop adds the loop's scalars, both sides and their
+        # difference (docs/outputs.md).
+        looped = LOOP_COLUMNS if any(k in definition for k in LOOP_KEYS) else ()
         with open(workdir / f"results/tables/{exp}/perstep-cpu.csv") as f:
-            assert tuple(next(csv.reader(f))) == PERSTEP_COLUMNS
+            assert tuple(next(csv.reader(f))) == PERSTEP_COLUMNS + looped, exp
         if "split" not in kinds[exp]:
             continue
         with open(workdir / f"results/tables/{exp}/split-cpu.csv") as f:
@@ -272,6 +276,7 @@ def test_burn_traces_exist_and_start_from_the_same_fixture(short_run):
         "a3_adamw",
         "a3_sgd",
         "transformer_adamw",
+        "loop_sgd",
     }
     for e, r in burn:
         losses = {}
