@@ -13,6 +13,7 @@ import pytest
 
 from parity.compare import maths
 from parity.core.config import ConfigError
+from parity.localise import job
 from parity.localise.job import scalar_culprit, update_culprit
 from parity.plan.keys import RunKey
 from parity.plan.loop import replay_limits, resolve_groups, resolve_schedule
@@ -279,6 +280,18 @@ def test_loop_culprits_come_from_the_scalars_then_the_group_of_the_update():
     mixed = {**beyond, "tol_exceeded_params": ["fc1.bias", "fc2.weight"]}
     assert update_culprit(mixed, loc, "torch")["culprit"] == "update:fc1.bias,fc2.weight"
     assert update_culprit(beyond, {}, "torch") is None  # replayable: the replay names it
+
+
+def test_the_page_says_whether_the_culprit_was_read_off_the_traces_or_replayed(config):
+    comp = next(c for c in Plan(config).comparisons() if c.name == "decay_all")
+    loc = {"loop_groups": {"torch": [["fc1.bias", "fc2.bias"], ["fc1.weight", "fc2.weight"]]}}
+    beyond = {"tol_exceeded_step": 2, "tol_exceeded_params": ["fc1.bias"], "worst_dparam": 0.1}
+    read = update_culprit(beyond, loc, "torch")
+    assert "- named at step 2 (" in job._markdown(comp, read)
+    # an update the replay found guilty (e.g. candle's AdamW with float32 factors) was replayed
+    replayed = {**read, "culprit": "update:fc1.bias", "method": "replay", "notes": []}
+    page = job._markdown(comp, replayed)
+    assert "- replayed step 2 (" in page and "named at" not in page
 
 
 def test_the_rust_schedules_are_pytorchs_golden_values():

@@ -57,6 +57,7 @@ def _unlocalised(status: str, reason: str) -> dict:
         "step_reason": "",
         "culprit": None,
         "culprit_phase": None,
+        "method": None,
         "reason": reason,
         "notes": [],
         "rows": [],
@@ -96,6 +97,7 @@ def scalar_culprit(perstep: Mapping) -> dict | None:
         "step_reason": "the first step a scalar of the training loop differs",
         "culprit": f"loop:{first['scalar']}",
         "culprit_phase": "loop",
+        "method": "traces",
         "reason": "",
         "notes": ["named from the traces' loop scalars (docs/loop.md), before any tensor"],
         "rows": [row],
@@ -142,6 +144,7 @@ def update_culprit(perstep: Mapping, loc: Mapping, reference: str) -> dict | Non
         "step_reason": "first step beyond the tolerance, the loop's scalars agreeing",
         "culprit": culprit,
         "culprit_phase": "update",
+        "method": "traces",
         "reason": "",
         "notes": [
             (
@@ -160,7 +163,8 @@ def _localise(job: Mapping, log: logging.Logger, log_path: str | None) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="parity-localise-") as tmp:
         try:
-            return {"status": LOCALISED, **replay.localise_comparison(job, tmp, log, log_path)}
+            found = replay.localise_comparison(job, tmp, log, log_path)
+            return {"status": LOCALISED, "method": "replay", **found}
         except (replay.ReplayError, KeyError, ValueError, RuntimeError, OSError) as e:
             log.error("cannot localise: %s\n%s", e, traceback.format_exc())
             return _unlocalised(NOT_LOCALISED, str(e).strip())
@@ -171,9 +175,8 @@ def _markdown(comp: Comparison, result: Mapping) -> str:
     lines = [f"# {title}", ""]
     lines.append(f"- reference: {comp.reference.label}; candidate: {comp.candidate.label}")
     if result["status"] == LOCALISED:
-        # a culprit of the loop or of a group's update is read off the traces, not replayed
-        read = result["culprit_phase"] in ("loop", "update")
-        verb = "named at" if read else "replayed"
+        # a culprit of the loop or of a group's update may be read off the traces, unreplayed
+        verb = "named at" if result["method"] == "traces" else "replayed"
         lines.append(f"- {verb} step {result['step']} ({result['step_reason']})")
         culprit = result["culprit"]
         lines.append(
