@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from parity.train import loop as training_loop
+
 #: Quantity suffixes naming a slot of the optimizer's per-parameter state
 #: (``optimizer.state[p][slot]``).
 STATE_SLOTS = ("exp_avg", "exp_avg_sq", "momentum_buffer")
@@ -22,36 +24,15 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 
 def make_optimizer(spec: Mapping, params: list[torch.Tensor]) -> torch.optim.Optimizer:
     """The PyTorch optimizer of a normalized ``optimizer`` (``ProbeOptimizer``) over
-    ``params``, with the single-tensor implementation (``foreach=False``, ``fused=False``).
+    ``params``, with the single-tensor implementation (``foreach=False``, ``fused=False``),
+    built as the training runs build theirs (``parity.train.loop.make_optimizer``).
 
     SGD settings a v1 spec leaves out (it gives ``lr`` only) are PyTorch's defaults.
     Raises ``ValueError`` for an unknown optimizer name, and what PyTorch raises for
     settings it refuses.
     """
-    name = spec["name"]
-    if name == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=spec["lr"],
-            momentum=spec.get("momentum", 0.0),
-            dampening=spec.get("dampening", 0.0),
-            nesterov=spec.get("nesterov", False),
-            weight_decay=spec.get("weight_decay", 0.0),
-            foreach=False,
-            fused=False,
-        )
-    if name in ("adam", "adamw"):
-        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-        return cls(
-            params,
-            lr=spec["lr"],
-            betas=tuple(spec["betas"]),
-            eps=spec["eps"],
-            weight_decay=spec["weight_decay"],
-            foreach=False,
-            fused=False,
-        )
-    raise ValueError(f"unknown optimizer {name!r}")
+    # the training runs' constructor (one place for every torch.optim argument)
+    return training_loop.make_optimizer(spec, params, "single_tensor")
 
 
 def micro_env(case: Mapping, leaves: Mapping[str, torch.Tensor], m: int) -> dict[str, torch.Tensor]:

@@ -4,8 +4,9 @@ PyTorch user writes it: the optimizer over its parameter groups, the scheduler b
 ``torch.nn.utils``, and the scalars a step records (each group's learning rate, the total
 gradient norm before clipping, the clip coefficient).
 
-Imported by the PyTorch runner (:mod:`parity.train.torch`) only; torch is imported by the
-caller's process already.
+Imported by the PyTorch runner (:mod:`parity.train.torch`) and by the probes' PyTorch side
+(:mod:`parity.probe.torch_optim`, the optimizer only); torch is imported by the caller's
+process already.
 """
 
 from __future__ import annotations
