@@ -3,8 +3,9 @@ examples/own_loop copied to a folder outside the repository, its crate pointed a
 checkout's parity-common. PyTorch's side is the user's make_optimizer (AdamW with two
 parameter groups, transformers' warm-up cosine schedule); the candle port brings its
 hand-written loop through the trait's optional methods. The faithful port trains like
-PyTorch; the port that reads its schedule one step ahead fails, localised to the learning
-rate at step 1."""
+PyTorch; each of the three slips fails, localised to its part of the loop: the schedule
+read one step ahead to the learning rate at step 1, the decay of the group PyTorch spares
+to the update of that group's parameters, per-parameter clipping to the clip coefficient."""
 
 from __future__ import annotations
 
@@ -69,4 +70,27 @@ def test_the_port_that_reads_its_schedule_early_is_named_at_step_1(loop_run):
     assert row["verdict"] == "expected-fail", row
     assert (row["culprit"], row["culprit_phase"]) == ("loop:lr[group 0]", "loop"), row
     md = (loop_run / "results/tables/own_loop_early/localise-main-cpu.md").read_text()
+    assert "named at step 1" in md, md
+
+
+def test_the_port_that_decays_every_group_is_named_by_the_spared_parameters(loop_run):
+    row = summary(loop_run)[("own_loop_decay_all", "main")]
+    assert row["verdict"] == "expected-fail", row
+    assert row["culprit_phase"] == "update", row
+    named = set(row["culprit"].removeprefix("update:").split(","))
+    # model.py's second group: the biases and the norm's weight (the norm's bias starts at
+    # 0, which decay leaves at 0); the decayed Linear weights agree
+    assert named and named <= {"0.bias", "1.weight", "1.bias", "3.bias"}, row
+    # the warm-up's rate is 0 at step 1: the decay first acts at step 2
+    md = (loop_run / "results/tables/own_loop_decay_all/localise-main-cpu.md").read_text()
+    assert "named at step 2" in md, md
+
+
+def test_the_port_that_clips_each_gradient_by_its_own_norm_is_named_by_the_coefficient(
+    loop_run,
+):
+    row = summary(loop_run)[("own_loop_clip_each", "main")]
+    assert row["verdict"] == "expected-fail", row
+    assert (row["culprit"], row["culprit_phase"]) == ("loop:clip_coef", "loop"), row
+    md = (loop_run / "results/tables/own_loop_clip_each/localise-main-cpu.md").read_text()
     assert "named at step 1" in md, md

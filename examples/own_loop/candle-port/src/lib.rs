@@ -7,9 +7,12 @@
 //! PyTorch: `Linear(inputs, hidden) → LayerNorm(hidden) → Tanh → Linear(hidden, outputs)`,
 //! state_dict keys `0.weight`, `0.bias`, `1.weight`, `1.bias`, `3.weight`, `3.bias`.
 //!
-//! [`Model`] is the faithful port; [`ModelEarlySchedule`] the same port with the porter's
-//! classic slip, the schedule read one step ahead (PyTorch's `scheduler.step()` called
-//! before `optimizer.step()`).
+//! [`Model`] is the faithful port. Three more are the same port with one of the slips
+//! porters make in a hand-written loop ([`Slip`]): [`ModelEarlySchedule`] reads its schedule
+//! one step ahead, [`ModelDecayAll`] decays the group PyTorch leaves undecayed, and
+//! [`ModelPerParameterClip`] clips each gradient by its own norm.
+
+use std::marker::PhantomData;
 
 use anyhow::{Context, Result};
 use candle_core::backprop::GradStore;
@@ -27,13 +30,67 @@ const MAX_NORM: f64 = 0.5;
 /// PyTorch's `LayerNorm` ε.
 const LN_EPS: f64 = 1e-5;
 
-/// The port.
-pub struct Model {
+/// A slip of the hand-written loop, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slip {
+    /// The faithful port.
+    None,
+    /// Step `t` runs at schedule index `t`, not `t − 1`: the porter called the scheduler
+    /// before the optimizer.
+    EarlySchedule,
+    /// The second group (biases, the norm's weight) decayed like the first: the porter
+    /// copied the group's settings.
+    DecayAll,
+    /// Each gradient clipped by its own norm (burn's `GradientClipping::Norm`), not by the
+    /// total norm as `clip_grad_norm_` does.
+    PerParameterClip,
+}
+
+/// Which [`Slip`] a port has, as a type (the config names a port by its type).
+pub trait Variant: 'static {
+    /// The slip.
+    const SLIP: Slip;
+}
+
+/// The port with the loop of variant `V`.
+pub struct Port<V: Variant> {
     first: Linear,
     norm_weight: Tensor,
     norm_bias: Tensor,
     last: Linear,
+    variant: PhantomData<V>,
 }
+
+/// The variant without a slip.
+pub struct Faithful;
+/// The variant of [`Slip::EarlySchedule`].
+pub struct EarlySchedule;
+/// The variant of [`Slip::DecayAll`].
+pub struct DecayAll;
+/// The variant of [`Slip::PerParameterClip`].
+pub struct PerParameterClip;
+
+impl Variant for Faithful {
+    const SLIP: Slip = Slip::None;
+}
+impl Variant for EarlySchedule {
+    const SLIP: Slip = Slip::EarlySchedule;
+}
+impl Variant for DecayAll {
+    const SLIP: Slip = Slip::DecayAll;
+}
+impl Variant for PerParameterClip {
+    const SLIP: Slip = Slip::PerParameterClip;
+}
+
+/// The faithful port.
+pub type Model = Port<Faithful>;
+/// The port whose schedule runs one step ahead.
+pub type ModelEarlySchedule = Port<EarlySchedule>;
+/// The port that decays the biases and the norm's weight.
+pub type ModelDecayAll = Port<DecayAll>;
+/// The port that clips each gradient by its own norm.
+pub type ModelPerParameterClip = Port<PerParameterClip>;
 
 /// One size from the factory's keyword arguments (the config's `kwargs`), or its default.
 fn size(config: &serde_json::Value, key: &str, default: usize) -> Result<usize> {
@@ -57,18 +114,19 @@ fn cosine_with_warmup(k: u32) -> f64 {
     LR * (0.5 * (1.0 + (std::f64::consts::PI * progress).cos())).max(0.0)
 }
 
-impl CandleModel for Model {
+impl<V: Variant> CandleModel for Port<V> {
     /// `config`: the factory's kwargs (`inputs`, `hidden`, `outputs`, defaults 8, 16, 4).
     fn build(config: &serde_json::Value, vb: VarBuilder) -> Result<Self> {
         let inputs = size(config, "inputs", 8)?;
         let hidden = size(config, "hidden", 16)?;
         let outputs = size(config, "outputs", 4)?;
         let norm = vb.pp("1");
-        Ok(Model {
+        Ok(Port {
             first: candle_nn::linear(inputs, hidden, vb.pp("0"))?,
             norm_weight: norm.get(hidden, "weight")?,
             norm_bias: norm.get(hidden, "bias")?,
             last: candle_nn::linear(hidden, outputs, vb.pp("3"))?,
+            variant: PhantomData,
         })
     }
 
@@ -89,7 +147,8 @@ impl CandleModel for Model {
     }
 
     /// candle-nn's AdamW twice: the Linear weights with decay, then the biases and the norm's
-    /// weight without (PyTorch's two parameter groups, in its order).
+    /// weight without (PyTorch's two parameter groups, in its order); with
+    /// [`Slip::DecayAll`], with decay too.
     fn optimizer(&self, params: &[(String, Var)]) -> Result<Option<Box<dyn PortOptimizer>>> {
         let no_decay = |n: &str| n.ends_with("bias") || n == "1.weight";
         let group = |decayed: bool| -> Vec<Var> {
@@ -109,74 +168,65 @@ impl CandleModel for Model {
             };
             Ok(Box::new(AdamW::new(vars, params)?))
         };
+        let bias_norm_decay = match V::SLIP {
+            Slip::DecayAll => WEIGHT_DECAY,
+            _ => 0.0,
+        };
         Ok(Some(Box::new(Groups(vec![
             adamw(group(true), WEIGHT_DECAY)?,
-            adamw(group(false), 0.0)?,
+            adamw(group(false), bias_norm_decay)?,
         ]))))
     }
 
     /// Step `t`'s rate for both groups: schedule index `t − 1`, as PyTorch's scheduler,
-    /// stepped after each optimizer step, gives it.
+    /// stepped after each optimizer step, gives it (index `t` with [`Slip::EarlySchedule`]).
     fn learning_rates(&self, t: u32) -> Option<Vec<f64>> {
-        let lr = cosine_with_warmup(t - 1);
+        let k = if V::SLIP == Slip::EarlySchedule {
+            t
+        } else {
+            t - 1
+        };
+        let lr = cosine_with_warmup(k);
         Some(vec![lr, lr])
     }
 
     /// `clip_grad_norm_(params, MAX_NORM)` on the `GradStore`: each gradient's 2-norm, the
     /// norm of those, and every gradient multiplied by min(MAX_NORM / (norm + 1e-6), 1).
+    /// With [`Slip::PerParameterClip`], each gradient multiplied by its own min(MAX_NORM /
+    /// (‖g‖ + 1e-6), 1): no one coefficient, so none is reported.
     fn transform_gradients(
         &self,
         grads: &mut GradStore,
         params: &[(String, Var)],
     ) -> Result<Option<GradScalars>> {
+        // each gradient's sum of squares, widened on the host
+        let squares = |g: &Tensor| -> Result<f64> {
+            Ok(g.sqr()?
+                .sum_all()?
+                .to_dtype(DType::F64)?
+                .to_scalar::<f64>()?)
+        };
         let mut sum = 0.0;
         for (_, v) in params {
             if let Some(g) = grads.get(v) {
-                sum += g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+                sum += squares(g)?;
             }
         }
         let grad_norm = sum.sqrt();
-        let coef = (MAX_NORM / (grad_norm + 1e-6)).min(1.0);
+        let coef = |norm: f64| (MAX_NORM / (norm + 1e-6)).min(1.0);
         for (_, v) in params {
             if let Some(g) = grads.remove(v) {
-                grads.insert(v, (g * coef)?);
+                let c = match V::SLIP {
+                    Slip::PerParameterClip => coef(squares(&g)?.sqrt()),
+                    _ => coef(grad_norm),
+                };
+                grads.insert(v, (g * c)?);
             }
         }
+        let clip_coef = (V::SLIP != Slip::PerParameterClip).then(|| coef(grad_norm));
         Ok(Some(GradScalars {
             grad_norm,
-            clip_coef: Some(coef),
+            clip_coef,
         }))
-    }
-}
-
-/// [`Model`] with the schedule read one step ahead: step `t` runs at schedule index `t`
-/// (the porter called the scheduler before the optimizer).
-pub struct ModelEarlySchedule(Model);
-
-impl CandleModel for ModelEarlySchedule {
-    fn build(config: &serde_json::Value, vb: VarBuilder) -> Result<Self> {
-        Ok(Self(Model::build(config, vb)?))
-    }
-
-    fn forward(&self, x: &Tensor, taps: &mut Taps) -> Result<Tensor> {
-        self.0.forward(x, taps)
-    }
-
-    fn optimizer(&self, params: &[(String, Var)]) -> Result<Option<Box<dyn PortOptimizer>>> {
-        self.0.optimizer(params)
-    }
-
-    /// The slip: index `t`, not `t − 1`.
-    fn learning_rates(&self, t: u32) -> Option<Vec<f64>> {
-        let lr = cosine_with_warmup(t);
-        Some(vec![lr, lr])
-    }
-
-    fn transform_gradients(
-        &self,
-        grads: &mut GradStore,
-        params: &[(String, Var)],
-    ) -> Result<Option<GradScalars>> {
-        self.0.transform_gradients(grads, params)
     }
 }
