@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,21 @@ from parity.trace.writer import TraceWriter
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def use_our_parity_common(manifest: Path) -> None:
+    """Points a port crate copied out of the repository (its ``Cargo.toml``, ``manifest``)
+    at this checkout's ``rust/parity-common``, as a user's crate names theirs. Raises
+    ``ValueError`` when the manifest has no ``parity-common = { path = … }`` dependency."""
+    ours = REPO / "rust" / "parity-common"
+    text, n = re.subn(
+        r'parity-common = \{ path = "[^"]*"',
+        f'parity-common = {{ path = "{ours}"',
+        manifest.read_text(),
+    )
+    if n != 1:
+        raise ValueError(f"{manifest}: no parity-common path dependency to point")
+    manifest.write_text(text)
 
 
 def base_meta(**over) -> dict:

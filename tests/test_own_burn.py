@@ -7,7 +7,6 @@ not produce, refused by own_check before any training job."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import yaml
 
 from test_own_workflow import snakemake, summary
 
-from conftest import REPO
+from conftest import REPO, use_our_parity_common
 
 pytestmark = pytest.mark.workflow
 
@@ -29,15 +28,7 @@ def copy_mixer(dest: Path, only: list[str], steps: int = 3) -> Path:
     parity-common path set to this checkout's, ``steps`` steps of the experiments
     ``only``."""
     shutil.copytree(REPO / EXAMPLE, dest / EXAMPLE, ignore=shutil.ignore_patterns("target"))
-    manifest = dest / EXAMPLE / "burn-port" / "Cargo.toml"
-    ours = REPO / "rust" / "parity-common"
-    manifest.write_text(
-        re.sub(
-            r'parity-common = \{ path = "[^"]*"',
-            f'parity-common = {{ path = "{ours}"',
-            manifest.read_text(),
-        )
-    )
+    use_our_parity_common(dest / EXAMPLE / "burn-port" / "Cargo.toml")
     cfg = yaml.safe_load((dest / EXAMPLE / "config.yaml").read_text())
     cfg["only"] = only
     for name in only:

@@ -10,7 +10,6 @@ to the update of that group's parameters, per-parameter clipping to the clip coe
 from __future__ import annotations
 
 import csv
-import re
 import shutil
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import yaml
 
 from test_own_workflow import snakemake, summary
 
-from conftest import REPO
+from conftest import REPO, use_our_parity_common
 
 pytestmark = pytest.mark.workflow
 
@@ -33,15 +32,7 @@ def loop_run(tmp_path_factory):
     and into the cosine)."""
     dest = tmp_path_factory.mktemp("user") / "own-loop"
     shutil.copytree(REPO / EXAMPLE, dest / EXAMPLE, ignore=shutil.ignore_patterns("target"))
-    manifest = dest / EXAMPLE / "candle-port" / "Cargo.toml"
-    ours = REPO / "rust" / "parity-common"
-    manifest.write_text(
-        re.sub(
-            r'parity-common = \{ path = "[^"]*"',
-            f'parity-common = {{ path = "{ours}"',
-            manifest.read_text(),
-        )
-    )
+    use_our_parity_common(dest / EXAMPLE / "candle-port" / "Cargo.toml")
     cfg = yaml.safe_load((dest / EXAMPLE / "config.yaml").read_text())
     for exp in cfg["experiments"].values():
         exp["steps"] = STEPS

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE
+from conftest import REPO, SNAKEMAKE, use_our_parity_common
 
 pytestmark = pytest.mark.workflow
 
@@ -41,11 +41,7 @@ def copy_template(dest: Path, steps: int = 3) -> Path:
     """The template as a user copies it: outside the repository, its Cargo.toml's
     parity-common path set to this checkout's, a short run."""
     shutil.copytree(REPO / "examples" / "template", dest, ignore=shutil.ignore_patterns("target"))
-    manifest = dest / "candle-port" / "Cargo.toml"
-    text = manifest.read_text()
-    ours = REPO / "rust" / "parity-common"
-    text = re.sub(r'parity-common = \{ path = "[^"]*"', f'parity-common = {{ path = "{ours}"', text)
-    manifest.write_text(text)
+    use_our_parity_common(dest / "candle-port" / "Cargo.toml")
     cfg = yaml.safe_load((dest / "config.yaml").read_text())
     cfg["experiments"]["mine"]["steps"] = steps
     (dest / "config.yaml").write_text(yaml.safe_dump(cfg))
