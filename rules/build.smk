@@ -41,9 +41,9 @@ rule build_candle:
 
 
 rule build_burn:
-    """cargo build --release --locked of the burn runner (burn's ndarray backend: CPU only,
-    so the validity matrix schedules no other device), in its own target directory so the
-    candle build never waits for it.
+    """cargo build --release --locked of the burn runner, per release and CPU backend
+    (``0.22.1`` ndarray, ``0.22.1+flex`` Flex: CPU only, so the validity matrix schedules no
+    other device), in its own target directory so the candle build never waits for it.
 
     A local rule, like build_candle: the submit host reaches crates.io and has the Rust
     toolchain."""
@@ -68,7 +68,9 @@ rule build_burn:
     params:
         crate="burn-parity",
         build=lambda wc: build_params("burn", wc.version, wc.device),
-        cargo=cargo_command("burn-parity", []),
+        cargo=lambda wc: cargo_command(
+            "burn-parity", versions.cargo_features("burn", wc.version)
+        ),
     message:
         "{params.cargo} (burn {wildcards.version}, device {wildcards.device})"
     script:

@@ -221,7 +221,7 @@ def candle_binary(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def burn_binary(tmp_path_factory):
-    """The burn-parity binary (burn's ndarray backend: CPU only)."""
+    """The burn-parity binary of the primary release (burn's ndarray backend: CPU only)."""
     return build_runner("burn-parity", tmp_path_factory.mktemp("bin"))
 
 

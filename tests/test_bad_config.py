@@ -427,7 +427,10 @@ TARGETS = [
     ),
     (
         "results/traces/a3_sgd/torch_x-f32-cpu.parquet",
-        "experiment 'a3_sgd' has no run 'torch_x' (its runs: burn, candle, torch, candle_v0_11_1)",
+        (
+            "experiment 'a3_sgd' has no run 'torch_x' (its runs: burn, candle, torch, "
+            "candle_v0_11_1, burn_v0_22_1_flex, burn_v0_23_0_pre_1_flex)"
+        ),
     ),
 ]
 

@@ -22,6 +22,7 @@ def rows(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("accumulation")
     config = load_config()
     config["candle"]["versions"] = ["0.11.0"]
+    config["burn"]["versions"] = ["0.22.1"]
     config["probes"].update(
         folder=str(REPO / "tests/probes/ops"),
         select=["accumulation"],

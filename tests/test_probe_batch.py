@@ -498,6 +498,7 @@ def batch_config(folder: Path) -> dict:
     config["devices"] = ["cpu"]
     config["dtypes"] = ["f32", "f64"]
     config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions.py
+    config["burn"]["versions"] = ["0.22.1"]
     return config
 
 

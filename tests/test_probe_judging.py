@@ -438,6 +438,7 @@ def _plan(tmp_path, **probes_over):
     config = load_config()
     config.update(devices=["cpu", "metal"], probes={"folder": str(tmp_path), **probes_over})
     config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions.py
+    config["burn"]["versions"] = ["0.22.1"]
     return ProbePlan.from_config(config, REPO)
 
 

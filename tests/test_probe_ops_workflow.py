@@ -21,6 +21,7 @@ def ops_rows(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("ops")
     config = load_config()
     config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions_workflow.py
+    config["burn"]["versions"] = ["0.22.1"]
     config["probes"].update(
         folder=str(REPO / "tests/probes/ops"),
         dtypes=["f32", "f64", "f16", "bf16"],

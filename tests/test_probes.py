@@ -782,6 +782,7 @@ def test_plan_follows_the_validity_matrix(tmp_path):
         devices=["cpu", "metal"], probes={"folder": str(tmp_path), "dtypes": ["f32", "f64"]}
     )
     config["candle"]["versions"] = ["0.11.0"]  # the release axis: test_versions.py
+    config["burn"]["versions"] = ["0.22.1"]
     plan = ProbePlan.from_config(config, REPO)
     jobs = set(plan.jobs())
     assert ProbeKey("one", "candle", "f32", "metal") in jobs

@@ -120,6 +120,8 @@ def test_the_first_build_runs_alone_and_later_ones_two_at_a_time(tmp_path):
         ("build_candle", "0.11.0"): 2,
         ("build_candle", "0.11.1"): 1,
         ("build_burn", "0.22.1"): 1,
+        ("build_burn", "0.22.1+flex"): 1,
+        ("build_burn", "0.23.0-pre.1+flex"): 1,
     }
     assert all(
         "cargo" not in res for rule, _, _, res in found["jobs"] if not rule.startswith("build_")

@@ -164,7 +164,8 @@ def test_build_ran_on_the_submit_host(slurm_run):
     cargo = "cargo build --release --locked -p"
     assert f"{cargo} candle-parity (candle 0.11.0, device cpu)" in proc.stdout
     assert not any(rule_of(c) == "build_burn" for _, c in jobs.values())
-    assert f"{cargo} burn-parity (burn 0.22.1, device cpu)" in proc.stdout
+    backend = "--no-default-features --features ndarray"
+    assert f"{cargo} burn-parity {backend} (burn 0.22.1, device cpu)" in proc.stdout
 
 
 def test_summary_passes(slurm_run):

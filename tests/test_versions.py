@@ -26,6 +26,7 @@ M = report_versions
 def config():
     c = load_config()
     c["candle"]["versions"] = ["0.11.0", "0.11.1"]
+    c["burn"]["versions"] = ["0.22.1"]  # burn's backends: their own section below
     return c
 
 
@@ -45,8 +46,12 @@ def test_release_suffix_and_labels(config):
 
 def test_the_default_config_runs_the_studys_release_first_and_the_newest_second():
     c = load_config()
-    assert versions.configured(c) == {"candle": ["0.11.0", "0.11.1"], "burn": ["0.22.1"]}
+    assert versions.configured(c) == {
+        "candle": ["0.11.0", "0.11.1"],
+        "burn": ["0.22.1", "0.22.1+flex", "0.23.0-pre.1+flex"],
+    }
     assert versions.primary(c, "candle") == versions.pinned("candle") == "0.11.0"
+    assert versions.primary(c, "burn") == versions.pinned("burn") == "0.22.1"
 
 
 # ----- runs and comparisons ------------------------------------------------------------
@@ -129,22 +134,39 @@ def test_a_comparison_can_expect_otherwise_for_a_release(config):
 
 def test_a_primary_only_config_is_the_config_without_versions(config):
     config["candle"]["versions"] = ["0.11.0"]
+    config["burn"]["versions"] = ["0.22.1"]
     plan = Plan(config)
     assert not [k for k in plan.runs() if "_v0_" in k.run]
     assert not [c for c in plan.comparisons() if "_v0_" in c.name]
 
 
-def test_an_override_for_a_release_not_listed_is_refused(config):
+def test_an_override_for_a_release_no_one_can_build_or_the_primary_is_refused(config):
     config["candle"]["versions"] = ["0.11.0"]
+    config["burn"]["versions"] = ["0.22.1"]
+    for v in ("0.11.2", "0.11.0"):  # no lock file; the primary release
+        config["experiments"]["a3_sgd"]["comparisons"] = {
+            "main": {"reference": "torch", "candidate": "candle", "versions": {v: {}}}
+        }
+        with pytest.raises(
+            ConfigError,
+            match=rf"a3_sgd\.comparisons\.main\.versions: {re.escape(v)} is not "
+            r"a further release of candle here \(candle: 0\.11\.0; burn: 0\.22\.1\)",
+        ):
+            Plan(config)
+
+
+def test_an_override_for_a_buildable_release_not_listed_waits_unused(config):
+    # A config that narrows the releases keeps the default config's overrides (the
+    # transformer's Flex twins expect a pass): they apply once the release is listed.
+    config["candle"]["versions"] = ["0.11.0"]
+    config["burn"]["versions"] = ["0.22.1"]
     config["experiments"]["a3_sgd"]["comparisons"] = {
         "main": {"reference": "torch", "candidate": "candle", "versions": {"0.11.1": {}}}
     }
-    with pytest.raises(
-        ConfigError,
-        match=r"a3_sgd\.comparisons\.main\.versions: 0\.11\.1 is not "
-        r"a further release of candle here \(candle: 0\.11\.0; burn: 0\.22\.1\)",
-    ):
-        Plan(config)
+    comps = {c.name for c in Plan(config).comparisons() if c.experiment == "a3_sgd"}
+    assert "main" in comps and not [n for n in comps if "_v0_" in n]
+    tf = load_config()["experiments"]["transformer_adamw"]["comparisons"]["burn"]
+    assert set(tf["versions"]) == {"0.22.1+flex", "0.23.0-pre.1+flex"}
 
 
 def test_a_run_named_like_a_generated_one_is_refused(config):
@@ -153,6 +175,103 @@ def test_a_run_named_like_a_generated_one_is_refused(config):
     runs.update({"torch": {}, "candle": {}, "candle_v0_11_1": {}})
     with pytest.raises(ConfigError, match=r"candle_v0_11_1: the name is taken by candle 0\.11\.1"):
         Plan(config)
+
+
+# ----- burn's backends ---------------------------------------------------------------------
+
+
+def test_a_burn_entry_names_its_backend_as_build_metadata():
+    assert versions.release("0.22.1+flex") == versions.release("0.22.1") == "0.22.1"
+    assert versions.release("0.23.0-pre.1+flex") == "0.23.0-pre.1"
+    assert versions.backend("burn", "0.22.1") == "ndarray"  # the default backend
+    assert versions.backend("burn", "0.23.0-pre.1+flex") == "flex"
+    assert versions.backend("candle", "0.11.1") is None  # candle has no backend axis
+    assert versions.display("burn", "0.22.1") == "0.22.1 ndarray"
+    assert versions.display("burn", "0.22.1+flex") == "0.22.1 flex"
+    assert versions.display("candle", "0.11.1") == "0.11.1"
+    assert versions.suffix("0.22.1+flex") == "_v0_22_1_flex"
+    assert versions.suffix("0.23.0-pre.1+flex") == "_v0_23_0_pre_1_flex"
+    assert versions.cargo_features("burn", "0.22.1") == [
+        "--no-default-features",
+        "--features",
+        "ndarray",
+    ]
+    assert versions.cargo_features("burn", "0.22.1+flex")[-1] == "flex"
+    assert versions.cargo_features("candle", "0.11.1") == []
+    # The pinned release's lock file locks every backend; another release's is its own.
+    assert versions.lock_file("burn", "0.22.1+flex") == "Cargo.lock"
+    assert versions.lock_file("burn", "0.23.0-pre.1+flex") == "versions/burn-0.23.0-pre.1+flex.lock"
+    assert re.fullmatch(versions.VERSION_PATTERN, "0.23.0-pre.1+flex")
+    assert versions.runner_binary("burn", "0.22.1+flex", "cpu") == (
+        "results/bin/burn-parity-0.22.1+flex-cpu"
+    )
+
+
+def test_each_burn_backend_is_a_release_of_its_own_with_its_runs_and_comparisons():
+    config = load_config()
+    plan = Plan(config)
+    runs = plan.experiments["cnn_adam"]["runs"]
+    assert runs["burn_v0_22_1_flex"]["version"] == "0.22.1+flex"
+    assert runs["burn_v0_23_0_pre_1_flex"]["version"] == "0.23.0-pre.1+flex"
+    key = RunKey("cnn_adam", "burn_v0_22_1_flex", "f64", "cpu")
+    assert plan.binary(key) == "results/bin/burn-parity-0.22.1+flex-cpu"
+    # The binary must report the backend it was built with, not only the release.
+    assert plan.trace_expectation(key)["framework_version"] == "0.22.1+flex"
+    comps = {c.name: c for c in plan.comparisons() if c.experiment == "cnn_adam"}
+    assert {"burn_v0_22_1_flex", "burn_v0_22_1_flex_vs_primary"} <= set(comps)
+    vs = comps["burn_v0_23_0_pre_1_flex_vs_primary"]
+    assert (vs.reference.run, vs.candidate.run) == ("burn", "burn_v0_23_0_pre_1_flex")
+    assert versions.check(config, REPO / "rust") == []
+
+
+def test_a_backend_burn_lacks_or_spelled_twice_is_refused(tmp_path):
+    rust = tmp_path / "rust"
+    shutil.copytree(REPO / "rust", rust, ignore=shutil.ignore_patterns("target"))
+    # A lock of burn 0.23 made for Flex, listed for the default backend (ndarray).
+    flex = rust / "versions" / "burn-0.23.0-pre.1+flex.lock"
+    (rust / "versions" / "burn-0.23.0-pre.1.lock").write_text(flex.read_text())
+    config = load_config()
+    config["candle"]["versions"] = ["0.11.0", "0.11.1+flex"]
+    config["burn"]["versions"] = ["0.22.1", "0.22.1+tch", "0.22.1+ndarray", "0.23.0-pre.1"]
+    got = [str(p) for p in versions.check(config, rust)]
+    assert got == [
+        (
+            "config: candle.versions[1]: candle has no backend 'flex' here (only burn's "
+            "releases name a backend, e.g. 0.22.1+flex)"
+        ),
+        "config: burn.versions[1]: burn has no backend 'tch' here (its backends: ndarray, flex)",
+        (
+            "config: burn.versions[2]: ndarray is burn's default backend: write 0.22.1 "
+            "(one spelling per build)"
+        ),
+        (
+            "config: burn.versions[3]: rust/versions/burn-0.23.0-pre.1.lock locks burn-ndarray "
+            "not at all, not 0.23.0-pre.1: burn 0.23.0-pre.1 has no ndarray backend here "
+            "(try 0.23.0-pre.1+flex)"
+        ),
+    ]
+
+
+def test_the_committed_lock_of_burn_0_23_locks_flex_and_no_ndarray():
+    held = versions.locked_versions(REPO / "rust" / "versions" / "burn-0.23.0-pre.1+flex.lock")
+    assert held["burn"] == held["burn-flex"] == {"0.23.0-pre.1"}
+    assert "burn-ndarray" not in held
+    # candle keeps the pinned release: only burn's side moved.
+    assert held["candle-core"] == {"0.11.0"}
+    # rust/Cargo.lock locks both of 0.22.1's backends.
+    pinned = versions.locked_versions(REPO / "rust" / "Cargo.lock")
+    assert pinned["burn-ndarray"] == pinned["burn-flex"] == {"0.22.1"}
+
+
+def test_a_staged_burn_release_keeps_only_its_backends_feature():
+    text = (REPO / "rust" / "burn-parity" / "Cargo.toml").read_text()
+    assert 'ndarray = ["burn/ndarray"]' in text and 'flex = ["burn/flex"]' in text
+    out = versions.runner_manifest(text, "burn", "0.23.0-pre.1+flex")
+    assert 'default = ["flex"]' in out and 'flex = ["burn/flex"]' in out
+    assert "burn/ndarray" not in out  # burn 0.23's facade has no such feature
+    assert 'version = "=0.23.0-pre.1"' in out and "=0.22.1" not in out
+    with pytest.raises(ValueError, match=r"no one feature line ndarray = \[\.\.\.\]"):
+        versions.runner_manifest(out, "burn", "0.23.0-pre.1")
 
 
 # ----- what is refused before the DAG ----------------------------------------------------
@@ -606,7 +725,7 @@ def test_the_matrix_files_and_their_markdown(tmp_path):
     with open(out_csv, encoding="utf-8") as f:
         (row,) = list(csv.DictReader(f))
     assert list(row) == M.columns(RELEASES)
-    assert (row["candle 0.11.0"], row["candle 0.11.1"], row["burn 0.22.1"]) == (
+    assert (row["candle 0.11.0"], row["candle 0.11.1"], row["burn 0.22.1 ndarray"]) == (
         "reproduced",
         "reproduced",
         "",

@@ -169,8 +169,9 @@ def test_default_config_dry_run_schedules_every_cpu_job(tmp_path):
         ("candle_v0_11_1", "f64"),
     ]
     assert len(runs) == 2 * sum(len(e["runs"]) for e in plan.experiments.values()) - 2
-    # One build per release: candle 0.11.0 and 0.11.1, burn 0.22.1.
-    assert counts["build_candle"] == 2 and counts["build_burn"] == 1
+    # One build per release: candle 0.11.0 and 0.11.1, burn 0.22.1 (ndarray and Flex) and
+    # 0.23.0-pre.1 (Flex).
+    assert counts["build_candle"] == 2 and counts["build_burn"] == 3
     assert counts["localise"] == len(comparisons)
     assert counts["index"] == 1  # results/README.md
     assert counts["compare"] == len(with_f64) > 0

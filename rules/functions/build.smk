@@ -60,12 +60,17 @@ def build_params(framework, version, device):
     another checkout's or another release's in a shared target folder. The target folder
     is a name, not a path: one per feature set for candle (so a CPU build survives a GPU
     build; the releases of one feature set share it, and with it the compiled common
-    dependencies), burn's own; parity.train.build puts it under $CARGO_TARGET_DIR when set
-    (CI points it at a cache outside the clone), else under rust/target. A param holds no
+    dependencies), burn's own (its releases and backends share it); parity.train.build
+    puts it under $CARGO_TARGET_DIR when set (CI points it at a cache outside the clone),
+    else under rust/target. A param holds no
     path, so a copy of the project is not rebuilt."""
     import hashlib
 
-    features = cargo_features(device) if framework == "candle" else []
+    features = (
+        cargo_features(device)
+        if framework == "candle"
+        else versions.cargo_features(framework, version)
+    )
     h = hashlib.sha256(" ".join([framework, version, *features]).encode())
     for path in build_files(framework, version):
         h.update(path.encode())

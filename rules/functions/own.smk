@@ -43,10 +43,12 @@ def build_own_params(wildcards):
 
     model = own_model(wildcards.experiment)
     fw, device = wildcards.framework, wildcards.device
+    # candle: the device's features; burn: the primary burn entry's CPU backend (ndarray, or
+    # flex for a primary 0.22.1+flex), which the runner library is built with.
     features = (
         config.get("candle", {}).get("features", {}).get(device, [])
         if fw == "candle"
-        else []
+        else [versions.backend(fw, versions.primary(config, fw))]
     )
     ours = [RUST_DIR / p for p in rust_files(f"{fw}-parity")]
     return {

@@ -1,38 +1,54 @@
-//! The device axis for burn: the ndarray backend with autodiff, on the CPU only, with the
-//! run's float type as the device's default; and host transfers in and out.
+//! The device axis for burn: the CPU backend this binary was built with (`ndarray` or
+//! `flex`, [`crate::BURN_BACKEND`]) with autodiff, on the CPU only, with the run's float type
+//! as the device's default; and host transfers in and out.
 
 use anyhow::{anyhow, bail, Result};
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use parity_common::frames::RawTensor;
 use parity_common::spec::{DeviceKind, FloatType};
 
-/// Opens burn's ndarray device with autodiff, its default float type set to `ty`.
+/// The backend's device, before autodiff: ndarray's where the `ndarray` feature is on (also
+/// beside `flex`: what `crate::BURN_BACKEND` reports), else Flex's.
+fn backend_device() -> Device {
+    #[cfg(feature = "ndarray")]
+    {
+        // burn 0.22 deprecates ndarray in favour of its Flex backend; the study measured ndarray.
+        #[allow(deprecated)]
+        Device::ndarray()
+    }
+    #[cfg(not(feature = "ndarray"))]
+    {
+        Device::flex()
+    }
+}
+
+/// Opens burn's CPU device ([`crate::BURN_BACKEND`]) with autodiff, its default float type
+/// set to `ty`.
 ///
 /// The default matters beyond the tensors created here: burn creates some tensors itself
 /// (optimizer state, loss internals) in the device's default float type, so a float64 run
 /// must not leave it at float32. Checked after configuring.
 ///
 /// # Errors
-/// For `cuda` and `metal` (burn-parity is built with the ndarray backend, CPU only; the
-/// workflow's validity matrix never schedules them), or when the device refuses the float
-/// type: burn takes a device's settings once per process, so one process cannot open both
-/// float types.
+/// For `cuda` and `metal` (burn-parity is built with a CPU backend only; the workflow's
+/// validity matrix never schedules them), or when the device refuses the float type: burn
+/// takes a device's settings once per process, so one process cannot open both float types.
 pub fn open(kind: DeviceKind, ty: FloatType) -> Result<Device> {
+    let backend = crate::BURN_BACKEND;
     if kind != DeviceKind::Cpu {
         bail!(
-            "burn-parity runs burn's ndarray backend, which is CPU only; device {} is not supported",
+            "burn-parity runs burn's {backend} backend, which it builds for the CPU only; \
+             device {} is not supported",
             kind.name()
         );
     }
-    // burn 0.22 deprecates ndarray in favour of its Flex backend; the study measured ndarray.
-    #[allow(deprecated)]
-    let mut device = Device::ndarray();
+    let mut device = backend_device();
     // The settings are taken once per process; a second open with the same type is fine.
     if let Err(e) = device.configure(float_dtype(ty)) {
         let got = device.settings().float_dtype;
         if got != float_dtype(ty) {
             bail!(
-                "the ndarray device's float type is already {got:?} in this process, cannot set {}: {e:?}",
+                "the {backend} device's float type is already {got:?} in this process, cannot set {}: {e:?}",
                 ty.name()
             );
         }

@@ -3,8 +3,9 @@
 //!
 //! The workflow resolves `config.yaml` into a [`parity_common::spec::RunSpec`], calls a
 //! runner binary, and turns the frames it writes ([`parity_common::frames`]) into a Parquet
-//! trace, exactly as for `candle-parity`. burn runs on its ndarray backend (CPU only,
-//! single-threaded: the `rayon` feature is off) with autodiff, in float32 or float64.
+//! trace, exactly as for `candle-parity`. burn runs on the CPU backend the build's features
+//! pick ([`BURN_BACKEND`]: `ndarray`, the default, or `flex`; single-threaded, `rayon` and
+//! `simd` off) with autodiff, in float32 or float64.
 //!
 //! Every model is a port ([`parity_common::burn::BurnModel`]): the built-in families in
 //! [`families`] (an MLP, a 1-D CNN and a GPT-style transformer of burn-nn modules), and a
@@ -55,6 +56,13 @@ pub use runner::{run_port, NoPort};
 
 /// The burn version this binary was built against, read from Cargo.lock at build time.
 pub const BURN_VERSION: &str = env!("BURN_VERSION");
+
+/// burn's CPU backend this binary computes with, `ndarray` or `flex` (its cargo features).
+pub const BURN_BACKEND: &str = env!("BURN_BACKEND");
+
+/// What the binary reports as its framework version: [`BURN_VERSION`] for the ndarray
+/// backend, `<version>+flex` for Flex (config `burn.versions` spells releases so).
+pub const BURN_RELEASE: &str = env!("BURN_RELEASE");
 
 /// Runs the shared command line ([`parity_common::cli::run`]) as burn's runner with the
 /// user's port `M` ([`NoPort`] for a runner without one): the whole `main` of a runner

@@ -57,7 +57,7 @@ impl<M: BurnModel> Runner for BurnRunner<M> {
     const NAME: &'static str = "burn-parity";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const ABOUT: &'static str = "burn side of the training-step parity workflow";
-    const FRAMEWORK_VERSION: &'static str = crate::BURN_VERSION;
+    const FRAMEWORK_VERSION: &'static str = crate::BURN_RELEASE;
 
     fn run_port(job: PortJob<'_>) -> Result<PortDone> {
         run_port::<M>(job)

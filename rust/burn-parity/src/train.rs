@@ -384,11 +384,11 @@ pub fn header_meta(dev: &Device) -> HashMap<String, String> {
     meta([
         ("kind", "header".into()),
         ("framework", "burn".into()),
-        ("framework_version", crate::BURN_VERSION.into()),
+        ("framework_version", crate::BURN_RELEASE.into()),
         ("compiler", env!("PARITY_RUSTC_VERSION").into()),
         ("device_detail", format!("{dev:?}")),
-        // burn-ndarray is built without its `rayon` feature: every operation runs on the
-        // calling thread.
+        // burn's CPU backend (ndarray or Flex) is built without its `rayon` feature: every
+        // operation runs on the calling thread.
         ("threads", "1".into()),
         ("features", String::new()),
     ])

@@ -1,6 +1,6 @@
 """Framework-native reproductions of fuzz findings: a standalone candle 0.11 program
-(:func:`candle_source`) or burn 0.22 program (:func:`burn_source`, ndarray backend with
-autodiff) per finding, written by ``parity.fuzz.job`` next to its probe file, ready to
+(:func:`candle_source`) or burn 0.22 program (:func:`burn_source`, the release's backend
+with autodiff) per finding, written by ``parity.fuzz.job`` next to its probe file, ready to
 paste into an upstream issue. Each builds the stored leaves, applies the layout route of
 each input, the op with the framework's own API (the call its probe runner makes:
 ``rust/candle-parity/src/probe/ops.rs``, ``rust/burn-parity/src/probe/ops.rs`` and

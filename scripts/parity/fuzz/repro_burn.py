@@ -1,5 +1,6 @@
 """The burn 0.22 reproductions of fuzz findings (``repro`` has the candle ones and what
-both share): a standalone program on the ndarray backend with autodiff, the op written as
+both share): a standalone program on the backend of the finding's release (ndarray, or Flex
+for a ``+flex`` entry of ``burn.versions``) with autodiff, the op written as
 ``rust/burn-parity/src/probe/ops.rs`` and ``reduce.rs`` call it. Ops burn lacks
 (:data:`BURN_UNCOVERED`) get a note instead of the call."""
 
@@ -17,6 +18,7 @@ from parity.fuzz.repro import (
     reduced_dims,
     signed_dim,
 )
+from parity.plan import versions
 from parity.probe.shapes import table as probe_shapes
 from parity.probe.shapes.common import INT64
 
@@ -26,18 +28,30 @@ BURN_UNCOVERED = frozenset({"nll", "contiguous"})
 
 
 def burn_source(f: Finding, name: str) -> str:
-    """A standalone burn 0.22 program (ndarray backend with autodiff) reproducing finding
-    ``f`` with burn's own API."""
+    """A standalone burn 0.22 program (the finding's backend with autodiff: ndarray, or Flex
+    for a ``+flex`` release) reproducing finding ``f`` with burn's own API."""
     c = f.case
+    flex = versions.backend("burn", f.release or versions.pinned("burn")) == "flex"
     lines = [
         *header(name, BURN_UNCOVERED, c.op, "burn"),
+        *(
+            [f"// burn {versions.release(f.release)} with features [std, flex, autodiff]"]
+            if flex
+            else []
+        ),
         "use burn::tensor::{Device, Int, Tensor, TensorData};"
         if any(i.dtype == INT64 for i in c.inputs)
         else "use burn::tensor::{Device, Tensor, TensorData};",
         "",
         "fn main() {",
-        "    #[allow(deprecated)] // burn 0.22 deprecates ndarray; the study measured it",
-        "    let dev = Device::ndarray().autodiff();",
+        *(
+            ["    let dev = Device::flex().autodiff();"]
+            if flex
+            else [
+                "    #[allow(deprecated)] // burn 0.22 deprecates ndarray; the study measured it",
+                "    let dev = Device::ndarray().autodiff();",
+            ]
+        ),
     ]
     for i, inp in enumerate(c.inputs):
         lines += _burn_input(i, inp)

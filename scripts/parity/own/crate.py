@@ -6,8 +6,9 @@ build job of an own model (rule ``build_own``) writes a runner crate of a few li
 beside the experiment's results, ``results/own/{experiment}/{framework}-runner/``:
 
 * ``Cargo.toml``: a package of its own (an empty ``[workspace]`` keeps it out of any
-  workspace above it) depending on this checkout's runner library (``candle-parity`` or
-  ``burn-parity``, by path, with the device's features) and on the user's crate (by path,
+  workspace above it) depending on this checkout's runner library (``candle-parity`` with
+  the device's features, or ``burn-parity`` with the primary burn entry's CPU backend
+  only, by path) and on the user's crate (by path,
   renamed ``port``), with the release profile of ``rust/Cargo.toml``, so the dependencies
   the runner shares with the workflow's own runner are the same build artifacts;
 * ``src/main.rs``: ``fn main`` calling the runner library's ``main`` with the user's
@@ -87,6 +88,10 @@ def manifest(
     runner = RUNNER_CRATES[framework]
     lib = Path(rust_dir, runner).resolve()
     feats = "".join(f', features = ["{f}"]' for f in [",".join(features)] if f)
+    if framework == "burn":
+        # burn-parity's backend is one of its features (``features``: the primary burn
+        # entry's), never its default beside it.
+        feats = ", default-features = false" + feats
     return (
         "# Written by the parity workflow (rule build_own); edits are overwritten.\n"
         "[package]\n"

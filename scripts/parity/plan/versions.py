@@ -17,6 +17,14 @@ without versions. Each further release ``v`` adds, per experiment:
 
 Probe results of a further release are ``results/probes/{probe}/candle_v0_11_1-…``.
 
+A framework with more than one CPU backend (burn: ``BACKENDS`` of its definition, the
+first the default) spells a build of another backend as the release with the backend as
+semantic-version build metadata: ``0.22.1+flex`` is burn 0.22.1 built with its ``flex``
+feature (run ``burn_v0_22_1_flex``); ``0.22.1`` is the default backend. Such an entry is a
+release of its own everywhere above (its runs, twins, binary, probe results, column of the
+release matrix); it builds from the lock file of its release when that is the pinned one
+(``rust/Cargo.lock`` locks every backend), else from ``rust/versions/<framework>-<entry>.lock``.
+
 Building a release (``parity.train.build``): the primary or pinned release from the
 workspace itself (``rust/Cargo.lock``); any other from a copy of the workspace whose
 runner manifest requires ``=v`` of each of the framework's crates, with the committed lock
@@ -40,11 +48,14 @@ from parity.core.config import ConfigError
 from parity.plan import frameworks
 
 #: A release as the config spells it: semantic version, optionally with a pre-release part
-#: (``0.12.0-alpha.1``); the build rule's wildcard holds the same.
-VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?"
+#: (``0.12.0-alpha.1``) and a backend as build metadata (``0.22.1+flex``); the build rule's
+#: wildcard holds the same.
+VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.]+)?(\+[a-z]+)?"
 VERSION_RE = re.compile(rf"^{VERSION_PATTERN}\Z")
 #: The folder of the further releases' lock files, relative to the Rust workspace.
 LOCK_FOLDER = "versions"
+#: This checkout's Rust workspace.
+RUST_DIR = Path(__file__).resolve().parents[3] / "rust"
 #: How the ``<run>_v<v>`` against primary comparison is named after the run.
 VS_PRIMARY = "_vs_primary"
 
@@ -52,6 +63,38 @@ VS_PRIMARY = "_vs_primary"
 def pinned(framework: str) -> str:
     """The release the workspace's Cargo.toml and Cargo.lock pin for ``framework``."""
     return frameworks.definition(framework).PINNED_VERSION
+
+
+def release(version: str) -> str:
+    """The crates' release of a config entry: ``0.22.1+flex`` → ``0.22.1``."""
+    return version.split("+", 1)[0]
+
+
+def backends(framework: str) -> dict[str, str]:
+    """A Rust framework's CPU backends, backend → the crate that is it, the default first
+    (``BACKENDS`` of its definition); {} for a framework without that axis (candle)."""
+    return dict(getattr(frameworks.definition(framework), "BACKENDS", {}))
+
+
+def backend(framework: str, version: str) -> str | None:
+    """The backend a config entry builds: its build metadata (``0.22.1+flex`` → ``flex``),
+    else the framework's default backend; None for a framework without backends."""
+    named = version.split("+", 1)[1] if "+" in version else None
+    return named or next(iter(backends(framework)), None)
+
+
+def cargo_features(framework: str, version: str) -> list[str]:
+    """cargo's feature arguments that select a config entry's backend
+    (``--no-default-features --features flex``); [] for a framework without backends."""
+    chosen = backend(framework, version)
+    return ["--no-default-features", "--features", chosen] if chosen else []
+
+
+def display(framework: str, version: str) -> str:
+    """A config entry as tables head it: the release, and for a framework with backends the
+    backend it builds (``0.22.1`` → ``0.22.1 ndarray``, ``0.22.1+flex`` → ``0.22.1 flex``)."""
+    chosen = backend(framework, version)
+    return f"{release(version)} {chosen}" if chosen else version
 
 
 def configured(config: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -138,8 +181,9 @@ def build_failure(framework: str, version: str, device: str) -> str | None:
 
 def lock_file(framework: str, version: str) -> str:
     """The lock file a release builds from, relative to the Rust workspace: ``Cargo.lock``
-    for the pinned release, else ``versions/<framework>-<version>.lock``."""
-    if version == pinned(framework):
+    for the pinned release (with any backend: it locks them all), else
+    ``versions/<framework>-<version>.lock``."""
+    if release(version) == pinned(framework):
         return "Cargo.lock"
     return f"{LOCK_FOLDER}/{framework}-{version}.lock"
 
@@ -179,8 +223,9 @@ def locked_versions(lock: Path) -> dict[str, set[str]]:
 
 def check(config: Mapping[str, Any], rust_dir: str | Path) -> list[ConfigError]:
     """Every problem of the config's ``<framework>.versions``: a malformed or repeated
-    release, one without its lock file (with the command that makes it), a lock file that
-    does not lock each of the framework's crates at that release."""
+    release, a backend the framework does not have (or the default one spelled out), one
+    without its lock file (with the command that makes it), a lock file that does not lock
+    each of the framework's crates, and the backend's crate, at that release."""
     problems = []
     rust_dir = Path(rust_dir)
     for fw, versions in configured(config).items():
@@ -193,6 +238,31 @@ def check(config: Mapping[str, Any], rust_dir: str | Path) -> list[ConfigError]:
             if v in versions[:i]:
                 problems.append(ConfigError(where, f"{v} is listed twice"))
                 continue
+            known = backends(fw)
+            if "+" in v:
+                named = v.split("+", 1)[1]
+                if named not in known:
+                    problems.append(
+                        ConfigError(
+                            where,
+                            f"{fw} has no backend {named!r} here"
+                            + (
+                                f" (its backends: {', '.join(known)})"
+                                if known
+                                else " (only burn's releases name a backend, e.g. 0.22.1+flex)"
+                            ),
+                        )
+                    )
+                    continue
+                if named == next(iter(known)):
+                    problems.append(
+                        ConfigError(
+                            where,
+                            f"{named} is {fw}'s default backend: write {release(v)} "
+                            f"(one spelling per build)",
+                        )
+                    )
+                    continue
             lock = rust_dir / lock_file(fw, v)
             if not lock.is_file():
                 problems.append(
@@ -209,15 +279,17 @@ def check(config: Mapping[str, Any], rust_dir: str | Path) -> list[ConfigError]:
             except ValueError as e:
                 problems.append(ConfigError(where, str(e)))
                 continue
-            for crate in crates:
-                if v not in held.get(crate, set()):
-                    problems.append(
-                        ConfigError(
-                            where,
-                            f"rust/{lock_file(fw, v)} locks {crate} "
-                            f"{', '.join(sorted(held.get(crate, ()))) or 'not at all'}, not {v}",
+            chosen = backend(fw, v)
+            extra = [known[chosen]] if chosen else []
+            for crate in [*crates, *extra]:
+                if release(v) not in held.get(crate, set()):
+                    locked = ", ".join(sorted(held.get(crate, ()))) or "not at all"
+                    why = f"rust/{lock_file(fw, v)} locks {crate} {locked}, not {release(v)}"
+                    if crate in extra and not held.get(crate):
+                        why += f": {fw} {release(v)} has no {chosen} backend here" + "".join(
+                            f" (try {release(v)}+{b})" for b in known if b != chosen
                         )
-                    )
+                    problems.append(ConfigError(where, why))
     return problems
 
 
@@ -227,16 +299,21 @@ COMMON_MANIFEST = "parity-common/Cargo.toml"
 
 
 def runner_manifest(text: str, framework: str, version: str, name: str | None = None) -> str:
-    """A runner's Cargo.toml (``rust/<framework>-parity/Cargo.toml``) requiring ``=version``
-    of each of the framework's crates instead of the pinned release. Raises ``ValueError``
-    when a crate's ``="<pinned>"`` requirement is not found exactly once (the manifest
-    changed shape: this function must follow it).
+    """A runner's Cargo.toml (``rust/<framework>-parity/Cargo.toml``) requiring
+    ``=release(version)`` of each of the framework's crates instead of the pinned release,
+    and, for a framework with backends, keeping only the feature of ``version``'s backend
+    (made the default): another release may lack the others (burn 0.23 has no ``ndarray``
+    feature). Raises ``ValueError`` when a crate's ``="<pinned>"`` requirement is not found
+    exactly once, or a backend's feature line is not (the manifest changed shape: this
+    function must follow it).
 
     With ``name`` (another manifest's path, e.g. ``parity-common/Cargo.toml``, whose
     optional dependencies serve an own model's trait), every such requirement the manifest
     has is rewritten, none required; a framework crate pinned to a third release there is
     refused the same way."""
-    old = pinned(framework)
+    old, full, version = pinned(framework), version, release(version)
+    if name is None and backends(framework):
+        text = _only_backend(text, framework, backend(framework, full))
     for crate in frameworks.definition(framework).CRATES:
         line = re.compile(
             rf'^({re.escape(crate)}\s*=\s*(?:\{{[^}}\n]*?version\s*=\s*)?")={re.escape(old)}"',
@@ -251,6 +328,21 @@ def runner_manifest(text: str, framework: str, version: str, name: str | None = 
         )
         if name is not None and other.search(text):
             raise ValueError(f"{name}: {crate} is pinned to neither {old} nor {version}")
+    return text
+
+
+def _only_backend(text: str, framework: str, chosen: str) -> str:
+    """The runner manifest with the feature lines of every backend but ``chosen`` removed
+    and ``default = ["<chosen>"]``. Raises ``ValueError`` when a backend's feature line or
+    the default line is not there exactly once."""
+    for b in [*backends(framework), "default"]:
+        line = re.compile(rf"^{re.escape(b)} = \[[^\]\n]*\]\n", re.MULTILINE)
+        if len(line.findall(text)) != 1:
+            raise ValueError(f"{framework}-parity/Cargo.toml: no one feature line {b} = [...]")
+        if b == "default":
+            text = line.sub(f'default = ["{chosen}"]\n', text)
+        elif b != chosen:
+            text = line.sub("", text)
     return text
 
 
@@ -299,11 +391,23 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def buildable(framework: str, version: str) -> bool:
+    """Whether this checkout could build ``version`` of ``framework`` were it listed: a
+    well-formed entry with a backend the framework has, whose lock file is here."""
+    if not VERSION_RE.match(version):
+        return False
+    if "+" in version and version.split("+", 1)[1] not in backends(framework):
+        return False
+    return (RUST_DIR / lock_file(framework, version)).is_file()
+
+
 def add_release_runs(where: str, exp: dict, config: Mapping[str, Any]) -> list[ConfigError]:
     """Add to a resolved experiment (``runs`` resolved, ``comparisons`` with ``expect`` and
     ``tolerance``) the runs and comparisons of each further release (module docstring), in
     place. Returns the problems: a generated name the config already uses, an override for
-    a release the config does not list."""
+    a release the config does not list that is no release this checkout can build (a typo;
+    an override for one it can build waits, unused, until the release is listed, so a
+    config that narrows ``<framework>.versions`` keeps the default's overrides)."""
     problems: list[ConfigError] = []
     base_runs = dict(exp["runs"])
     base_comparisons = dict(exp["comparisons"])
@@ -311,7 +415,11 @@ def add_release_runs(where: str, exp: dict, config: Mapping[str, Any]) -> list[C
     for cname, comp in base_comparisons.items():
         for v in comp.get("versions", {}):
             fws = {frameworks.framework_of(comp[s]) for s in ("reference", "candidate")}
-            if not any(v in releases[fw][1:] for fw in fws if fw in releases):
+            rust = [fw for fw in fws if fw in releases]
+            ok = [
+                v in releases[fw][1:] or (v not in releases[fw] and buildable(fw, v)) for fw in rust
+            ]
+            if not any(ok):
                 problems.append(
                     ConfigError(
                         f"{where}.comparisons.{cname}.versions",

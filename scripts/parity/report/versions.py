@@ -64,8 +64,9 @@ def release_columns(releases: Mapping[str, Sequence[str]]) -> list[tuple[str, st
 
 
 def column(framework: str, version: str) -> str:
-    """A release's cell column: ``candle 0.11.1``; its detail column adds `` detail``."""
-    return f"{framework} {version}"
+    """A release's cell column: ``candle 0.11.1``, ``burn 0.22.1 flex`` (``versions.display``);
+    its detail column adds `` detail``."""
+    return f"{framework} {versions.display(framework, version)}"
 
 
 def columns(releases: Mapping[str, Sequence[str]]) -> list[str]:
@@ -219,13 +220,13 @@ def _known_quantities(bug: Mapping | None, device: str, dtype: str) -> set[str]:
     return set(where.get(base, ())) | set(where.get(f"{base}-{dtype}", ()))
 
 
-def _known_text(bug: Mapping) -> str:
+def _known_text(bug: Mapping, framework: str) -> str:
     """What the probe file says of the bug's releases: the ones its ``versions`` list
     names, or that it names none (the schema's default: the bug is matched against every
     release, and each release's cell says whether that release reproduces it)."""
     if bug["versions"] is None:
         return "known bug (no release named)"
-    return "known bug in " + ", ".join(bug["versions"])
+    return "known bug in " + ", ".join(versions.display(framework, v) for v in bug["versions"])
 
 
 def matrix_rows(
@@ -257,7 +258,7 @@ def matrix_rows(
             "framework": fw,
             "device": device,
             "dtype": dtype,
-            "known": _known_text(bug) if known else "",
+            "known": _known_text(bug, fw) if known else "",
             **empty,
         }
         for v in releases[fw]:
@@ -340,7 +341,14 @@ def markdown(params: Mapping[str, Any], rows: Sequence[Mapping]) -> str:
         if not mine:
             parts.append("No known fault and no failure in any release.\n")
             continue
-        header = ["kind", "subject", "device", "dtype", "known", *vs]
+        header = [
+            "kind",
+            "subject",
+            "device",
+            "dtype",
+            "known",
+            *(versions.display(fw, v) for v in vs),
+        ]
         body = [
             [
                 r["kind"],

@@ -29,6 +29,44 @@ use crate::layout;
 #[cfg(test)]
 mod tests;
 
+/// A named tensor as burn-store's adapters and key remapper take and give it: burn-pack's
+/// tensor in burn 0.22, burn-store's `StoreTensor` from 0.23 (cfg `burn_store_0_23`, set by
+/// build.rs from the locked burn version).
+#[cfg(not(burn_store_0_23))]
+type StoreTensor = burn::store::burn_pack::Tensor;
+#[cfg(burn_store_0_23)]
+type StoreTensor = burn::store::StoreTensor;
+
+/// A [`StoreTensor`] named `name` holding `data`.
+fn store_tensor(data: TensorData, name: String) -> StoreTensor {
+    #[allow(clippy::useless_conversion)]
+    StoreTensor::from(bridge::from_data(data, name, None))
+}
+
+/// The name of a [`StoreTensor`].
+#[cfg(not(burn_store_0_23))]
+fn store_name(t: &StoreTensor) -> String {
+    t.name.clone()
+}
+
+/// The name of a [`StoreTensor`].
+#[cfg(burn_store_0_23)]
+fn store_name(t: &StoreTensor) -> String {
+    t.name().to_string()
+}
+
+/// The data of a [`StoreTensor`] (burn-store's error on failure, printed with `{:?}`).
+#[cfg(not(burn_store_0_23))]
+fn store_data(t: StoreTensor) -> std::result::Result<TensorData, impl std::fmt::Debug> {
+    bridge::into_data(t)
+}
+
+/// The data of a [`StoreTensor`] (burn-store's error on failure, printed with `{:?}`).
+#[cfg(burn_store_0_23)]
+fn store_data(t: StoreTensor) -> std::result::Result<TensorData, impl std::fmt::Debug> {
+    t.into_data()
+}
+
 /// One parameter of a port: what ties a PyTorch state_dict entry to burn's parameter.
 #[derive(Debug, Clone)]
 pub struct ParamInfo {
@@ -115,10 +153,10 @@ impl ModuleVisitor for Walk {
         let shape = param.lazy_shape().to_vec();
         let n: usize = shape.iter().product();
         let iota: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        let probe = bridge::from_data(TensorData::new(iota, shape.clone()), path.clone(), None);
+        let probe = store_tensor(TensorData::new(iota, shape.clone()), path.clone());
         let adapted = BurnToPyTorchAdapter.adapt(probe, ModuleContext::new(&self.containers));
-        let torch_path = adapted.name.clone();
-        let found = bridge::into_data(adapted)
+        let torch_path = store_name(&adapted);
+        let found = store_data(adapted)
             .map_err(|e| anyhow!("{path}: burn-store's adapter gave no data: {e:?}"))
             .and_then(|d| {
                 let got: Vec<f32> = d.try_to_vec::<f32>().map_err(|e| anyhow!("{path}: {e:?}"))?;
@@ -250,7 +288,7 @@ pub fn load_into<M: BurnModel>(
     // The remapped name of each source, and back.
     let probes = sources
         .iter()
-        .map(|s| bridge::from_data(TensorData::new(vec![0f32], [1]), s.name.clone(), None))
+        .map(|s| store_tensor(TensorData::new(vec![0f32], [1]), s.name.clone()))
         .collect();
     let (_, pairs) = remap.remap(probes);
     let mut key_of: HashMap<String, String> = HashMap::new();

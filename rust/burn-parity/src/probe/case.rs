@@ -27,11 +27,20 @@ use crate::optim::Stepper;
 
 /// Why a half-precision probe cannot run on burn-parity's backend.
 fn half_reason(dtype: ProbeDtype) -> String {
-    format!(
-        "dtype {}: burn's ndarray backend has no f16/bf16 tensors (NdArray::dtype_usage of \
-         DType::F16 and DType::BF16 is empty)",
-        dtype.name()
-    )
+    if crate::BURN_BACKEND == "ndarray" {
+        format!(
+            "dtype {}: burn's ndarray backend has no f16/bf16 tensors (NdArray::dtype_usage of \
+             DType::F16 and DType::BF16 is empty)",
+            dtype.name()
+        )
+    } else {
+        format!(
+            "dtype {}: burn-parity's probes run float32 and float64 only (burn's {} backend \
+             has half-precision tensors; these probes do not drive them yet)",
+            dtype.name(),
+            crate::BURN_BACKEND
+        )
+    }
 }
 
 /// Named tensors of a case, or why burn could not make one.
@@ -129,7 +138,7 @@ struct Case<'a> {
 /// iteration's refusal.
 ///
 /// A half-precision spec (f16, bf16) gives `unsupported` for every quantity: burn's ndarray
-/// backend has no f16/bf16 tensors.
+/// backend has no f16/bf16 tensors, and on Flex these probes do not drive them.
 ///
 /// # Errors
 /// Only for a spec that cannot run (a name that is not defined, an invalid quantity) or a

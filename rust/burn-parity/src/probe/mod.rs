@@ -55,7 +55,7 @@
 //! | `grad`: `scale`, `clip_value` | `Tensor::mul_scalar(s)`; `GradientClipping::Value(v).clip_gradient` |
 //! | `grad`: `clip_norm` | composed (`GradientClipping::Norm` clips each parameter by its own norm): `square`, `sum`, `sqrt`, `Tensor::cat`, `add_scalar`, `recip`, `mul_scalar`, `clamp_max`, `mul`, as `torch.nn.utils.clip_grad_norm_` computes it |
 //! | `grad`: `replace` | `GradientsParams::register` of the values |
-//! | dtype `f16`, `bf16` | unsupported: burn's ndarray backend has no f16/bf16 tensors |
+//! | dtype `f16`, `bf16` | unsupported: burn's ndarray backend has no f16/bf16 tensors (Flex has; these probes do not drive them) |
 //!
 //! Whatever burn does is an outcome, never a failure of the run: burn checks shapes and
 //! arguments by panicking, and a panic (or an error it returns) becomes `framework-error` with
@@ -144,9 +144,10 @@ fn write_probe<W: Write>(
             Some(t) if t != ty => case::all_unsupported(
                 case,
                 &format!(
-                    "dtype {}: burn's ndarray device takes its float type once per process, \
+                    "dtype {}: burn's {} device takes its float type once per process, \
                      and this batch runs {}",
                     t.name(),
+                    crate::BURN_BACKEND,
                     ty.name()
                 ),
             )?,

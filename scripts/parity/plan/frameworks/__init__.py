@@ -6,6 +6,7 @@ A definition module (:mod:`.pytorch`, :mod:`.candle`, :mod:`.burn`) says:
 * ``RUST``: whether its runs are a Rust binary speaking the frame protocol
   (``parity.train.rust``); a Rust framework also names ``PINNED_VERSION``, the release the
   workspace's Cargo.lock pins, and ``CRATES``, its crates pinned to it (``parity.plan.versions``);
+  optionally ``BACKENDS``, its CPU backends (cargo feature → crate, the default first);
 * ``UNSUPPORTED``: its cells of the validity matrix that cannot run, ``(device, dtype)`` →
   reason;
 * ``FAULTS``: the deliberate faults its runner implements, kind → what it does;
@@ -53,7 +54,8 @@ HALF_DTYPES = ("f16", "bf16")
 #: device, (framework, device, dtype) → reason.
 _HALF_UNSUPPORTED = {
     ("burn", "cpu", dt): (
-        f"burn-parity runs burn's ndarray backend, whose float element is f32 or f64 (no {dt})"
+        f"burn-parity's probes run f32 and f64 on burn's backends (ndarray has no {dt}; "
+        "Flex has, but the probes do not drive it)"
     )
     for dt in HALF_DTYPES
 }

@@ -1,4 +1,4 @@
-"""burn 0.22 (Rust, ``rust/burn-parity``): burn's ndarray backend (CPU only), burn-optim's
+"""burn 0.22 (Rust, ``rust/burn-parity``): burn's ndarray or Flex backend (CPU only), burn-optim's
 own SGD, Adam and AdamW, its schedulers, clipping and parameter groups (docs/loop.md), burn's
 conv1d."""
 
@@ -16,8 +16,12 @@ RUST = True
 PINNED_VERSION = "0.22.1"
 #: The crates of that release burn-parity depends on, each pinned ``=PINNED_VERSION``.
 CRATES = ("burn",)
+#: burn's CPU backends, the cargo feature of burn-parity (and of the facade crate) → the crate
+#: that is the backend, the default first: a config release ``0.22.1+flex`` builds Flex
+#: (``parity.plan.versions``). burn 0.23 has no ``ndarray`` feature.
+BACKENDS = {"ndarray": "burn-ndarray", "flex": "burn-flex"}
 UNSUPPORTED = {
-    (dev, dt): "burn-parity runs burn's ndarray backend, which is CPU only"
+    (dev, dt): "burn-parity runs burn's CPU backends (ndarray, Flex), which are CPU only"
     for dev in ("cuda", "metal")
     for dt in ("f32", "f64")
 }
