@@ -49,10 +49,11 @@ def test_each_trace_names_the_entry_that_made_it(workdir):
             trace = workdir / f"results/traces/transformer_adamw/{run}-{dtype}-cpu.parquet"
             meta = TraceReader(trace).meta
             assert meta["framework_version"] == entry, (run, dtype)
-    flex = TraceReader(
-        workdir / "results/traces/transformer_adamw/burn_v0_22_1_flex-f32-cpu.parquet"
-    ).meta
-    assert "Flex" in flex["device_detail"]
+    for run, backend in (("burn", "NdArray"), ("burn_v0_23_0_pre_1_flex", "Flex")):
+        trace = workdir / f"results/traces/transformer_adamw/{run}-f32-cpu.parquet"
+        runner = TraceReader(trace).meta["runner"]
+        assert f"device: {backend}" in runner["device_detail"], runner
+        assert runner["features"] == backend.lower()
 
 
 def test_the_gelu_fault_follows_the_backend(workdir):

@@ -623,6 +623,13 @@ def test_the_runner_crate_links_the_port_and_the_runner_library_by_path(tmp_path
     assert f'candle-parity = {{ path = "{REPO / "rust" / "candle-parity"}" }}' in text
     assert f'port = {{ package = "my-port", path = "{crate}" }}' in text
     assert "[workspace]" in text and profile in text
+    # burn's backend is a feature of burn-parity, the primary burn entry's, never beside
+    # the default one.
+    text = own_crate.manifest("mine", "burn", REPO / "rust", crate, ["flex"], profile)
+    lib = REPO / "rust" / "burn-parity"
+    assert (
+        f'burn-parity = {{ path = "{lib}", default-features = false, features = ["flex"] }}' in text
+    )
     main = own_crate.main_rs("candle", "models::Port", "abcd")
     assert 'candle_parity::main::<port::models::Port>("abcd")' in main
     with pytest.raises(ValueError, match="not a Rust type path"):

@@ -390,6 +390,7 @@ pub fn header_meta(dev: &Device) -> HashMap<String, String> {
         // burn's CPU backend (ndarray or Flex) is built without its `rayon` feature: every
         // operation runs on the calling thread.
         ("threads", "1".into()),
-        ("features", String::new()),
+        // The cargo feature that chose burn's backend (`ndarray` or `flex`).
+        ("features", crate::BURN_BACKEND.into()),
     ])
 }
