@@ -165,6 +165,14 @@ def test_an_override_for_a_buildable_release_not_listed_waits_unused(config):
     }
     comps = {c.name for c in Plan(config).comparisons() if c.experiment == "a3_sgd"}
     assert "main" in comps and not [n for n in comps if "_v0_" in n]
+    assert versions.buildable("burn", "0.23.0-pre.1+flex")
+    for fw, entry in [
+        ("burn", "0.23.0-pre.1"),  # no lock file: 0.23 has no ndarray
+        ("burn", "0.22.1+ndarray"),  # the default, spelled out
+        ("burn", "0.22.1+tch"),
+        ("candle", "0.11.1+flex"),
+    ]:
+        assert not versions.buildable(fw, entry), entry
     tf = load_config()["experiments"]["transformer_adamw"]["comparisons"]["burn"]
     assert set(tf["versions"]) == {"0.22.1+flex", "0.23.0-pre.1+flex"}
 

@@ -393,10 +393,11 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 def buildable(framework: str, version: str) -> bool:
     """Whether this checkout could build ``version`` of ``framework`` were it listed: a
-    well-formed entry with a backend the framework has, whose lock file is here."""
+    well-formed entry naming a backend the framework has, other than its default (which is
+    spelled without one), whose lock file is here."""
     if not VERSION_RE.match(version):
         return False
-    if "+" in version and version.split("+", 1)[1] not in backends(framework):
+    if "+" in version and version.split("+", 1)[1] not in list(backends(framework))[1:]:
         return False
     return (RUST_DIR / lock_file(framework, version)).is_file()
 
