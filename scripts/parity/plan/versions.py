@@ -239,30 +239,10 @@ def check(config: Mapping[str, Any], rust_dir: str | Path) -> list[ConfigError]:
                 problems.append(ConfigError(where, f"{v} is listed twice"))
                 continue
             known = backends(fw)
-            if "+" in v:
-                named = v.split("+", 1)[1]
-                if named not in known:
-                    problems.append(
-                        ConfigError(
-                            where,
-                            f"{fw} has no backend {named!r} here"
-                            + (
-                                f" (its backends: {', '.join(known)})"
-                                if known
-                                else " (only burn's releases name a backend, e.g. 0.22.1+flex)"
-                            ),
-                        )
-                    )
-                    continue
-                if named == next(iter(known)):
-                    problems.append(
-                        ConfigError(
-                            where,
-                            f"{named} is {fw}'s default backend: write {release(v)} "
-                            f"(one spelling per build)",
-                        )
-                    )
-                    continue
+            why = backend_problem(fw, v)
+            if why:
+                problems.append(ConfigError(where, why))
+                continue
             lock = rust_dir / lock_file(fw, v)
             if not lock.is_file():
                 problems.append(
@@ -391,13 +371,31 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def backend_problem(framework: str, version: str) -> str | None:
+    """What is wrong with the backend a config entry names, or None: a backend the framework
+    does not have, or its default spelled out (``0.22.1+ndarray``: one spelling per build)."""
+    if "+" not in version:
+        return None
+    named, known = version.split("+", 1)[1], backends(framework)
+    if named not in known:
+        if not known:
+            return (
+                f"{framework} has no backend {named!r} here "
+                "(only burn's releases name a backend, e.g. 0.22.1+flex)"
+            )
+        return f"{framework} has no backend {named!r} here (its backends: {', '.join(known)})"
+    if named == next(iter(known)):
+        return (
+            f"{named} is {framework}'s default backend: write {release(version)} "
+            "(one spelling per build)"
+        )
+    return None
+
+
 def buildable(framework: str, version: str) -> bool:
     """Whether this checkout could build ``version`` of ``framework`` were it listed: a
-    well-formed entry naming a backend the framework has, other than its default (which is
-    spelled without one), whose lock file is here."""
-    if not VERSION_RE.match(version):
-        return False
-    if "+" in version and version.split("+", 1)[1] not in list(backends(framework))[1:]:
+    well-formed entry without a :func:`backend_problem`, whose lock file is here."""
+    if not VERSION_RE.match(version) or backend_problem(framework, version):
         return False
     return (RUST_DIR / lock_file(framework, version)).is_file()
 
