@@ -55,6 +55,9 @@ DEFAULTS: dict[str, int | float] = {
     "max_yaml_bytes": MAX_BYTES,
     # Values of a parsed YAML document with aliases expanded.
     "max_yaml_nodes": MAX_NODES,
+    # Seconds a call into the user's own code (a model file's import and model card, a
+    # port's inspect, training or replay) may go without progress before it is stopped.
+    "user_code_idle_seconds": 600,
 }
 
 
