@@ -8,7 +8,8 @@ include: "functions/fuzz.smk"
 
 rule fuzz:
     """One seeded campaign: generate, check against PyTorch (float64-referenced rule), the
-    PyTorch-vs-itself control, shrink, write findings, probe files and reproductions."""
+    PyTorch-vs-itself control, shrink, write findings, probe files and reproductions, and
+    last their sealed record (check holds them to it)."""
     input:
         binaries=fuzz_binaries(),
         known=fuzz_known_probes(),
@@ -18,6 +19,7 @@ rule fuzz:
         summary=paths.FUZZ_SUMMARY,
         probes=directory(paths.FUZZ_PROBES),
         repro=directory(paths.FUZZ_REPRO),
+        record=paths.FUZZ_SOURCES,
     log:
         "results/logs/fuzz.log",
     benchmark:
@@ -28,5 +30,6 @@ rule fuzz:
     params:
         fuzz=fuzz_settings(),
         code=code("fuzz.py"),
+        seal=fuzz_seal(),
     script:
         "../scripts/fuzz.py"

@@ -8,6 +8,18 @@ sm = snakemake  # noqa: F821
 log = job_start(sm)
 
 from parity.fuzz.job import OUTPUTS, fuzz
+from parity.plan import limits
 
 outputs = {k: sm.output[k] for k in OUTPUTS}
-fuzz(sm.params.fuzz, sm.input.binaries, sm.input.known, outputs, sm.threads, log, sm.log[0])
+fuzz(
+    sm.params.fuzz,
+    sm.input.binaries,
+    sm.input.known,
+    outputs,
+    sm.threads,
+    log,
+    sm.log[0],
+    seal=sm.params.seal,
+    # the known-bug probes read within the config's limits, as the probe plan reads them
+    limits=limits.settings(sm.config),
+)

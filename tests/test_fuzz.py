@@ -224,6 +224,7 @@ def test_the_fuzz_job_writes_every_output_atomically_and_the_summary_last(tmp_pa
         "summary": str(tmp_path / "fuzz" / "summary.json"),
         "probes": str(tmp_path / "fuzz" / "probes"),
         "repro": str(tmp_path / "fuzz" / "repro"),
+        "record": str(tmp_path / "fuzz" / "fuzz.sources.json"),
     }
     Path(outputs["repro"]).mkdir(parents=True)
     (Path(outputs["repro"]) / "stale.rs").write_text("from an earlier campaign")
@@ -262,7 +263,7 @@ def test_the_fuzz_job_writes_every_output_atomically_and_the_summary_last(tmp_pa
         "probes",
         "repro",
         "summary.json",
-    ]
+    ]  # no seal given: no record
     with pytest.raises(ValueError):  # a binary per framework, or none is run
         job.fuzz({**settings, "frameworks": ["candle"]}, [], [], outputs, 1, log)
 
@@ -309,3 +310,104 @@ def test_a_known_bug_of_other_releases_does_not_cover_the_release_fuzzed():
     assert ("conv2d_kernel_offset", "narrowed") in older_only
     assert every - newer == older_only & every
     assert ("conv1d_contiguity", "both_strided") in newer
+
+
+# ----- the campaign's pages, sealed and held by check ---------------------------------------
+
+
+def _campaign(tmp_path, monkeypatch, settings=None):
+    """A PyTorch-only campaign written where the workflow writes it (results/fuzz under
+    ``tmp_path``), sealed as the rule seals it; returns (outputs, spec)."""
+    from parity.core import paths
+    from parity.report import sealed
+
+    known = tmp_path / "known.yaml"
+    known.write_text(Path("probes/conv1d_grad.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    settings = settings or {
+        "seed": 3,
+        "ops": ["matmul"],
+        "cases_per_op": 1,
+        "frameworks": [],
+        "dtypes": ["f32"],
+        "shrinks_per_class": 1,
+    }
+    outputs = {
+        "csv": paths.FUZZ_FINDINGS.format(ext="csv"),
+        "md": paths.FUZZ_FINDINGS.format(ext="md"),
+        "summary": paths.FUZZ_SUMMARY,
+        "probes": paths.FUZZ_PROBES,
+        "repro": paths.FUZZ_REPRO,
+        "record": paths.FUZZ_SOURCES,
+    }
+    spec = sealed.page_spec("fuzz", [str(known)], settings, "code-1")
+    job.fuzz(settings, [], [str(known)], outputs, 1, logging.getLogger("t"), seal=spec)
+    return outputs, spec
+
+
+def test_the_fuzz_job_seals_every_file_it_wrote_last(tmp_path, monkeypatch):
+    from parity.core import integrity
+
+    outputs, spec = _campaign(tmp_path, monkeypatch)
+    record = integrity.read_sealed_json(outputs["record"])
+    assert record["table"] == "fuzz"
+    assert sorted(record["tables"]) == ["csv", "md", "summary"]  # no findings: no probes
+    assert record["params_sha256"] == spec["params_sha256"] and record["code"] == "code-1"
+    assert list(record["made_from"]) == [str(tmp_path / "known.yaml")]
+    assert integrity.altered(record["tables"], outputs["record"]) == []
+    # the record is the last file written: every sealed file is at least as old
+    last = Path(outputs["record"]).stat().st_mtime_ns
+    assert all(Path(r["path"]).stat().st_mtime_ns <= last for r in record["tables"].values())
+
+
+def test_check_holds_the_fuzz_pages_to_their_record_and_warns_naming_the_target(
+    tmp_path, monkeypatch
+):
+    """Current pages: no warning and nothing unverified. Each way they stop being what a
+    person may trust is said, one line each, naming ``snakemake fuzz``; check warns rather
+    than refuses (its own target does not make them)."""
+    from parity.report import check, sealed
+
+    outputs, spec = _campaign(tmp_path, monkeypatch)
+    params = check.check_params([], [], {}, other_pages=[spec])
+    covered = sealed.recorded_files(check.records(params, probes_record=None))
+    assert sealed.other_page_warnings(spec) == []
+    assert sealed.unverified(covered) == []
+
+    # a file a person reads edited by hand
+    Path(outputs["md"]).write_text("# Layout fuzzer findings\n\nnone, honest\n")
+    (said,) = sealed.other_page_warnings(spec)
+    assert said.startswith("results/fuzz/findings.md: sha256 ") and said.endswith(
+        "(target fuzz: `snakemake fuzz` makes it again)"
+    )
+    # a probe file dropped into the folder: no record covers it
+    Path(outputs["probes"], "mine.yaml").write_text("probe: mine\n")
+    assert sealed.unverified(covered) == [
+        "results/fuzz/probes/mine.yaml: not verified (no record check holds covers it: made"
+        " by another target, such as faults, or left by another config)"
+    ]
+    # another config's settings, other code, another known-bug folder
+    other = sealed.page_spec("fuzz", spec["inputs"], {"seed": 4}, "code-1")
+    assert any("was made under another config" in w for w in sealed.other_page_warnings(other))
+    other = sealed.page_spec("fuzz", spec["inputs"], None, "code-2")
+    assert any("was made by other code" in w for w in sealed.other_page_warnings(other))
+    with open(tmp_path / "known.yaml", "a") as f:
+        f.write("# a known bug added since\n")
+    assert any(
+        "is out of date: " in w and "known.yaml changed since" in w
+        for w in sealed.other_page_warnings(spec)
+    )
+    # no record at all (an older version's campaign): the folder is named
+    Path(outputs["record"]).unlink()
+    assert sealed.other_page_warnings(spec) == [
+        "results/fuzz: not sealed (results/fuzz/fuzz.sources.json is missing: made by an "
+        "older version, or by hand); `snakemake fuzz`"
+    ]
+
+
+def test_check_says_nothing_of_a_campaign_that_never_ran(tmp_path, monkeypatch):
+    from parity.report import sealed
+
+    monkeypatch.chdir(tmp_path)
+    spec = sealed.page_spec("fuzz", [], {}, "code")
+    assert sealed.other_page_warnings(spec) == []

@@ -59,6 +59,27 @@ def test_rediscovers_the_known_candle_faults_with_a_clean_control(fuzz_run):
     assert "matmul_broadcast:broadcast_left" in known
 
 
+def test_the_campaign_is_sealed_every_probe_and_reproduction_included(fuzz_run):
+    """check holds results/fuzz/ to the record the job wrote last: every file of the folder
+    is in it, as written, with the runner and every known-bug probe it read."""
+    from parity.core import integrity
+
+    workdir, rows = fuzz_run
+    record_path = workdir / "results/fuzz/fuzz.sources.json"
+    record = integrity.read_sealed_json(record_path)
+    on_disk = {
+        str(p.relative_to(workdir))
+        for p in (workdir / "results/fuzz").rglob("*")
+        if p.is_file() and p != record_path
+    }
+    assert {r["path"] for r in record["tables"].values()} == on_disk
+    assert sum(k.startswith("probes:") for k in record["tables"]) == len(rows) > 0
+    assert any(p.endswith("conv1d_grad.yaml") for p in record["made_from"])
+    assert any("/bin/" in p for p in record["made_from"])
+    for r in record["tables"].values():
+        assert integrity.sha256_file(workdir / r["path"]) == r["sha256"]
+
+
 def test_every_written_probe_reproduces_through_the_probes_target(fuzz_run):
     workdir, rows = fuzz_run
     folder = workdir / "results/fuzz/probes"

@@ -60,3 +60,12 @@ def fuzz_known_folder():
 def fuzz_known_probes():
     """Every probe file of :func:`fuzz_known_folder`."""
     return sorted(glob.glob(os.path.join(fuzz_known_folder(), "*.yaml")))
+
+
+def fuzz_seal():
+    """Param ``seal`` of the fuzz job: what its record holds and what check holds that
+    record to (parity.report.sealed.page_spec): the runners and known-bug probes it reads,
+    the resolved fuzz settings, the code hash."""
+    return sealed.page_spec(
+        "fuzz", [*fuzz_binaries(), *fuzz_known_probes()], fuzz_settings(), code("fuzz.py")
+    )

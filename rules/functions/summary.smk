@@ -91,8 +91,8 @@ def check_inputs(wildcards):
 
 def check_params():
     """What check holds the tables and their records against: every comparison's job, the
-    unsupported cells, each job's code hash, the cross-host jobs, the probe plan and each
-    sealed page's spec (parity.report.check.check_params)."""
+    unsupported cells, each job's code hash, the cross-host jobs, the probe plan, each
+    sealed page's spec and the fuzz campaign's (parity.report.check.check_params)."""
     from parity.report.check import check_params as params
 
     return params(
@@ -103,6 +103,7 @@ def check_params():
         PROBES.to_params() if PROBES.probes else None,
         remote_probe_hosts(),
         [page_seal(page) for page in sealed.PAGES],
+        [fuzz_seal()],
     )
 
 

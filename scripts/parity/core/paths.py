@@ -112,6 +112,9 @@ FUZZ_FINDINGS = "results/fuzz/findings.{ext}"
 FUZZ_SUMMARY = "results/fuzz/summary.json"
 FUZZ_PROBES = "results/fuzz/probes"
 FUZZ_REPRO = "results/fuzz/repro"
+#: The fuzz job's sealed record (``parity.report.sealed``): every file above, its inputs
+#: (the runners, the known-bug probes), its settings and code; ``check`` holds it.
+FUZZ_SOURCES = "results/fuzz/fuzz.sources.json"
 
 
 def fill(pattern: str, **values: object) -> str:

@@ -2,7 +2,9 @@
 (``campaign.campaign``) and everything it writes, each output published atomically like
 every other job's (``fileio.atomic_path``, ``fileio.atomic_dir``): the findings table (CSV
 and Markdown), the folder of probe files and the folder of reproductions (each replaced
-whole, so no file of an earlier campaign survives in it), and the summary.
+whole, so no file of an earlier campaign survives in it), the summary, and last the sealed
+record of every file it wrote (``parity.report.sealed``, page ``fuzz``), which ``check``
+holds them to.
 ``scripts/fuzz.py`` is a thin adapter; tests call :func:`fuzz` directly.
 """
 
@@ -35,9 +37,21 @@ from parity.fuzz.report import (
 from parity.fuzz.repro import candle_source
 from parity.fuzz.repro_burn import burn_source
 from parity.probe import loader
+from parity.report import sealed
 
 #: What the job writes, by the rule's output names.
-OUTPUTS = ("csv", "md", "summary", "probes", "repro")
+OUTPUTS = ("csv", "md", "summary", "probes", "repro", "record")
+
+
+def written_files(outputs: Mapping[str, str]) -> dict[str, str]:
+    """kind → path of every file a campaign wrote under ``outputs`` (:data:`OUTPUTS`): the
+    tables, the summary, and each probe file and reproduction (``probe:<name>``,
+    ``repro:<name>``), for its sealed record."""
+    out = {k: str(outputs[k]) for k in ("csv", "md", "summary")}
+    for kind in ("probes", "repro"):
+        for f in sorted(Path(outputs[kind]).iterdir()):
+            out[f"{kind}:{f.name}"] = str(f)
+    return out
 
 
 def write_findings(
@@ -49,6 +63,7 @@ def write_findings(
     probe_dir: str | Path,
     repro_dir: str | Path,
     settings: Mapping,
+    limits: Mapping | None = None,
 ) -> list[dict]:
     """Write the findings table (``csv_path``, ``md_path``), one probe file per finding in
     ``probe_dir`` and one reproduction per finding in ``repro_dir``, each folder replaced
@@ -57,10 +72,12 @@ def write_findings(
     whose ``known_bug`` entries findings are matched with (a folder or a list of probe
     files), each finding with the entries that name its release (``report.classify``;
     ``settings["releases"]``, framework → the releases run, go into the probe files'
-    ``versions``). Every probe file is read back with ``loader.load`` (a
-    ``ProbeError`` is a bug here, and nothing is published then)."""
+    ``versions``). The known probes are read within ``limits`` (the config's,
+    ``parity.plan.limits.settings``; default its defaults), as the probe plan reads them.
+    Every probe file is read back with ``loader.load`` (a ``ProbeError`` is a bug here,
+    and nothing is published then)."""
     probe_dir, repro_dir = Path(probe_dir), Path(repro_dir)
-    known = known_bug_cases(known)
+    known = known_bug_cases(known, limits=limits)
     ran = {fw: releases_of(settings, fw) for fw in settings.get("frameworks", [])}
     rows = []
     with atomic_dir(probe_dir) as probe_tmp, atomic_dir(repro_dir) as repro_tmp:
@@ -129,6 +146,8 @@ def fuzz(
     threads: int,
     log: logging.Logger,
     log_path: str | None = None,
+    seal: Mapping | None = None,
+    limits: Mapping | None = None,
 ) -> dict:
     """Run one campaign and write what it found.
 
@@ -141,13 +160,18 @@ def fuzz(
     summary JSON, the probe-file and reproduction folders); ``log_path`` the runners' log.
     The summary (``settings``, case counts, findings and new ones, findings per framework
     release, the control's failing quantities per case, wall times in seconds, threads,
-    machine) is written last. Returns it. Raises what the runners raise
+    machine) is written after the files; then, given ``seal`` (the rule's page spec,
+    ``sealed.page_spec``), the record at ``outputs["record"]`` of every file written, the
+    inputs' sha256 taken before the campaign read them, its settings and code. Returns the
+    summary. The known-bug probes are read within ``limits`` (the config's,
+    ``parity.plan.limits.settings``; default its defaults). Raises what the runners raise
     (``probe.rust.RunnerError``), and ``ValueError`` when ``binaries`` do not match the
     targets; nothing is written then.
     """
     runs = targets(settings)
     binary_of = dict(zip(runs, binaries, strict=True))
     runners = check.Runners(binary_of, threads, log, log_path)
+    made_from = sealed.read_inputs([*binaries, *known]) if seal is not None else {}
     t0 = time.monotonic()
     result = campaign.campaign(
         settings["seed"],
@@ -167,6 +191,7 @@ def fuzz(
         outputs["probes"],
         outputs["repro"],
         settings,
+        limits,
     )
     summary = {
         "settings": settings,
@@ -186,6 +211,8 @@ def fuzz(
         "machine": f"{platform.machine()}, {platform.processor() or platform.node()}",
     }
     write_text_atomic(outputs["summary"], json.dumps(summary, indent=2))
+    if seal is not None:
+        sealed.seal_page({**seal, "record": outputs["record"]}, made_from, written_files(outputs))
     log.info(
         "%d findings (%d new); control: %d failing cases",
         len(rows),

@@ -22,6 +22,11 @@ What is checked (:func:`problems`), each problem one line naming the file and wh
   and the training-loop page against their sealed records, and each record against the
   page's current spec: its params, code and inputs (``sealed.page_problems``).
 
+The pages another target makes (the fuzz campaign's findings, summary, probe files and
+reproductions: ``sealed.OTHER_PAGES``) are held to their record and the current config in
+the same way, each problem logged as a warning naming the target that makes them again
+(``sealed.other_page_warnings``), not refused: check's own target does not make them.
+
 Files a person reads that no record covers are named too, never skipped in silence
 (``sealed.unverified``: Snakemake's own report, a table of another target or config);
 they are logged as warnings, not refused, since check cannot tell them current or not.
@@ -78,12 +83,14 @@ def check_params(
     probes: Mapping | None = None,
     probe_hosts: Mapping[str, Sequence[str]] | None = None,
     pages: Sequence[Mapping] = (),
+    other_pages: Sequence[Mapping] = (),
 ) -> dict[str, Any]:
     """What the check job holds the tables against, as plain data (its rule's params):
     every comparison's job (``Plan.comparison_job``), the unsupported cells, each job's
     code hash by table kind, the cross-host jobs (``partial.RemoteJobs``), the probe plan
-    (``ProbePlan.to_params``, None without probes), the remote hosts' probe devices and
-    each sealed page's spec (``sealed.page_spec``)."""
+    (``ProbePlan.to_params``, None without probes), the remote hosts' probe devices,
+    each sealed page's spec (``sealed.page_spec``) and each spec of a page another target
+    makes (``sealed.OTHER_PAGES``: the fuzz campaign's)."""
     return {
         "comparisons": list(comparisons),
         "unsupported": list(unsupported),
@@ -92,6 +99,7 @@ def check_params(
         "probes": probes,
         "probe_hosts": dict(probe_hosts or {}),
         "pages": list(pages),
+        "other_pages": list(other_pages),
     }
 
 
@@ -169,6 +177,7 @@ def records(
     if params.get("probes") is not None and probes_record is not None:
         out.append(probes_record)
     out += [spec["record"] for spec in params.get("pages", ())]
+    out += [spec["record"] for spec in params.get("other_pages", ())]
     return out
 
 
@@ -193,7 +202,10 @@ def check(
         probes_record_now = probes_record if probes_csv else None
         found = problems(params, summary_record, probes_record_now)
         covered = sealed.recorded_files(records(params, summary_record, probes_record_now))
-        for line in sealed.unverified(covered):
+        warnings = [
+            w for spec in params.get("other_pages", ()) for w in sealed.other_page_warnings(spec)
+        ]
+        for line in warnings + sealed.unverified(covered):
             log.warning("%s", line)
             if say is not None:
                 say(f"check: {line}")

@@ -11,9 +11,18 @@ it wrote (CSV, Markdown, HTML), the hash of its params (``params_sha256``, the c
 JSON of what the rule gave it) and its code hash. The rule gives the job its
 :func:`page_spec`, which the check job resolves again from the current config.
 
+The pages of a target outside the default one (:data:`OTHER_PAGES`: the fuzz campaign's
+findings, probe files and reproductions) are sealed the same way; ``check`` holds them to
+their record and the current config too, but warns rather than refuses
+(:func:`other_page_warnings`): its own target does not make them, and a run of the default
+target must not fail for want of a 70-minute campaign.
+
 What ``check`` cannot vouch for is said too (:func:`unverified`): a file a person reads
 under ``results/`` that no record it holds covers (Snakemake's own ``--report``, which
-no job makes; the ``faults`` target's tables; a table an earlier config left).
+no job makes; the ``faults`` target's tables; a table an earlier config left). Every
+folder of ``results/`` is either read by people (:data:`READ_DIRS`) or machine data
+(:data:`MACHINE_DIRS`, each with why); ``tests/test_integrity.py`` holds every folder the
+workflow writes to one of the two.
 """
 
 from __future__ import annotations
@@ -42,6 +51,19 @@ PAGES = {
     "index": (paths.INDEX, paths.INDEX_SOURCES),
 }
 
+#: Sealed pages of targets other than the default one: name → (the file named in
+#: messages, its record, the folder it fills, the target that makes it).
+OTHER_PAGES = {
+    "fuzz": (paths.FUZZ_FINDINGS.format(ext="csv"), paths.FUZZ_SOURCES, "results/fuzz", "fuzz"),
+}
+
+
+def page_files(page: str) -> tuple[str, str]:
+    """(the file named in messages, its record) of sealed page ``page`` (of :data:`PAGES`
+    or :data:`OTHER_PAGES`). Raises KeyError for an unknown page."""
+    return PAGES[page] if page in PAGES else OTHER_PAGES[page][:2]
+
+
 #: Each framework's optimizer defaults as it prints them: what the defaults table and the
 #: training-loop page are made from (those :func:`defaults_json` keeps).
 DEFAULTS_FRAMEWORKS = ("torch", "candle", "burn")
@@ -67,9 +89,30 @@ SCRIPTS = {
     "index": "index.py",
 }
 
-#: Where the files a person reads lie, and what they end with (:func:`unverified`).
-READ_DIRS = ("results/tables", "results/figures", "results/report")
+#: Where the files a person reads lie, and what they end with (:func:`unverified`): the
+#: fuzz campaign's folder holds its summary, probe files and reproductions too.
 READ_SUFFIXES = (".csv", ".md", ".html", ".png", ".svg")
+READ_DIRS = {
+    "results/tables": READ_SUFFIXES,
+    "results/figures": READ_SUFFIXES,
+    "results/report": READ_SUFFIXES,
+    "results/fuzz": (*READ_SUFFIXES, ".json", ".yaml", ".rs"),
+}
+#: The folders of ``results/`` no person is meant to read, and why: each file there is
+#: read by a later job that checks it (a trace's seal, a result's sha256), or is a log.
+MACHINE_DIRS = {
+    "results/traces": "traces: sealed Parquet, checked by every reader",
+    "results/fixtures": "fixtures: safetensors with the sha256 of their tensors",
+    "results/compare": "comparison results: sealed JSON, read by the summary and check",
+    "results/probes": "probe results: sealed Parquet, read by the probe table",
+    "results/defaults": "the frameworks' optimizer defaults, read by the sealed pages",
+    "results/bin": "runner binaries, each checked against its build record",
+    "results/own": "own-model runner crates and own_check results",
+    "results/remote": "what a remote host sent, checked by the fetch and cross-host jobs",
+    "results/cache": "the warm runners' and probes' caches",
+    "results/logs": "job logs",
+    "results/benchmarks": "Snakemake's benchmark: files",
+}
 #: Files a person reads outside :data:`READ_DIRS`: the index of ``results/``.
 READ_FILES = (paths.INDEX,)
 #: Snakemake's own report (``snakemake --report results/report.html``): made by Snakemake
@@ -85,7 +128,7 @@ def page_spec(page: str, inputs: Sequence[str], params: Any, code: str | None) -
     code hash). Raises KeyError for an unknown page."""
     return {
         "page": page,
-        "record": PAGES[page][1],
+        "record": page_files(page)[1],
         "inputs": sorted(str(p) for p in inputs),
         "params_sha256": canonical_hash(params),
         "code": code,
@@ -167,7 +210,7 @@ def page_problems(spec: Mapping[str, Any]) -> list[str]:
     not intact; a file it wrote is gone or no longer what it wrote; it was made under
     another config (other params), by other code, from another set of inputs, or from
     inputs that changed since. Empty when it is current."""
-    table, record_path = PAGES[spec["page"]]
+    table, record_path = page_files(spec["page"])
     try:
         record = integrity.read_sealed_json(record_path)
     except FileNotFoundError:
@@ -190,6 +233,23 @@ def page_problems(spec: Mapping[str, Any]) -> list[str]:
         )
     out += [f"{table} is out of date: {why}" for why in integrity.changed(made_from)]
     return out
+
+
+def other_page_warnings(spec: Mapping[str, Any]) -> list[str]:
+    """Why page ``spec`` of :data:`OTHER_PAGES` (:func:`page_spec`, resolved from the
+    current config) is not what a person may trust, one line each, ending with the target
+    that makes it again: :func:`page_problems`' reasons, or that its folder holds files but
+    no record. Empty when it is current, or when that target never ran (no folder)."""
+    _, record_path, folder, target = OTHER_PAGES[spec["page"]]
+    if not os.path.exists(record_path):
+        if not os.path.isdir(folder) or not any(os.scandir(folder)):
+            return []
+        why = "made by an older version, or by hand"
+        return [f"{folder}: not sealed ({record_path} is missing: {why}); `snakemake {target}`"]
+    return [
+        f"{why} (target {target}: `snakemake {target}` makes it again)"
+        for why in page_problems(spec)
+    ]
 
 
 def recorded_files(records: Iterable[str | os.PathLike]) -> set[str]:
@@ -222,11 +282,12 @@ def unverified(covered: Iterable[str]) -> list[str]:
                 f"{p}: not verified (no record check holds covers it: made by another "
                 "config, or written by hand)"
             )
-    for top in READ_DIRS:
+    for top, suffixes in READ_DIRS.items():
         for root, _, files in os.walk(top):
             for name in sorted(files):
                 path = os.path.normpath(os.path.join(root, name))
-                if name.endswith(READ_SUFFIXES) and path not in seen:
+                record = name.endswith(".sources.json")
+                if name.endswith(suffixes) and not record and path not in seen:
                     out.append(
                         f"{path}: not verified (no record check holds covers it: made by "
                         "another target, such as faults, or left by another config)"
