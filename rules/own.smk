@@ -85,6 +85,7 @@ rule own_check:
         "../envs/analysis.yaml"
     params:
         settings=own_check_settings,
+        build=own_check_build,
         code=code("own_check.py"),
     script:
         "../scripts/own_check.py"

@@ -61,6 +61,7 @@ if PROBES.probes:
         params:
             probes=probe_batch_params("candle"),
             release=probe_release("candle"),
+            build=probe_build("candle"),
             code=code("probe_rust.py"),
         script:
             "../scripts/probe_rust.py"
@@ -98,6 +99,7 @@ if PROBES.probes:
         params:
             probes=probe_batch_params("burn"),
             release=probe_release("burn"),
+            build=probe_build("burn"),
             code=code("probe_rust.py"),
 
     use rule probe_burn as probe_burn_release with:

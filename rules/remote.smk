@@ -13,7 +13,11 @@ include: "functions/remote.smk"
 
 rule remote_fetch:
     """One host: its checkout at this commit, its device targets run there, its results
-    brought back and verified; the manifest is written last."""
+    brought back and verified; the manifest is written last. Its input function reads
+    nothing: it refuses, before any job, a host whose programs (ssh, git, rsync) are
+    missing here."""
+    input:
+        lambda wc: remote_fetch_inputs(wc),
     output:
         manifest=paths.REMOTE_MANIFEST,
     log:

@@ -88,6 +88,8 @@ rule optimizer_defaults_candle:
         "results/benchmarks/defaults/candle.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        build=runner_identity("candle", versions.primary(config, "candle"), "cpu"),
     script:
         "../scripts/optimizer_defaults_candle.py"
 
@@ -104,6 +106,8 @@ rule optimizer_defaults_burn:
         "results/benchmarks/defaults/burn.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        build=runner_identity("burn", versions.primary(config, "burn"), "cpu"),
     script:
         "../scripts/optimizer_defaults_burn.py"
 

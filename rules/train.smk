@@ -58,6 +58,7 @@ rule train_candle:
         gpu=lambda wc: int(wc.device == "cuda"),
     params:
         settings=run_settings,
+        build=run_identity,
         code=code("train_rust.py"),
     script:
         "../scripts/train_rust.py"

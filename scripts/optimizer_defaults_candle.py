@@ -8,4 +8,6 @@ log = job_start(sm)
 
 from parity.train import optimizer_defaults
 
-optimizer_defaults.write(sm.output[0], optimizer_defaults.candle_defaults(sm.input.binary))
+optimizer_defaults.write(
+    sm.output[0], optimizer_defaults.candle_defaults(sm.input.binary, sm.params.build)
+)

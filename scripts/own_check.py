@@ -12,4 +12,13 @@ from parity.train.own_check import own_check
 
 w = sm.wildcards
 key = RunKey(w.experiment, w.framework, "f32", w.device)
-own_check(key, sm.params.settings, sm.input.fixture, sm.input.binary, sm.output[0], log, sm.log[0])
+own_check(
+    key,
+    sm.params.settings,
+    sm.input.fixture,
+    sm.input.binary,
+    sm.output[0],
+    log,
+    sm.log[0],
+    build=sm.params.build,
+)

@@ -19,12 +19,23 @@ framework, version = sm.params.release
 batch = probe_batch.Batch(framework, w.dtype, w.device, version)
 probes = [Probe(**p) for p in sm.params.probes]
 binary = sm.input.binary
+# Before anything reads it (its sha256 keys the cache): the build this checkout and config
+# make for the batch's release and device, not another build's binary copied in.
+rust_probe.check_binary(binary, sm.params.build)
 
 
 def compute(todo):
     """The runner binary once on ``todo``."""
     return rust_probe.run_batch(
-        todo, batch.framework, batch.dtype, batch.device, binary, sm.threads, log, sm.log[0]
+        todo,
+        batch.framework,
+        batch.dtype,
+        batch.device,
+        binary,
+        sm.threads,
+        log,
+        sm.log[0],
+        build=sm.params.build,
     )
 
 

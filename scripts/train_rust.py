@@ -21,4 +21,5 @@ rust_runner.train(
     sm.threads,
     log,
     sm.log[0],
+    build=sm.params.build,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -60,7 +61,23 @@ def base_meta(**over) -> dict:
     if "framework_version" not in over and meta["framework"] in ("candle", "burn"):
         # A Rust run's expected trace names the release its binary was built from.
         meta["framework_version"] = versions.pinned(meta["framework"])
+    if meta["framework"] in ("candle", "burn") and "source_id" not in meta["runner"]:
+        # ... and the build that made it, as this checkout and config.yaml build it.
+        fw, version, device = meta["framework"], meta["framework_version"], meta["device"]
+        meta["runner"] = {**meta["runner"], "source_id": _source_id(fw, version, device)}
     return meta
+
+
+@functools.cache
+def _source_id(framework: str, version: str, device: str) -> str | None:
+    """The source id this checkout and config.yaml build for a runner release (None for a
+    release it cannot build: a hand-made trace of a made-up version)."""
+    from parity.plan import builds
+
+    try:
+        return builds.runner_build(load_config(), framework, version, device)["source_id"]
+    except (OSError, ValueError):
+        return None
 
 
 def write_trace(path, steps_values, dtype="f32", losses=None, shapes=None, **meta):
@@ -176,7 +193,10 @@ def build_runner(crate, dest: Path) -> str:
     their dependencies are compiled once) and copied into ``dest``; returns the copy's
     path. The build and the copy hold the target folder's lock, as the workflow's build job
     does: a workflow run building another release into the same folder cannot swap the
-    binary between them."""
+    binary between them. Its build record holds the source id this checkout and
+    config.yaml build for that release on the CPU (what a comparison holds the traces it
+    makes to), although the binary itself, built without ``PARITY_SOURCE_ID``, answers
+    ``unknown``."""
     root = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "rust" / "target")
     target = root / ("burn" if crate == "burn-parity" else "default")
     with exclusive_lock(f"{target}.lock", 7200):
@@ -198,14 +218,35 @@ def build_runner(crate, dest: Path) -> str:
         )
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(target / "release" / crate, dest / crate)
-    record_binary(dest / crate)
+    framework = crate.removesuffix("-parity")
+    record_binary(dest / crate, _source_id(framework, versions.pinned(framework), "cpu"))
     return str(dest / crate)
+
+
+def workflow_source_id(binary, config=None) -> str | None:
+    """The source id this checkout and ``config`` (default: config.yaml) build for a runner
+    binary named as the workflow names it (``candle-parity-0.11.0-cpu``,
+    ``versions.runner_binary``; ``parity.plan.builds``), which the jobs that start it hold
+    its build record to; None for another name."""
+    from parity.plan import builds
+
+    m = re.fullmatch(
+        rf"(candle|burn)-parity-({versions.VERSION_PATTERN})-([a-z]+)", Path(binary).name
+    )
+    if m is None:
+        return None
+    framework, version, device = m.group(1), m.group(2), m.groups()[-1]
+    return builds.runner_build(config or load_config(), framework, version, device)["source_id"]
 
 
 def record_binary(binary, source_id=None) -> None:
     """The build record a job checks before it starts ``binary`` (the one a build job writes,
     ``integrity.write_binary_record``), for a binary a test built or made itself; the
-    source id is the binary's own answer unless given."""
+    source id is, unless given, the one this checkout builds for a binary put where the
+    workflow's build would write it (:func:`workflow_source_id`: the jobs hold the record to
+    it), else the binary's own answer."""
+    if source_id is None:
+        source_id = workflow_source_id(binary)
     if source_id is None:
         source_id = subprocess.run(
             [str(binary), "source-id"], check=True, capture_output=True, text=True

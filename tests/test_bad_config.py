@@ -6,6 +6,7 @@ checks the message and that nothing was created. README "Bad input" lists these 
 
 import copy
 import math
+import os
 
 import pytest
 
@@ -293,6 +294,72 @@ CASES = [
         lambda c: c.update(threads=10**9),
         "threads: 1000000000 is greater than the maximum of 4096",
     ),
+    # Every list that names things names each once (tests/test_schema_walk.py).
+    (
+        "a tensor named twice in record.tensors",
+        lambda c: exp(c).update(record={"tensors": ["fc1.weight", "fc2.bias", "fc1.weight"]}),
+        (
+            "experiments.a3_sgd.record.tensors: 'fc1.weight' is given twice (items [0] and "
+            "[2]); each may be given once"
+        ),
+    ),
+    (
+        "a parameter group naming a pattern twice",
+        lambda c: exp(c).update(param_groups=[{"params": ["*.bias", "*.bias"], "lr": 0.1}, {}]),
+        "experiments.a3_sgd.param_groups[0].params: '*.bias' is given twice (items [0] and [1])",
+    ),
+    (
+        "a framework-table row given twice",
+        lambda c: c.update(framework_summary=[{"experiment": "a1_adam", "label": "A1"}] * 2),
+        "framework_summary: {'experiment': 'a1_adam', 'label': 'A1'} is given twice",
+    ),
+    (
+        "one experiment in two framework-table rows",
+        lambda c: c.update(
+            framework_summary=[
+                {"experiment": "a1_adam", "label": "A1"},
+                {"experiment": "a1_adam", "label": "A1 again"},
+            ]
+        ),
+        (
+            "framework_summary[1].experiment: 'a1_adam' is already the experiment of "
+            "framework_summary[0]; each row names its own experiment and label"
+        ),
+    ),
+    # Free text that reaches a page is one line without control characters.
+    (
+        "a framework-table label with a line break and a heading",
+        lambda c: c.update(
+            framework_summary=[{"experiment": "a1_adam", "label": "A1\n# injected"}]
+        ),
+        "framework_summary[0].label: 'A1\\n# injected' does not match '^[^\\\\x00-",
+    ),
+    (
+        "a fault's description with a terminal escape",
+        lambda c: c["faults"]["instances"]["weight_decay"].update(description="red \x1b[31m"),
+        "(it holds the control character U+001B)",
+    ),
+    (
+        "a fault's note with a line separator",
+        lambda c: c["faults"]["instances"]["weight_decay"].update(note="a\u2028b"),
+        "faults.instances.weight_decay.note: 'a\\u2028b' does not match",
+    ),
+    (
+        "a tensor name with a tab in a parameter group",
+        lambda c: exp(c).update(param_groups=[{"params": ["fc1.\tweight"], "lr": 0.1}, {}]),
+        "experiments.a3_sgd.param_groups[0].params[0]: 'fc1.\\tweight' does not match",
+    ),
+    # Paths the config names resolve, whatever the file system does.
+    (
+        "a probe folder that does not exist",
+        lambda c: c.update(probes={"folder": "no/such/probes"}),
+        "probes.folder: no/such/probes (",
+    ),
+    (
+        "a known-bugs folder that does not exist",
+        lambda c: c.update(fuzz={"known_bugs": "no/such/folder"}),
+        "fuzz.known_bugs: no/such/folder (",
+    ),
 ]
 
 
@@ -456,3 +523,274 @@ def test_config_on_the_command_line_naming_an_unknown_experiment_names_it(tmp_pa
     config["faults"]["sensitivity"]["experiment"] = "a9"
     proc = run_workflow(tmp_path, config, "-n", "results/tables/sensitivity.csv", check=False)
     assert "unknown experiment 'a9'" in proc.stdout, proc.stdout[-3000:]
+
+
+def _loop(tmp_path, name="loop"):
+    """A symbolic link ``name`` in a loop of two."""
+    (tmp_path / name).symlink_to(tmp_path / f"{name}_back")
+    (tmp_path / f"{name}_back").symlink_to(tmp_path / name)
+    return name
+
+
+def _broken(tmp_path, name="gone"):
+    """A symbolic link ``name`` to nothing."""
+    (tmp_path / name).symlink_to(tmp_path / "nowhere")
+    return name
+
+
+def _a_file(tmp_path, name="plain"):
+    (tmp_path / name).write_text("x")
+    return name
+
+
+#: A path the config names that does not resolve as meant: (what, make it in a folder and
+#: return its name, what the refusal says after the path).
+PATHS = [
+    ("a loop of symbolic links", _loop, ": a loop of symbolic links"),
+    ("a broken symbolic link", _broken, ": a broken symbolic link (to "),
+    ("a file for a folder", _a_file, ": is a file, not a folder"),
+]
+
+
+@pytest.mark.parametrize(("what", "make", "message"), PATHS, ids=[p[0] for p in PATHS])
+def test_a_probe_folder_that_does_not_resolve_is_refused_naming_the_key(
+    tmp_path, what, make, message
+):
+    """Path.resolve() raised a bare RuntimeError on a loop; every path the config names is
+    held to what the file system does with it, before any job."""
+    folder = tmp_path / "given"
+    folder.mkdir()
+    value = str(folder / make(folder))
+    config = load_config()
+    config["probes"] = {"folder": value}
+    proc = run_workflow(tmp_path / "w", config, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0, what
+    assert "invalid config (nothing was run)" in proc.stdout
+    assert f"probes.folder: {value}{message}" in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout and "RuntimeError" not in proc.stdout
+    assert not (tmp_path / "w" / "results").exists()
+
+
+#: A probe file's prose with a control character: (the file's head, the refusal).
+PROSE = [
+    (
+        'description: "clears the screen \\e[2J"\ncases:\n  one:\n',
+        "description: 'clears the screen \\x1b[2J' does not match",
+    ),
+    (
+        'description: x\ncases:\n  one:\n    note: "NUL \\0 here"\n',
+        "cases.one.note: 'NUL \\x00 here' does not match",
+    ),
+]
+#: The rest of the probe file.
+PROSE_BODY = (
+    "    steps:\n      - relu: {in: a, out: b}\n    compare: [b]\n"
+    "inputs:\n  a: {values: [1.0, 2.0]}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("head", "message"), PROSE, ids=["escape in the description", "NUL in a case note"]
+)
+def test_probe_prose_with_a_control_character_is_refused(tmp_path, head, message):
+    """A probe's description and case notes reach the probe table: YAML's folded line
+    breaks are read as spaces (the repository's probes are written so), any other control
+    character is refused, naming file and field."""
+    folder = tmp_path / "myprobes"
+    folder.mkdir()
+    (folder / "p.yaml").write_text(head + PROSE_BODY)
+    config = load_config()
+    config["probes"] = {"folder": str(folder)}
+    proc = run_workflow(tmp_path / "w", config, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "invalid config (nothing was run)" in proc.stdout
+    assert f"{folder / 'p.yaml'}: {message}" in proc.stdout, proc.stdout[-3000:]
+    # a folded description (line breaks, a tab) is one line, as before
+    (folder / "p.yaml").write_text(
+        "description: >\n  two\n  lines\tand a tab\ncases:\n  one:\n" + PROSE_BODY
+    )
+    proc = run_workflow(tmp_path / "w", config, "-n", "--cores", "1", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+TEMPLATE = REPO / "examples" / "template" / "model.py"
+
+
+def _own_config(**model) -> dict:
+    """The default config with one own-model experiment ``mine`` (the template's model),
+    run alone; ``model`` is merged into its model entry."""
+    config = load_config()
+    config["only"] = ["mine"]
+    config["experiments"]["mine"] = {
+        "model": {"family": "own", "torch": {"factory": f"{TEMPLATE}:make_model"}, **model},
+        "loss": "mse",
+        "data": {
+            "seed": 3,
+            "batches": 2,
+            "batch_size": 3,
+            "inputs": {"shape": [4]},
+            "targets": {"shape": [2]},
+        },
+        "optimizer": {"name": "sgd", "lr": 0.1},
+        "steps": 2,
+        "runs": {"torch": {}, "torch_foreach": {"optimizer_path": "foreach"}},
+        "comparisons": {"main": {"reference": "torch", "candidate": "torch_foreach"}},
+    }
+    return config
+
+
+def _crate(folder, manifest='[package]\nname = "port"\n'):
+    (folder / "port").mkdir()
+    (folder / "port" / "Cargo.toml").write_text(manifest)
+    return "port"
+
+
+def _data_file(folder, mangle=None):
+    """A data file of inputs x [2, 3, 4] and targets y [2, 3, 2], its bytes passed
+    through ``mangle``."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    data = save({"x": np.ones((2, 3, 4), np.float32), "y": np.zeros((2, 3, 2), np.float32)})
+    (folder / "data.safetensors").write_bytes(mangle(data) if mangle else data)
+    return "data.safetensors"
+
+
+def _header(doc):
+    """Bytes of a safetensors file whose header is ``doc`` (JSON) and nothing else."""
+    import json
+
+    text = json.dumps(doc).encode()
+    return len(text).to_bytes(8, "little") + text
+
+
+def _with_candle(config, crate):
+    exp = config["experiments"]["mine"]
+    exp["model"]["candle"] = {"crate": crate, "model": "Port"}
+    exp["runs"]["candle"] = {}
+    return config
+
+
+def _with_file(config, name):
+    data = config["experiments"]["mine"]["data"]
+    del data["inputs"], data["targets"]
+    data["file"] = name
+    return config
+
+
+#: An own model's paths and files that do not resolve or are malformed: (what, make the
+#: config in the working folder, the refusal).
+OWN = [
+    (
+        "a factory file in a loop of symbolic links",
+        lambda w: _own_config(torch={"factory": f"{_loop(w, 'model.py')}:make"}),
+        "experiments.mine.model.torch.factory: model.py (",
+        ": a loop of symbolic links",
+    ),
+    (
+        "an optimizer file that does not exist",
+        lambda w: _own_config(
+            torch={"factory": f"{TEMPLATE}:make_model", "optimizer": "opt.py:make"}
+        ),
+        "experiments.mine.model.torch.optimizer: opt.py (",
+        "/opt.py): does not exist",
+    ),
+    (
+        "a crate that is a broken symbolic link",
+        lambda w: _with_candle(_own_config(), _broken(w, "port")),
+        "experiments.mine.model.candle.crate: port (",
+        ": a broken symbolic link (to ",
+    ),
+    (
+        "a crate whose Cargo.toml is not TOML",
+        lambda w: _with_candle(_own_config(), _crate(w, "[package\n")),
+        "experiments.mine.model.candle.crate: ",
+        "/port/Cargo.toml: not a readable Cargo.toml (",
+    ),
+    (
+        "a crate whose Cargo.toml has no package name",
+        lambda w: _with_candle(_own_config(), _crate(w, "[dependencies]\n")),
+        "experiments.mine.model.candle.crate: ",
+        "/port/Cargo.toml has no [package] name: not a library crate",
+    ),
+    (
+        "two Rust names renamed to one state_dict key",
+        lambda w: _with_candle(
+            _own_config(rename={"candle": {"a.weight": "0.weight", "b.weight": "0.weight"}}),
+            _crate(w),
+        ),
+        "experiments.mine.model.rename.candle.b.weight: '0.weight' is already the key of Rust",
+        " tensor 'a.weight': one state_dict key, one Rust name",
+    ),
+    (
+        "a data file that is a folder",
+        lambda w: (w / "data").mkdir() or _with_file(_own_config(), "data"),
+        "experiments.mine.data.file: data (",
+        "/data): is a folder, not a file",
+    ),
+    (
+        "a data file whose header is a JSON list",
+        lambda w: _with_file(_own_config(), _data_file(w, lambda b: _header([1, 2]))),
+        "experiments.mine.data.file: data.safetensors: not a readable safetensors file ",
+        "(its header is a JSON list, not an object)",
+    ),
+    (
+        "a data file whose tensor entry is not an object",
+        lambda w: _with_file(
+            _own_config(), _data_file(w, lambda b: _header({"x": "F32", "y": "F32"}))
+        ),
+        "experiments.mine.data.file: data.safetensors: not a readable safetensors file ",
+        "(tensor 'x': its header entry is not an object)",
+    ),
+    (
+        "a data file cut short",
+        lambda w: _with_file(_own_config(), _data_file(w, lambda b: b[:-8])),
+        "experiments.mine.data.file: data.safetensors: not a readable safetensors file ",
+        "(its tensors hold 144 bytes, the file 136 after the header)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "make", "head", "tail"), OWN, ids=[o[0] for o in OWN])
+def test_an_own_models_path_or_file_is_refused_before_any_job(tmp_path, what, make, head, tail):
+    """Each is one line naming the key, never a RuntimeError or AttributeError traceback;
+    no fixture, trace or build is made (only the model card, where the model was built)."""
+    work = tmp_path / "w"
+    work.mkdir()
+    config = make(work)
+    proc = run_workflow(work, config, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0, what
+    assert "invalid config (nothing was run)" in proc.stdout
+    line = next((ln for ln in proc.stdout.splitlines() if head in ln), "")
+    assert tail in line, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout
+    results = work / "results"
+    made = {p.relative_to(work).as_posix() for p in results.rglob("*") if p.is_file()}
+    assert made <= {"results/own/mine/card.json"}, made
+
+
+@pytest.mark.parametrize(
+    ("what", "make", "message"),
+    [
+        ("a FIFO", lambda p: os.mkfifo(p), "is not a regular file (a device, a FIFO or a socket)"),
+        ("a loop", lambda p: p.symlink_to(p), "a loop of symbolic links"),
+        ("a folder", lambda p: p.mkdir(), "is a folder, not a file"),
+    ],
+    ids=["a FIFO", "a loop", "a folder"],
+)
+def test_a_probe_entry_that_is_not_a_file_is_refused_without_opening_it(
+    tmp_path, what, make, message
+):
+    """A ``*.yaml`` in the probes folder that is not a regular file is named as what it is;
+    a FIFO is never opened (the reader would wait for a writer for ever)."""
+    folder = tmp_path / "myprobes"
+    folder.mkdir()
+    make(folder / "odd.yaml")
+    config = load_config()
+    config["probes"] = {"folder": str(folder)}
+    proc = run_workflow(tmp_path / "w", config, "-n", "--cores", "1", check=False, timeout=300)
+    assert proc.returncode != 0, what
+    assert "invalid config (nothing was run)" in proc.stdout
+    assert f"{folder / 'odd.yaml'}: not a readable probe file: {message}" in proc.stdout, (
+        proc.stdout[-3000:]
+    )

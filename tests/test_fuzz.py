@@ -383,8 +383,10 @@ def test_check_holds_the_fuzz_pages_to_their_record_and_warns_naming_the_target(
     # a probe file dropped into the folder: no record covers it
     Path(outputs["probes"], "mine.yaml").write_text("probe: mine\n")
     assert sealed.unverified(covered) == [
-        "results/fuzz/probes/mine.yaml: not verified (no record check holds covers it: made"
-        " by another target, such as faults, or left by another config)"
+        (
+            "results/fuzz/probes/mine.yaml: not verified (no record check holds covers it: made"
+            " by another target, such as faults, or left by another config)"
+        )
     ]
     # another config's settings, other code, another known-bug folder
     other = sealed.page_spec("fuzz", spec["inputs"], {"seed": 4}, "code-1")
@@ -400,8 +402,10 @@ def test_check_holds_the_fuzz_pages_to_their_record_and_warns_naming_the_target(
     # no record at all (an older version's campaign): the folder is named
     Path(outputs["record"]).unlink()
     assert sealed.other_page_warnings(spec) == [
-        "results/fuzz: not sealed (results/fuzz/fuzz.sources.json is missing: made by an "
-        "older version, or by hand); `snakemake fuzz`"
+        (
+            "results/fuzz: not sealed (results/fuzz/fuzz.sources.json is missing: made by an "
+            "older version, or by hand); `snakemake fuzz`"
+        )
     ]
 
 

@@ -26,7 +26,7 @@ from parity.probe.results import Outcome, ProbeResultError, read_results
 from parity.trace.frames import Frame, read_frames
 from parity.train.rust import RunnerError
 
-from conftest import REPO, load_test_config, record_binary, run_workflow
+from conftest import REPO, load_test_config, record_binary, run_workflow, workflow_source_id
 
 LOG = logging.getLogger("test")
 NAMES = ["conv1d_grad", "conv2d_grad", "relu_abs_at_zero"]
@@ -395,7 +395,7 @@ def fake_runner(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(FAKE_RUNNER.format(python=sys.executable))
     path.chmod(0o755)
-    record_binary(path, "fake")
+    record_binary(path, workflow_source_id(path) or "fake")  # a job holds it to the checkout's
     return str(path)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +41,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def trace_bytes(tmp_path: Path) -> bytes:
+    """A trace made on the fake remote's machine (this one: its host name)."""
     rng = np.random.default_rng(3)
     steps = [{"w": rng.standard_normal(4096)} for _ in range(3)]
-    return write_trace(tmp_path / "made.parquet", steps).read_bytes()
+    path = write_trace(tmp_path / "made.parquet", steps, host=socket.gethostname())
+    return path.read_bytes()
 
 
 @pytest.fixture

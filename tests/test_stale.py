@@ -168,7 +168,7 @@ def test_a_crashed_probe_job_is_named_in_the_partial_probe_table(run):
         f'exec {real} "$@"\n'
     )
     binary.chmod(0o755)
-    record_binary(binary, "a build that crashes")  # this test is about a crash, not the check
+    record_binary(binary)  # the checkout's build id: this test is about a crash, not the check
     proc = run_workflow(workdir, config, "--cores", "2", "--keep-going", check=False)
     assert proc.returncode != 0
     assert not (workdir / "results/tables/probes.csv").exists()

@@ -67,5 +67,8 @@ def fuzz_seal():
     record to (parity.report.sealed.page_spec): the runners and known-bug probes it reads,
     the resolved fuzz settings, the code hash."""
     return sealed.page_spec(
-        "fuzz", [*fuzz_binaries(), *fuzz_known_probes()], fuzz_settings(), code("fuzz.py")
+        "fuzz",
+        [*fuzz_binaries(), *fuzz_known_probes()],
+        fuzz_settings(),
+        code("fuzz.py"),
     )

@@ -24,10 +24,10 @@ def own_runs(experiment, framework):
 
 
 def own_crate_sources(wildcards):
-    """What an own runner's build reads: the user's crate (parity.own.crate.crate_files),
+    """What an own runner's build reads: the user's crate (parity.plan.builds.crate_files),
     the workspace manifest and lock, parity-common and the framework's runner library.
     """
-    from parity.own.crate import crate_files
+    from parity.plan.builds import crate_files
 
     crate = own_model(wildcards.experiment)[wildcards.framework]["crate"]
     ours = rust_files(f"{wildcards.framework}-parity")
@@ -38,19 +38,14 @@ def own_crate_sources(wildcards):
 
 def build_own_params(wildcards):
     """What an own runner's build job receives (parity.train.build_own.build_own); the
-    source id hashes the runner library's sources and the user's crate."""
-    from parity.own.crate import source_id
-
+    source id hashes the runner library's sources and the user's crate
+    (parity.plan.builds.own_source_id, which the jobs that start the binary hold its build
+    record to)."""
     model = own_model(wildcards.experiment)
     fw, device = wildcards.framework, wildcards.device
     # candle: the device's features; burn: the primary burn entry's CPU backend (ndarray, or
     # flex for a primary 0.22.1+flex), which the runner library is built with.
-    features = (
-        config.get("candle", {}).get("features", {}).get(device, [])
-        if fw == "candle"
-        else [versions.backend(fw, versions.primary(config, fw))]
-    )
-    ours = [RUST_DIR / p for p in rust_files(f"{fw}-parity")]
+    features = builds.own_features(config, fw, device)
     return {
         "experiment": wildcards.experiment,
         "framework": fw,
@@ -66,7 +61,7 @@ def build_own_params(wildcards):
             framework=fw,
             device=device,
         ),
-        "source_id": source_id(fw, ours, model[fw]["crate"], features),
+        "source_id": builds.own_source_id(fw, model[fw]["crate"], features, RUST_DIR),
     }
 
 
@@ -85,3 +80,13 @@ def own_check_binary(wildcards):
     runner linking the user's crate, or the framework's runner for a built-in port)."""
     run = own_runs(wildcards.experiment, wildcards.framework)[0]
     return PLAN.binary(RunKey(wildcards.experiment, run, "f32", wildcards.device))
+
+
+def own_check_build(wildcards):
+    """What an own port's check holds its binary's build record to (Plan.build_identity of
+    its first run): the binary's name and source id as this checkout and config build it.
+    """
+    run = own_runs(wildcards.experiment, wildcards.framework)[0]
+    return PLAN.build_identity(
+        RunKey(wildcards.experiment, run, "f32", wildcards.device)
+    )

@@ -74,6 +74,19 @@ def probe_binary(framework):
     return binary
 
 
+def probe_build(framework):
+    """Param function: what a Rust probe batch holds its binary's build record to
+    (runner_identity): the binary's name and source id as this checkout and config build
+    its release for its device."""
+
+    def build(wildcards):
+        _, version = PROBES.release_of(probe_runner(framework, wildcards))
+        release = version or versions.primary(config, framework)
+        return runner_identity(framework, release, wildcards.device)
+
+    return build
+
+
 def probe_release(framework):
     """Param function: a Rust probe batch's (framework, version); version "" for the
     primary release (ProbeKey.version)."""

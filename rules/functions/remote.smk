@@ -14,15 +14,42 @@ def remote_host(host):
     return REMOTE_HOSTS[host]
 
 
+def require_remote_tools(host):
+    """Refuse, while the DAG is built, a remote host whose job would run from a machine
+    without a program it needs here (ssh, git, rsync: parity.remote.commands.LOCAL_TOOLS),
+    naming the program and the host, before any job (any remote work) starts; not for a dry
+    run."""
+    from parity.remote.commands import local_tool_problem
+
+    if workflow.is_main_process and not workflow.dryrun:
+        problem = local_tool_problem(host)
+        if problem:
+            raise WorkflowError(problem)
+
+
+def remote_fetch_inputs(wildcards):
+    """A host's job reads no file; this only refuses a host whose programs are missing
+    here (require_remote_tools) while the DAG is built."""
+    remote_host(wildcards.host)
+    require_remote_tools(wildcards.host)
+    return []
+
+
 def checkout_commit():
     """The commit of this checkout (the workflow's folder): what each remote runs."""
     import subprocess
 
-    proc = subprocess.run(
-        ["git", "-C", PARITY_DIR, "rev-parse", "HEAD"],
-        capture_output=True,
-        text=True,
-    )
+    try:
+        proc = subprocess.run(
+            ["git", "-C", PARITY_DIR, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        raise WorkflowError(
+            "remote: git is not on this machine's PATH: a remote host runs this "
+            "checkout's commit; install git here or put it on PATH; nothing was run"
+        ) from None
     if proc.returncode != 0:
         raise WorkflowError(
             f"remote: {PARITY_DIR} is not a git checkout with a commit: a remote host "
@@ -36,6 +63,7 @@ def remote_fetch_params(host):
     from parity.remote import fetch as remote
 
     settings = remote_host(host)
+    require_remote_tools(host)
     return remote.fetch_params(
         PLAN,
         PROBES.for_devices(settings["devices"]).results(),

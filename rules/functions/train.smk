@@ -33,3 +33,11 @@ def run_binary(wildcards):
     return PLAN.binary(
         RunKey(wildcards.experiment, wildcards.run, wildcards.dtype, wildcards.device)
     )
+
+
+def run_identity(wildcards):
+    """What a Rust run's job holds its binary's build record to (Plan.build_identity): the
+    binary's name and source id as this checkout and config build it."""
+    return PLAN.build_identity(
+        RunKey(wildcards.experiment, wildcards.run, wildcards.dtype, wildcards.device)
+    )

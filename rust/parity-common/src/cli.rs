@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use anyhow::{bail, Result};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::frames::open_sink;
+use crate::frames::{open_sink, protocol_output};
 use crate::port::Inspection;
 use crate::probe_spec::ProbeBatch;
 use crate::replay::ReplayState;
@@ -168,6 +168,10 @@ enum Command {
 /// Parses the process's command line as runner `R` and runs the subcommand; `--help` and
 /// argument errors exit the process through clap.
 ///
+/// A subcommand that runs a port or writes frames to standard output (`train`, `probe` and
+/// `replay` with `--out -`, `inspect`) sets standard output apart for its protocol first
+/// ([`protocol_output`]): whatever the port prints goes to standard error.
+///
 /// # Errors
 /// Those of the subcommand ([`Runner`]), and failures to open `--out` or read `--spec`.
 pub fn run<R: Runner>() -> Result<()> {
@@ -203,11 +207,12 @@ pub fn run<R: Runner>() -> Result<()> {
         }
         Command::Inspect { spec } => {
             let spec = RunSpec::from_path(&spec)?;
+            // Before the port runs: its prints go to standard error, not into the JSON.
+            let mut out = protocol_output()?;
             let PortDone::Inspected(inspection) = R::run_port(PortJob::Inspect { spec: &spec })?
             else {
                 bail!("{} gave no inspection", R::NAME);
             };
-            let mut out = std::io::stdout().lock();
             writeln!(out, "{}", serde_json::to_string(&inspection)?)?;
             out.flush()?;
             Ok(())

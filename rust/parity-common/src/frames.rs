@@ -21,7 +21,8 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
 use safetensors::tensor::{Metadata, TensorInfo};
@@ -124,21 +125,69 @@ impl<W: Write> FrameWriter<W> {
     }
 }
 
-/// The sink a runner writes frames to: for `-`, standard output through a
-/// [`BackgroundSink`] (the runner trains on while a frame is written to the pipe); else a
-/// new file (buffered).
+/// The standard output the process started with, once [`protocol_output`] has set it
+/// apart (or why it could not).
+static PROTOCOL: OnceLock<std::result::Result<OwnedFd, String>> = OnceLock::new();
+
+/// The runner's protocol channel: the standard output the workflow reads (the frames of
+/// `train`, `probe` and `replay` with `--out -`, `inspect`'s JSON), kept apart from whatever
+/// else the process writes to standard output.
+///
+/// The first call duplicates descriptor 1 for the protocol and points descriptor 1 at
+/// standard error (descriptor 2): from then on a port's `println!` (the first debug line a
+/// porter writes), `print!`, or a C library's `printf` lands in the job's log with the
+/// runner's own messages, never in the frame stream the workflow decodes. Call it before
+/// any user code runs ([`crate::cli::run`] does, for every subcommand that runs a port or
+/// writes frames to standard output). Every call returns a new handle on the same channel
+/// (unbuffered: wrap it as needed); the protocol descriptor is close-on-exec.
 ///
 /// # Errors
-/// When the file cannot be created, or the writer thread cannot start.
+/// When standard output is not open, or descriptor 1 cannot be pointed at standard error
+/// (the first call's error is returned again by later calls).
+pub fn protocol_output() -> Result<std::fs::File> {
+    let kept = PROTOCOL.get_or_init(|| set_stdout_apart().map_err(|e| format!("{e:#}")));
+    match kept {
+        Ok(fd) => Ok(std::fs::File::from(
+            fd.try_clone().context("duplicating the protocol channel")?,
+        )),
+        Err(e) => bail!("setting standard output apart for the protocol: {e}"),
+    }
+}
+
+/// Duplicates descriptor 1 and points descriptor 1 at descriptor 2; returns the duplicate.
+fn set_stdout_apart() -> Result<OwnedFd> {
+    extern "C" {
+        fn dup2(oldfd: std::os::raw::c_int, newfd: std::os::raw::c_int) -> std::os::raw::c_int;
+    }
+    // Held throughout: no other thread's print slips in between the flush and the switch.
+    let mut stdout = std::io::stdout().lock();
+    stdout.flush().context("flushing standard output")?;
+    let protocol = stdout
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating standard output")?;
+    // SAFETY: dup2 only replaces descriptor 1 of this process with a copy of descriptor 2;
+    // it touches no memory, and Rust's standard output handle (held locked here) keeps
+    // writing to descriptor 1, now standard error.
+    if unsafe { dup2(2, 1) } < 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("pointing standard output at standard error");
+    }
+    Ok(protocol)
+}
+
+/// The sink a runner writes frames to: for `-`, the protocol channel ([`protocol_output`],
+/// the standard output the workflow reads) through a [`BackgroundSink`] (the runner trains
+/// on while a frame is written to the pipe); else a new file (buffered).
+///
+/// # Errors
+/// When the file cannot be created, the protocol channel cannot be set apart, or the
+/// writer thread cannot start.
 pub fn open_sink(path: &std::path::Path) -> Result<Box<dyn Write>> {
     Ok(if path.as_os_str() == "-" {
-        // Standard output's own handle is line-buffered (it scans every write for newlines):
-        // the writer thread writes to a duplicate of its descriptor.
-        let fd = std::io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .context("duplicating standard output")?;
-        Box::new(BackgroundSink::new(std::fs::File::from(fd)).context("starting the frame writer")?)
+        // Not through standard output's own handle, which is line-buffered (it scans every
+        // write for newlines) and, from now on, standard error.
+        Box::new(BackgroundSink::new(protocol_output()?).context("starting the frame writer")?)
     } else {
         Box::new(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
@@ -211,6 +260,48 @@ pub fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Set in the child process [`a_port_s_print_goes_to_standard_error_not_the_protocol`]
+    /// starts: the child sets the protocol apart, prints and writes.
+    const PROTOCOL_CHILD: &str = "PARITY_PROTOCOL_CHILD";
+
+    #[test]
+    fn a_port_s_print_goes_to_standard_error_not_the_protocol() {
+        if std::env::var_os(PROTOCOL_CHILD).is_some() {
+            let mut protocol = protocol_output().unwrap();
+            println!("printed by the port");
+            print!("and without a newline");
+            protocol.write_all(b"<frames>").unwrap();
+            let mut again = protocol_output().unwrap(); // the same channel
+            again.write_all(b"<more>").unwrap();
+            std::io::stdout().flush().unwrap();
+            return;
+        }
+        // This test binary again, running only this test, in a process of its own: the
+        // switch changes the process's descriptor 1 for good.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "frames::tests::a_port_s_print_goes_to_standard_error_not_the_protocol",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PROTOCOL_CHILD, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        // (the test harness's own "running 1 test" came before the switch)
+        assert!(stdout.ends_with("<frames><more>"), "{stdout:?}");
+        assert!(!stdout.contains("printed by"), "{stdout:?}");
+        assert!(
+            stderr.contains("printed by the port\nand without a newline"),
+            "{stderr:?}"
+        );
+    }
 
     /// Reads back the frames written to a buffer: (metadata, tensor names).
     fn read_frames(mut bytes: &[u8]) -> Vec<(HashMap<String, String>, Vec<String>)> {

@@ -44,8 +44,34 @@ def schema_errors(config: Mapping, schema_path: str) -> list[str]:
             message = f"{best.instance!r} does not match {readable!r}"
             if isinstance(best.instance, str) and "\n" in best.instance:
                 message += " (it holds a line break)"
+            elif isinstance(best.instance, str) and control_character(best.instance):
+                message += f" (it holds the control character {control_character(best.instance)})"
+        if best.validator == "uniqueItems":
+            message = repeated_items(best.instance)
         messages.append(f"{key_path(best.absolute_path)}: {message}")
     return messages
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` as ``U+001B``: a C0 or C1 control, DEL, or
+    the line and paragraph separators U+2028 and U+2029 (which the schemas refuse in free
+    text); None when it has none."""
+    for ch in text:
+        if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch in "\u2028\u2029":
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def repeated_items(items: list) -> str:
+    """The message for a list that names something twice (``uniqueItems``):
+    ``'fc1.weight' is given twice (items [0] and [2]); each may be given once``."""
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        k = json.dumps(item, sort_keys=True)
+        if k in seen:
+            return f"{item!r} is given twice (items [{seen[k]}] and [{i}]); each may be given once"
+        seen[k] = i
+    return f"{items!r} has non-unique elements"
 
 
 def _differing_paths(a, b, path: str = "") -> list[str]:

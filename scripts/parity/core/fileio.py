@@ -221,7 +221,9 @@ BACKGROUND_NICE = 10
 def job_start(sm) -> logging.Logger:
     """Start a Snakemake ``script:`` job: lower this process's CPU priority by the job's
     resource ``nice`` (``BACKGROUND_NICE`` when the rule declares none; 0 leaves it; child
-    processes such as a Rust runner inherit it), then :func:`job_logger` into its ``log:``.
+    processes such as a Rust runner inherit it), then :func:`job_logger` into its ``log:``,
+    and take the config's ``limits.user_code_idle_seconds`` for the Rust runners the job
+    starts (:func:`parity.core.watchdog.configure`).
 
     ``sm`` is the job's ``snakemake`` object. Returns the logger to use. Raises ValueError
     for a negative ``nice`` (raising priority needs privileges a job does not have).
@@ -231,4 +233,7 @@ def job_start(sm) -> logging.Logger:
         raise ValueError(f"resource nice={nice}: a job can only lower its CPU priority")
     if nice:
         os.nice(nice)
+    from parity.core import watchdog
+
+    watchdog.configure(getattr(sm, "config", None))
     return job_logger(sm.log[0])

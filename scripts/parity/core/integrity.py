@@ -255,11 +255,17 @@ def write_binary_record(binary: str | os.PathLike, source_id: str) -> dict:
     return record
 
 
-def check_binary(binary: str | os.PathLike) -> dict:
+def check_binary(binary: str | os.PathLike, expected: Mapping[str, str] | None = None) -> dict:
     """The build record of ``binary`` when the file is the one its build wrote (its sha256
-    equals the recorded one): what a job checks before it starts a runner, so a wrapper
-    script put in its place, or another release's binary with the old time, is refused by
-    name rather than run. Raises :class:`BinaryError` naming the binary and what to do."""
+    equals the recorded one) and the record is this binary's build: what a job checks
+    before it starts a runner, so a wrapper script put in its place, or another build's
+    binary copied in (with its record or without), is refused by name rather than run.
+
+    The record must name the binary's own file name; with ``expected`` (``binary``, the
+    file name, and ``source_id``: what this checkout and config build for the job,
+    ``parity.plan.builds``), its name and source id must be those (another release,
+    backend or own port copied in with its record; a build of other sources). Raises
+    :class:`BinaryError` naming the binary, both builds and what to do."""
     path = binary_record(binary)
     remedy = f"delete {binary} and rerun: the workflow builds it again"
     try:
@@ -279,4 +285,20 @@ def check_binary(binary: str | os.PathLike) -> dict:
             f"{binary} is not the binary its build wrote (sha256 {got[:12]}…, the build "
             f"recorded {str(record.get('binary_sha256'))[:12]}…): {remedy}"
         )
+    name = Path(binary).name
+    want = {"binary": name, **(expected or {})}
+    have = {k: record.get(k) for k in want}
+    if have != want:
+        raise BinaryError(
+            f"{binary} is another build's: its build record is of {_build(have)}, this "
+            f"checkout and config build {_build(want)} here: {remedy}"
+        )
     return record
+
+
+def _build(identity: Mapping[str, Any]) -> str:
+    """``candle-parity-0.11.1-cpu (source id c29b602cc5965e3e)`` of a binary identity."""
+    out = str(identity.get("binary"))
+    if "source_id" in identity:
+        out += f" (source id {identity['source_id']})"
+    return out

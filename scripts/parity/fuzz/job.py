@@ -3,8 +3,8 @@
 every other job's (``fileio.atomic_path``, ``fileio.atomic_dir``): the findings table (CSV
 and Markdown), the folder of probe files and the folder of reproductions (each replaced
 whole, so no file of an earlier campaign survives in it), the summary, and last the sealed
-record of every file it wrote (``parity.report.sealed``, page ``fuzz``), which ``check``
-holds them to.
+record of every file it wrote (``integrity.write_record``, as ``parity.report.sealed``
+seals a page; page ``fuzz``), which ``check`` holds them to.
 ``scripts/fuzz.py`` is a thin adapter; tests call :func:`fuzz` directly.
 """
 
@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from parity.core import integrity
 from parity.core.fileio import atomic_dir, write_text_atomic
 from parity.fuzz import campaign, check
 from parity.fuzz.campaign import Campaign
@@ -37,7 +38,6 @@ from parity.fuzz.report import (
 from parity.fuzz.repro import candle_source
 from parity.fuzz.repro_burn import burn_source
 from parity.probe import loader
-from parity.report import sealed
 
 #: What the job writes, by the rule's output names.
 OUTPUTS = ("csv", "md", "summary", "probes", "repro", "record")
@@ -171,7 +171,7 @@ def fuzz(
     runs = targets(settings)
     binary_of = dict(zip(runs, binaries, strict=True))
     runners = check.Runners(binary_of, threads, log, log_path)
-    made_from = sealed.read_inputs([*binaries, *known]) if seal is not None else {}
+    made_from = {str(p): integrity.file_record(p) for p in (*binaries, *known)} if seal else {}
     t0 = time.monotonic()
     result = campaign.campaign(
         settings["seed"],
@@ -212,7 +212,14 @@ def fuzz(
     }
     write_text_atomic(outputs["summary"], json.dumps(summary, indent=2))
     if seal is not None:
-        sealed.seal_page({**seal, "record": outputs["record"]}, made_from, written_files(outputs))
+        integrity.write_record(
+            outputs["record"],
+            seal["page"],
+            made_from,
+            written_files(outputs),
+            params_sha256=seal["params_sha256"],
+            code=seal["code"],
+        )
     log.info(
         "%d findings (%d new); control: %d failing cases",
         len(rows),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,9 @@ ROUTE_OPS = frozenset({"transpose", "narrow", "broadcast_to"})
 
 
 def known_bug_cases(
-    source: str | Path | Sequence[str | Path], releases: Mapping[str, str] | None = None
+    source: str | Path | Sequence[str | Path],
+    releases: Mapping[str, str] | None = None,
+    limits: Mapping[str, Any] | None = None,
 ) -> list[dict]:
     """Every case of the probes of ``source`` (a folder, or a list of probe files) with a
     ``known_bug``, as ``{"probe",
@@ -78,13 +81,15 @@ def known_bug_cases(
     with several non-layout ops are left out, and so is a framework's entry whose
     ``versions`` list does not name that framework's release in ``releases`` (framework →
     one release; None or a framework missing from it: every entry counts; ``classify``
-    matches each finding's own release)."""
+    matches each finding's own release). Each probe file is read within ``limits`` (the
+    config's, ``parity.plan.limits.settings``; default its defaults), as the probe plan
+    read it, so a probe the config lets the plan accept is not refused here."""
     releases = releases or {}
     out = []
     if isinstance(source, (str, Path)):
-        found = loader.discover(source)
+        found = loader.discover(source, limits=limits)
     else:
-        found = {(p := loader.load(path)).name: p for path in source}
+        found = {(p := loader.load(path, limits)).name: p for path in source}
     for name, p in found.items():
         for c in p.cases:
             if not c["known_bug"]:

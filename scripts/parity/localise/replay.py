@@ -28,6 +28,7 @@ failed job.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -39,7 +40,7 @@ from safetensors.numpy import save_file
 
 from parity.core.models import model_params
 from parity.localise import walk as localise
-from parity.plan.keys import Comparison, RunKey
+from parity.plan.keys import Comparison, RunKey, trace_expectation
 from parity.plan.versions import run_binary
 from parity.trace.reader import TraceReader
 from parity.trace.schema import extra_column
@@ -98,24 +99,49 @@ def _torch_net(settings: Mapping):
     return torch_runner.Net
 
 
-def _train(key: RunKey, settings, fixture, out, threads, log, log_path) -> None:
+def _watch(key: RunKey, settings: Mapping, limit: float | None):
+    """A watchdog over a PyTorch run's calls into an own model's code
+    (:func:`parity.core.usercode.watching`, ``limit`` seconds without progress, None: the
+    job's ``limits.user_code_idle_seconds``); nothing for a built-in family."""
+    if settings["model"]["family"] != "own":
+        return contextlib.nullcontext()
+    from parity.core import usercode
+
+    return usercode.watching(key.experiment, settings["model"]["torch"], limit)
+
+
+def _train(
+    key: RunKey, settings, fixture, out, threads, log, log_path, limit=None, build=None
+) -> None:
     if key.framework == "torch":
         from parity.train import torch as torch_runner
 
-        torch_runner.train(key, settings, fixture, out, threads, log, _torch_net(settings))
+        with _watch(key, settings, limit):
+            torch_runner.train(key, settings, fixture, out, threads, log, _torch_net(settings))
     else:
         from parity.train import rust as rust_runner
 
-        rust_runner.train(
-            key, settings, fixture, run_binary(settings, key.device), out, threads, log, log_path
-        )
+        binary = run_binary(settings, key.device)
+        rust_runner.train(key, settings, fixture, binary, out, threads, log, log_path, build)
 
 
 def reference_state(
-    key: RunKey, settings: Mapping, fixture: str, k: int, tmp: str, threads: int, log, log_path
+    key: RunKey,
+    settings: Mapping,
+    fixture: str,
+    k: int,
+    tmp: str,
+    threads: int,
+    log,
+    log_path,
+    limit: float | None = None,
+    build: Mapping | None = None,
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """The state after step k − 1 of run ``key`` (parameters in their PyTorch shapes and,
-    for Adam/AdamW, ``exp_avg:``/``exp_avg_sq:`` moments), and notes. Raises
+    for Adam/AdamW, ``exp_avg:``/``exp_avg_sq:`` moments), and notes. An own model's
+    PyTorch training is stopped after ``limit`` seconds without a step (None: the job's
+    ``limits.user_code_idle_seconds``; :mod:`parity.core.usercode`); a Rust run's binary
+    must be ``build`` (its name and source id, ``Plan.build_identity``) when given. Raises
     :class:`ReplayError` for a state that cannot be replayed."""
     shapes = dict(model_params(settings["model"]))
     names = list(shapes)
@@ -137,17 +163,19 @@ def reference_state(
     if note:
         notes.append(note)
     out = os.path.join(tmp, "state-trace.parquet")
-    _train(key, s, fixture, out, threads, log, log_path)
+    _train(key, s, fixture, out, threads, log, log_path, limit, build)
     kinds = ("exp_avg", "exp_avg_sq") if adam else ()
     columns = names + [extra_column(kind, n) for n in names for kind in kinds]
-    rec = TraceReader(out).read_step(k - 1, columns)
+    # read against what it must carry, which also bounds its footer by the sizes the plan
+    # checked against the config's limits (schema.reader_limits)
+    rec = TraceReader(out, expect=trace_expectation(key, s)).read_step(k - 1, columns)
     state = {}
     for n in names:
         state[n] = rec.tensors[n].reshape(shapes[n])
         for kind in kinds:
             state[f"{kind}:{n}"] = rec.tensors[extra_column(kind, n)].reshape(shapes[n])
     _check_finite(state, k)
-    notes.append(_check_against_trace(key, state, names, k))
+    notes.append(_check_against_trace(key, settings, state, names, k))
     return state, notes
 
 
@@ -161,10 +189,11 @@ def _check_finite(state: Mapping[str, np.ndarray], k: int) -> None:
         )
 
 
-def _check_against_trace(key: RunKey, state, names, k: int) -> str:
+def _check_against_trace(key: RunKey, settings: Mapping, state, names, k: int) -> str:
     """Whether the retrained state equals the reference trace at step k − 1, bit for bit."""
     try:
-        rec = TraceReader(key.trace).read_step(k - 1, names)
+        trace = TraceReader(key.trace, expect=trace_expectation(key, settings))
+        rec = trace.read_step(k - 1, names)
     except (OSError, KeyError, ValueError) as e:
         return f"state not checked against the reference trace ({e})"
     same = all(
@@ -187,23 +216,28 @@ def run_replay(
     k: int,
     threads: int,
     log_path: str | None,
+    limit: float | None = None,
+    build: Mapping | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """One replay of step ``k`` of ``key`` from ``state`` (see :mod:`parity.localise.replay`)."""
+    """One replay of step ``k`` of ``key`` from ``state`` (see :mod:`parity.localise.replay`);
+    an own model's PyTorch replay is stopped after ``limit`` seconds without progress
+    (:func:`reference_state`); a Rust replay's binary must be ``build`` when given."""
     adam = settings["optimizer"]["name"] != "sgd"
     if key.framework == "torch":
         from parity.train import torch as torch_runner
 
-        return torch_runner.replay(
-            settings,
-            fixture,
-            state,
-            k - 1 if adam else 0,
-            k,
-            key.device,
-            key.dtype,
-            threads,
-            _torch_net(settings),
-        )
+        with _watch(key, settings, limit):
+            return torch_runner.replay(
+                settings,
+                fixture,
+                state,
+                k - 1 if adam else 0,
+                k,
+                key.device,
+                key.dtype,
+                threads,
+                _torch_net(settings),
+            )
     from parity.train import rust as rust_runner
 
     try:
@@ -216,6 +250,7 @@ def run_replay(
             k,
             threads,
             log_path,
+            build=build,
         )
     except rust_runner.RunnerError as e:
         raise ReplayError(f"{key.label}: {e}") from None
@@ -252,8 +287,10 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
         raise ReplayError(
             f"step {k} ({why}) is beyond the experiment's {ref_settings['steps']} steps"
         )
+    builds = loc.get("builds") or {}
+    ref_build = builds.get("ref32")
     state, notes = reference_state(
-        comp.reference, ref_settings, fixture, k, tmp, threads, log, log_path
+        comp.reference, ref_settings, fixture, k, tmp, threads, log, log_path, build=ref_build
     )
     state_path = os.path.join(tmp, "state.safetensors")
     save_file({n: np.ascontiguousarray(v) for n, v in state.items()}, state_path)
@@ -265,7 +302,15 @@ def localise_comparison(job: Mapping, tmp: str, log: logging.Logger, log_path: s
     flat_state = {n: state[n].reshape(-1) for n in params}
     for role, key in keys.items():
         tensors, header = run_replay(
-            key, settings[key.run], fixture, state, state_path, k, threads, log_path
+            key,
+            settings[key.run],
+            fixture,
+            state,
+            state_path,
+            k,
+            threads,
+            log_path,
+            build=builds.get(role),
         )
         records[role] = localise.derive_updates(tensors, flat_state, params)
         if role == "ref32" and header.get("dataflow"):

@@ -18,20 +18,25 @@
 * ``versions``: torch's and transformers' versions.
 
 Building a ``transformers`` model means importing it (seconds), so the plan runs this once
-per model in a subprocess (``python -m parity.own.card``, reading the spec as JSON on
-standard input and writing the card as JSON) and keeps the card by a hash of the spec and
-the factory's sources (:mod:`parity.plan.own`).
+per model in a subprocess (``python -m parity.own.card SPEC OUT PROGRESS``, the spec from
+one JSON file and writing the card to another, never to standard output, which a model
+file may print on) and keeps the card by a hash of the spec and the factory's sources
+(:mod:`parity.plan.own`), stopping it when it hangs (:mod:`parity.core.usercode`).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
+import signal
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from parity.core import usercode
 from parity.own import torch_model
 
 
@@ -68,21 +73,42 @@ def card(spec: Mapping[str, Any]) -> dict:
     }
 
 
-def main() -> int:
-    """``python -m parity.own.card``: spec JSON on stdin → card JSON on stdout; a model
-    that cannot be built exits 2 with the reason as the only line on stderr (its whitespace
-    runs made one space)."""
-    spec = json.load(sys.stdin)
+def main(argv: list[str] | None = None) -> int:
+    """``python -m parity.own.card SPEC OUT [PROGRESS]``: the spec JSON in file ``SPEC`` →
+    ``{"card": …}`` in file ``OUT``, or ``{"error": reason}`` (exit status 2) for a model
+    that cannot be built, the reason on one line (its whitespace runs made one space). The
+    card never goes to standard output, which is the user's code's to print on (the plan
+    relays it, :func:`parity.core.userproc.run_watched`); each call into the user's code is
+    a line in file ``PROGRESS`` (:func:`parity.core.usercode.report_to`); SIGUSR1 writes
+    this process's Python stack to standard error (the plan asks for it before it stops a
+    model that hangs)."""
+    spec_path, out_path, *report = argv if argv is not None else sys.argv[1:]
+    if hasattr(faulthandler, "register") and hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    if report:  # each call into the user's code said to the plan (usercode.progress)
+        usercode.report_to(report[0])
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
     try:
-        out = card(spec)
+        result, status = {"card": card(spec)}, 0
+        usercode.progress("writing the card")
     except torch_model.OwnModelError as e:
-        # one line: the plan reports the last line of stderr, and a library's message
-        # (transformers') may span several
-        print(" ".join(str(e).split()), file=sys.stderr)
-        return 2
-    json.dump(out, sys.stdout, sort_keys=True)
-    return 0
+        # one line: a library's message (transformers') may span several
+        result, status = {"error": " ".join(str(e).split())}, 2
+    except SystemExit as e:  # not an Exception, so build() lets it through
+        result = {"error": f"the model's code called sys.exit({e.code!r}) while it was built"}
+        status = 2
+    tmp = f"{out_path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, sort_keys=True)
+    os.replace(tmp, out_path)
+    return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Without the interpreter's teardown (torch's takes seconds on a busy machine, which
+    # the plan would count against the user's code): the card is written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

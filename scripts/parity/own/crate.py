@@ -24,7 +24,6 @@ crate, the runner library and this crate.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import tomllib
@@ -33,20 +32,8 @@ from pathlib import Path
 
 #: The runner library each Rust framework's own runner links.
 RUNNER_CRATES = {"candle": "candle-parity", "burn": "burn-parity"}
-#: What a user's crate consists of, relative to its folder: what the build job reads.
-CRATE_FILES = ("Cargo.toml", "build.rs", "src/**/*.rs")
 #: The package name of a generated runner (``{experiment}``, ``{framework}``).
 PACKAGE = "own-runner-{experiment}-{framework}"
-
-
-def crate_files(crate: str | Path) -> list[Path]:
-    """Every file of a user's crate a build reads (:data:`CRATE_FILES`; its Cargo.lock is
-    not used: the runner's lock file decides the versions), sorted."""
-    root = Path(crate)
-    out: set[Path] = set()
-    for pattern in CRATE_FILES:
-        out.update(p for p in root.glob(pattern) if p.is_file())
-    return sorted(out)
 
 
 def package_name(crate: str | Path) -> str:
@@ -60,19 +47,6 @@ def package_name(crate: str | Path) -> str:
     if not name:
         raise ValueError(f"{manifest} has no [package] name: not a library crate")
     return name
-
-
-def source_id(framework: str, rust_files: Sequence[Path], crate: str | Path, features) -> str:
-    """The hash a runner binary reports (``source-id``): the framework, the features, the
-    runner library's sources (``rust_files``) and every file of the user's crate, so the
-    build job can tell its binary from another's in a shared target folder."""
-    h = hashlib.sha256(" ".join([framework, *features]).encode())
-    root = Path(crate)
-    for p in [*rust_files, *crate_files(crate)]:
-        rel = p.relative_to(root) if p.is_relative_to(root) else p
-        h.update(str(rel).encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def manifest(

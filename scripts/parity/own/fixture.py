@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file
 
+from parity.core import usercode
 from parity.own import torch_model
 from parity.plan.own import expected_output
 from parity.trace import fixtures
@@ -144,6 +145,7 @@ def check_fit(
     xt = torch.from_numpy(np.ascontiguousarray(x))
     if xt.is_floating_point():
         xt = xt.to(torch.float64)
+    usercode.progress(f"the forward pass on a batch of shape {list(xt.shape)}")
     try:
         with torch.no_grad():
             out = torch_model.forward(module, model["torch"], xt)

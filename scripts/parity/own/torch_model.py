@@ -13,8 +13,10 @@ A model is named in the config (``model.torch``) in one of two ways:
 The model's forward takes the batch's inputs ``x`` (``[B, T]`` int64 token ids, or
 ``[B, …]`` floats) and returns its output: a tensor, a tuple whose first item is a tensor,
 or an object with ``logits`` (a ``transformers`` output). :func:`output_of` takes that
-tensor. Imports torch (and transformers when asked for): run in jobs and in the model-card
-subprocess, never while the DAG is built.
+tensor. Each call into the user's code reports its progress
+(:func:`parity.core.usercode.progress`) to the watchdog of the job that makes it. Imports
+torch (and transformers when asked for): run in jobs and in the model-card subprocess, never
+while the DAG is built.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any, Self
 
 import torch
 from torch import nn
+
+from parity.core import usercode
 
 
 class OwnModelError(RuntimeError):
@@ -54,6 +58,7 @@ def _import_factory(ref: str, key: str = "model.torch.factory"):
             sys.modules[name] = module
             # the factory's folder on the path, for the modules it imports beside it
             sys.path.insert(0, str(path.parent))
+            usercode.progress(f"the import of {path}")
             try:
                 spec.loader.exec_module(module)
             finally:
@@ -61,6 +66,7 @@ def _import_factory(ref: str, key: str = "model.torch.factory"):
         else:
             if "" not in sys.path and str(Path.cwd()) not in sys.path:
                 sys.path.insert(0, str(Path.cwd()))
+            usercode.progress(f"the import of {target}")
             module = importlib.import_module(target)
     except OwnModelError:
         raise
@@ -80,6 +86,7 @@ def own_optimizer(ref: str, module: nn.Module):
     :class:`OwnModelError` for a function that fails or returns something else."""
     key = "model.torch.optimizer"
     fn = _import_factory(ref, key)
+    usercode.progress(f"the call of the optimizer factory {ref}")
     try:
         made = fn(module)
     except Exception as e:
@@ -98,6 +105,7 @@ def own_optimizer(ref: str, module: nn.Module):
 
 
 def _transformers_class(name: str):
+    usercode.progress("the import of transformers")
     try:
         import transformers
     except ImportError as e:  # pinned in requirements.txt, so only a broken install
@@ -153,6 +161,7 @@ def build(
         if "transformers" in spec:
             cls = _transformers_class(spec["transformers"])
             config = transformers_config(spec)
+            usercode.progress(f"building transformers.{spec['transformers']}")
             try:
                 model = cls(config)
             except Exception as e:
@@ -162,6 +171,7 @@ def build(
                 ) from e
         else:
             fn = _import_factory(spec["factory"])
+            usercode.progress(f"the call of {spec['factory']}")
             try:
                 model = fn(**dict(spec.get("kwargs") or {}))
             except Exception as e:
@@ -404,6 +414,8 @@ class OwnNet:
         self.module.train()
         self.params = {n: params[n] for n in names}
         self.hooks = Hooks(self.module)
+        # the user's code returned; the runner sets up its optimizer (torch's own code)
+        usercode.progress("setting up the run after the model was built")
 
     def forward(self, x: torch.Tensor, fault=None, taps: dict | None = None) -> torch.Tensor:
         """The model's output for one batch ``x`` (:func:`forward`); with ``taps``, every

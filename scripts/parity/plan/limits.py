@@ -31,6 +31,7 @@ from typing import Any
 
 from parity.core.config import ConfigError
 from parity.core.models import model_io, model_params
+from parity.core.watchdog import IDLE_SECONDS
 from parity.core.yamlfile import MAX_BYTES, MAX_NODES
 
 #: Every limit and its default (config ``limits``; docs/usage.md explains each).
@@ -57,7 +58,7 @@ DEFAULTS: dict[str, int | float] = {
     "max_yaml_nodes": MAX_NODES,
     # Seconds a call into the user's own code (a model file's import and model card, a
     # port's inspect, training or replay) may go without progress before it is stopped.
-    "user_code_idle_seconds": 600,
+    "user_code_idle_seconds": IDLE_SECONDS,
 }
 
 

@@ -7,10 +7,11 @@ built-in families), the tied weights, the buffers handed to the Rust side, what 
 ``build`` receives (``rust_config``), and what a sample is (``io``: token ids or floats, the
 targets). The parameters come from the PyTorch model itself (its model card,
 :mod:`parity.own.card`), which takes seconds to build (transformers imports slowly), so it
-runs in a subprocess once and is kept in ``results/own/{experiment}/card.json`` by a hash
-of what it depends on: the model spec, the factory's file and the Python files beside it,
-and the installed torch and transformers. A changed factory elsewhere on the path is not
-seen here; the fixture job builds the real model and refuses a card that no longer matches.
+runs in a subprocess once (watched: :mod:`parity.core.usercode`) and is kept in
+``results/own/{experiment}/card.json`` by a hash of what it depends on: the model spec, the
+factory's file and the Python files beside it, and the installed torch and transformers. A
+changed factory elsewhere on the path is not seen here; the fixture job builds the real
+model and refuses a card that no longer matches.
 
 Pure Python (the card is a subprocess); cheap when the card is kept.
 """
@@ -24,21 +25,21 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from parity.core import usercode, userpath, userproc
 from parity.core.config import ConfigError, canonical_hash
+from parity.plan.datafile import safetensors_header
+from parity.plan.limits import DEFAULTS
 
 #: Where an experiment's model card is kept (``{experiment}``).
 CARD = "results/own/{experiment}/card.json"
 #: The model card's format, part of its key: a card kept from an older format is made
 #: again (2: ``frozen`` added).
 CARD_FORMAT = 2
-#: Seconds the model card may take (importing transformers and building the model).
-CARD_TIMEOUT = 900
 #: The Rust frameworks an own model can be ported to (each has its runner library:
 #: ``candle_parity``, ``burn_parity``).
 RUST_SIDES = ("candle", "burn")
@@ -70,14 +71,21 @@ def factory_file(
 ) -> Path | None:
     """The Python file a factory ``file.py:function`` names (``spec[key]``, relative to
     ``workdir``; the model's ``factory`` or the ``optimizer``), or None for a module path, a
-    ``transformers`` class or no such key."""
+    ``transformers`` class or no such key. Symbolic links are followed as far as they lead
+    (``os.path.realpath``, which never raises: a loop is left for :func:`check_paths` to
+    name)."""
+    target = factory_target(spec, key)
+    return None if target is None else Path(os.path.realpath(Path(workdir) / target))
+
+
+def factory_target(spec: Mapping[str, Any], key: str = "factory") -> str | None:
+    """The file part of a ``file.py:function`` reference (``spec[key]``), as written; None
+    for a module path, a ``transformers`` class or no such key."""
     ref = spec.get(key)
     if not ref:
         return None
     target = ref.rpartition(":")[0]
-    if target.endswith(".py") or "/" in target:
-        return (Path(workdir) / target).resolve()
-    return None
+    return target if target.endswith(".py") or "/" in target else None
 
 
 def card_key(spec: Mapping[str, Any], workdir: str | os.PathLike) -> str:
@@ -94,16 +102,30 @@ def card_key(spec: Mapping[str, Any], workdir: str | os.PathLike) -> str:
     for folder in sorted(folders):
         for p in sorted(folder.glob("*.py")):
             h.update(p.name.encode())
-            h.update(p.read_bytes())
+            try:
+                h.update(p.read_bytes())
+            except OSError as e:  # a file beside the factory that cannot be read
+                h.update(f"unreadable: {e.strerror}".encode())
     return h.hexdigest()
 
 
 def model_card(
-    where: str, experiment: str, spec: Mapping[str, Any], workdir: str | os.PathLike
+    where: str,
+    experiment: str,
+    spec: Mapping[str, Any],
+    workdir: str | os.PathLike,
+    limit: float = DEFAULTS["user_code_idle_seconds"],
 ) -> dict:
     """The model card of ``spec`` (config ``model.torch``): kept in :data:`CARD` when its key
-    matches, else made by ``python -m parity.own.card`` in ``workdir`` and kept. Raises
-    :class:`ConfigError` at ``where`` with the reason a model cannot be built."""
+    matches, else made by ``python -m parity.own.card`` in ``workdir`` and kept.
+
+    The subprocess runs the user's code: what it prints (at import, say) is relayed to
+    standard error, each line prefixed ``[<experiment> model card]``, never parsed; while
+    it runs, a line every 30 s says what the plan waits on; after ``limit`` seconds
+    (``limits.user_code_idle_seconds``) without progress (a line of output, the next call
+    into the user's code) it is stopped (:func:`parity.core.userproc.run_watched`). Raises
+    :class:`ConfigError` at ``where`` with the reason a model cannot be built, or naming
+    the factory, the experiment, the pid and where it hung."""
     key = card_key(spec, workdir)
     path = Path(workdir) / CARD.format(experiment=experiment)
     try:
@@ -112,31 +134,36 @@ def model_card(
             return kept["card"]
     except (OSError, ValueError, AttributeError):
         pass
-    f = factory_file(spec, workdir)
-    if f is not None and not f.is_file():
-        raise ConfigError(f"{where}.factory", f"{f} is not a file")
+    for ref in ("factory", "optimizer"):
+        target = factory_target(spec, ref)
+        if target is not None:
+            userpath.check(f"{where}.{ref}", target, "file", workdir)
     scripts = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(scripts), env.get("PYTHONPATH")]))
+    what = f"{usercode.factory_label(spec, workdir)} of experiment {experiment}"
     try:
-        proc = subprocess.run(
+        result, status, output = userproc.run_for_json(
             [sys.executable, "-m", "parity.own.card"],
-            input=json.dumps(spec),
-            capture_output=True,
-            text=True,
+            spec,
+            what,
+            limit,
             cwd=workdir,
             env=env,
-            timeout=CARD_TIMEOUT,
+            prefix=f"[{experiment} model card] ",
+            folder=usercode.factory_folder(spec, workdir),
         )
-    except subprocess.TimeoutExpired:
+    except usercode.UserCodeStuck as e:
+        raise ConfigError(where, f"building the PyTorch model: {e}") from None
+    if "error" in result:
+        raise ConfigError(where, f"the PyTorch model cannot be built: {result['error']}")
+    if status != 0 or "card" not in result:
         raise ConfigError(
-            where, f"building the PyTorch model took more than {CARD_TIMEOUT} s"
-        ) from None
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        reason = lines[-1] if lines else f"exit status {proc.returncode}"
-        raise ConfigError(where, f"the PyTorch model cannot be built: {reason}")
-    card = json.loads(proc.stdout)
+            where,
+            f"the PyTorch model cannot be built: building its card ({what}) "
+            f"{userproc.ended(status, output)}",
+        )
+    card = result["card"]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"key": key, "card": card}, sort_keys=True), encoding="utf-8")
@@ -144,11 +171,18 @@ def model_card(
     return card
 
 
-def _io(where: str, data: Mapping[str, Any], loss: str, card: Mapping[str, Any]) -> dict:
+def _io(
+    where: str,
+    data: Mapping[str, Any],
+    loss: str,
+    card: Mapping[str, Any],
+    workdir: str | os.PathLike | None = None,
+) -> dict:
     """What one sample is: ``input`` (``{"kind": "tokens", "shape": [T], "vocab": V}`` or
     ``{"kind": "float", "shape": […]}``) and ``target`` (``{"kind": "tokens"}``, the next
     token of each position; ``{"kind": "classes", "classes": C}``; ``{"kind": "float",
-    "shape": […]}``), from config ``data`` and the loss."""
+    "shape": […]}``), from config ``data`` and the loss (a data file relative to
+    ``workdir``, default the current folder)."""
     kinds = [k for k in ("tokens", "inputs", "file") if k in data]
     if len(kinds) != 1:
         raise ConfigError(
@@ -172,7 +206,7 @@ def _io(where: str, data: Mapping[str, Any], loss: str, card: Mapping[str, Any])
             "target": {"kind": "tokens"},
         }
     if "file" in data:
-        return _file_io(where, data, loss, card)
+        return _file_io(where, data, loss, card, workdir)
     targets = data.get("targets")
     if targets is None:
         raise ConfigError(f"{where}.data.targets", "inputs need targets: {shape} or {classes}")
@@ -187,32 +221,22 @@ def _io(where: str, data: Mapping[str, Any], loss: str, card: Mapping[str, Any])
     return {"input": {"kind": "float", "shape": list(data["inputs"]["shape"])}, "target": target}
 
 
-#: The most header bytes a data file may declare (safetensors' own limit is 100 MB).
-MAX_HEADER = 100_000_000
-
-
-def safetensors_header(path: Path) -> dict:
-    """The tensors a safetensors file declares (name → ``{"dtype", "shape"}``), read from its
-    header alone. Raises ``ValueError`` naming what is wrong."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("too short for a safetensors header")
-        n = int.from_bytes(head, "little")
-        if n > MAX_HEADER:
-            raise ValueError(f"declares a header of {n} bytes")
-        text = f.read(n)
-    doc = json.loads(text)
-    return {k: v for k, v in doc.items() if k != "__metadata__"}
-
-
-def _file_io(where: str, data: Mapping[str, Any], loss: str, card: Mapping[str, Any]) -> dict:
-    """``io`` of the user's own data file (``data.file``): ``x`` int64 is token ids (with
-    ``y`` the next tokens, int64 of the same shape), else float inputs; ``y`` int64 of two
-    dimensions is class labels, a float ``y`` the targets."""
+def _file_io(
+    where: str,
+    data: Mapping[str, Any],
+    loss: str,
+    card: Mapping[str, Any],
+    workdir: str | os.PathLike | None = None,
+) -> dict:
+    """``io`` of the user's own data file (``data.file``, relative to ``workdir``): ``x``
+    int64 is token ids (with ``y`` the next tokens, int64 of the same shape), else float
+    inputs; ``y`` int64 of two dimensions is class labels, a float ``y`` the targets. The
+    file's header is checked whole (:func:`safetensors_header`); ``io["file"]`` is the path
+    as the config gives it."""
     path = Path(data["file"])
+    full = userpath.check(f"{where}.data.file", path, "file", workdir)
     try:
-        tensors = safetensors_header(path)
+        tensors = safetensors_header(full)
     except (OSError, ValueError) as e:
         raise ConfigError(
             f"{where}.data.file", f"{path}: not a readable safetensors file ({e})"
@@ -268,8 +292,74 @@ def _file_io(where: str, data: Mapping[str, Any], loss: str, card: Mapping[str, 
     }
 
 
+def check_crate(key: str, crate: str | os.PathLike, workdir: str | os.PathLike) -> Path:
+    """The resolved folder of a user's crate (config ``model.<side>.crate``, relative to
+    ``workdir``): a readable folder whose ``Cargo.toml`` is a readable TOML file with a
+    ``[package]`` name, what the build job reads first (its ``parity-common`` dependency is
+    the build's to check: :func:`port_manifest_problem`). Raises :class:`ConfigError` at
+    ``key`` naming what is wrong."""
+    import tomllib
+
+    folder = userpath.check(key, crate, "folder", workdir)
+    manifest, why = userpath.problem("Cargo.toml", "file", folder)
+    if not os.path.lexists(folder / "Cargo.toml"):
+        raise ConfigError(key, f"{folder} has no Cargo.toml: not a crate")
+    if why is not None:
+        raise ConfigError(key, f"{why}: not a readable Cargo.toml")
+    try:
+        with open(manifest, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(key, f"{manifest}: not a readable Cargo.toml ({e})") from None
+    package = doc.get("package")
+    if not isinstance(package, dict) or not isinstance(package.get("name"), str):
+        raise ConfigError(key, f"{manifest} has no [package] name: not a library crate")
+    return folder
+
+
+#: This checkout's Rust workspace (the runner crates, parity-common).
+RUST_DIR = Path(__file__).resolve().parents[3] / "rust"
+
+
+def port_manifest_problem(
+    doc: Mapping[str, Any],
+    crate: str | os.PathLike,
+    framework: str,
+    rust_dir: str | os.PathLike = RUST_DIR,
+) -> str | None:
+    """Why a port crate's parsed ``Cargo.toml`` (``doc``, of the crate in folder ``crate``)
+    does not depend on ``rust_dir``'s ``parity-common`` with the ``framework`` feature
+    (``features = ["candle"]``), naming the line to write; None when it does. Every value
+    is checked for its type first (a ``[dependencies]`` that is not a table, a ``path``
+    that is not text, ``features`` that are not a list), and the path is followed as the
+    file system follows it (``os.path.realpath``, which never raises)."""
+    ours = Path(os.path.realpath(Path(rust_dir) / "parity-common"))
+    want = f'parity-common = {{ path = "{ours}", features = ["{framework}"] }}'
+    deps = doc.get("dependencies", {})
+    dep = deps.get("parity-common") if isinstance(deps, dict) else None
+    if not isinstance(dep, dict) or not isinstance(dep.get("path"), str):
+        return (
+            f"the port must depend on this workflow's parity-common, for its {framework} "
+            f"trait; add to [dependencies]: {want}"
+        )
+    theirs = Path(os.path.realpath(Path(crate) / dep["path"]))
+    if theirs != ours:
+        return (
+            f"parity-common is {theirs}, another checkout's (its trait would not be the one "
+            f"this workflow's runner calls); point it at {ours}: {want}"
+        )
+    features = dep.get("features", [])
+    if not isinstance(features, list) or framework not in features:
+        return f'parity-common needs features = ["{framework}"]'
+    return None
+
+
 def resolve_model(
-    where: str, experiment: str, exp: Mapping[str, Any], workdir: str | os.PathLike
+    where: str,
+    experiment: str,
+    exp: Mapping[str, Any],
+    workdir: str | os.PathLike,
+    limit: float = DEFAULTS["user_code_idle_seconds"],
 ) -> dict:
     """Config ``experiments.<experiment>.model`` of family ``own`` resolved (module docs):
     ``torch``, the Rust sides with their crate paths made absolute (relative to
@@ -279,10 +369,11 @@ def resolve_model(
     ``buffers`` (those named in ``model.buffers``, with their shapes), ``rust_config``,
     ``io`` and ``card_sha256``. Raises :class:`ConfigError` listing every problem: a model
     that cannot be built, a source of randomness, a buffer or a rename that does not exist,
-    a crate folder without a Cargo.toml, a built-in port the runner crate does not have."""
+    a crate folder without a Cargo.toml, a built-in port the runner crate does not have, a
+    model file that hangs for ``limit`` seconds (``limits.user_code_idle_seconds``)."""
     model = copy.deepcopy(dict(exp["model"]))
     spec = model["torch"]
-    card = model_card(f"{where}.torch", experiment, spec, workdir)
+    card = model_card(f"{where}.torch", experiment, spec, workdir, limit)
     problems: list[ConfigError] = []
     if card["randomness"]:
         problems.append(
@@ -319,13 +410,23 @@ def resolve_model(
                     )
                 )
         else:
-            crate = Path(workdir, model[side]["crate"]).resolve()
-            if not (crate / "Cargo.toml").is_file():
-                problems.append(
-                    ConfigError(f"{where}.{side}.crate", f"{crate} has no Cargo.toml: not a crate")
-                )
+            try:
+                crate = check_crate(f"{where}.{side}.crate", model[side]["crate"], workdir)
+            except ConfigError as e:
+                problems.append(e)
+                crate = Path(workdir, model[side]["crate"])
             model[side] = {**model[side], "crate": str(crate)}
+        renamed: dict[str, str] = {}
         for rust_name, torch_name in (model.get("rename", {}).get(side) or {}).items():
+            if torch_name in renamed:
+                problems.append(
+                    ConfigError(
+                        f"{where}.rename.{side}.{rust_name}",
+                        f"{torch_name!r} is already the key of Rust tensor "
+                        f"{renamed[torch_name]!r}: one state_dict key, one Rust name",
+                    )
+                )
+            renamed.setdefault(torch_name, rust_name)
             if torch_name not in names and torch_name not in buffers:
                 problems.append(
                     ConfigError(
@@ -334,7 +435,7 @@ def resolve_model(
                     )
                 )
     try:
-        io = _io(where.rsplit(".", 1)[0], exp["data"], exp["loss"], card)
+        io = _io(where.rsplit(".", 1)[0], exp["data"], exp["loss"], card, workdir)
     except ConfigError as e:
         problems.append(e)
         io = {}

@@ -29,10 +29,11 @@ from parity.core.config import (
 )
 from parity.core.devices import DEVICES
 from parity.core.models import model_params
-from parity.plan import frameworks, versions
+from parity.plan import builds, frameworks, versions
 from parity.plan.faults import resolve_fault, resolve_sensitivity
 from parity.plan.keys import Comparison, RunKey, trace_expectation
 from parity.plan.loop import replay_limits
+from parity.plan.references import reference_problems
 from parity.plan.resolve import resolve_experiment
 
 
@@ -63,27 +64,11 @@ class Plan:
         #: comparison_job's answers: a comparison's compare and localise jobs ask for the
         #: same params, on every DAG build.
         self._jobs: dict[Comparison, dict] = {}
+        #: build_identity's answers by binary: each hashes a runner's sources once.
+        self._identities: dict[str, dict[str, str] | None] = {}
         self.imported_devices: list[str] = list(self.config.get("imported_devices", []))
-        problems: list[ConfigError] = []
-        for i, dev in enumerate(self.imported_devices):
-            if dev not in self.devices:
-                problems.append(
-                    ConfigError(
-                        f"imported_devices[{i}]",
-                        f"{dev!r} is not in devices {self.devices}: "
-                        "its traces would not be compared",
-                    )
-                )
+        problems: list[ConfigError] = reference_problems(self.config)
         only = self.config.get("only")
-        for i, name in enumerate(only or []):
-            if name not in self.config["experiments"]:
-                problems.append(
-                    ConfigError(
-                        f"only[{i}]",
-                        f"{name!r} is not an experiment of this config "
-                        f"({', '.join(self.config['experiments'])})",
-                    )
-                )
         for name, exp in self.config["experiments"].items():
             if only is not None and name not in only:
                 continue
@@ -96,17 +81,6 @@ class Plan:
                     problems.extend(e.problems)
         if problems:
             raise ConfigError.every(problems)
-        for i, name in enumerate(self.config.get("determinism", {}).get("experiments", [])):
-            if name not in self.config["experiments"]:
-                raise ConfigError(
-                    f"determinism.experiments[{i}]", f"{name!r} is not an experiment of this config"
-                )
-        for i, item in enumerate(self.config.get("framework_summary", [])):
-            if item["experiment"] not in self.config["experiments"]:
-                raise ConfigError(
-                    f"framework_summary[{i}].experiment",
-                    f"{item['experiment']!r} is not an experiment of this config",
-                )
         #: Fault instances by name (``faults.resolve_fault``), their runs and comparisons by
         #: experiment; none of them is in :meth:`runs` or :meth:`comparisons`.
         self.faults: dict[str, dict] = {}
@@ -195,9 +169,32 @@ class Plan:
         (``versions.run_binary``). Raises ``KeyError`` for a PyTorch run."""
         return versions.run_binary(self._settings(key.experiment, key.run), key.device)
 
+    def build_identity(self, key: RunKey) -> dict[str, str] | None:
+        """What the binary a Rust run's job starts (:meth:`binary`) must be, as this checkout
+        and config build it (``builds.run_identity``): its file name and source id, which
+        the job holds the binary's build record to (``integrity.check_binary``); None for a
+        PyTorch run. Raises ``OSError`` when a file the build reads cannot be read."""
+        settings = self._settings(key.experiment, key.run)
+        if settings["framework"] not in frameworks.RUST_FRAMEWORKS:
+            return None
+        binary = versions.run_binary(settings, key.device)
+        if binary not in self._identities:
+            self._identities[binary] = builds.run_identity(
+                self.config, settings, key.experiment, key.device
+            )
+        return self._identities[binary]
+
     def trace_expectation(self, key: RunKey) -> dict:
-        """What a trace of ``key`` must carry (:func:`trace_expectation`)."""
-        return trace_expectation(key, self._settings(key.experiment, key.run))
+        """What a trace of ``key`` must carry (:func:`trace_expectation`), and for a Rust
+        run the source id of the build that must have made it (``runner_source_id``:
+        :meth:`build_identity`), so a trace another build made (another release, backend,
+        own port or checkout, its binary copied in with its record) is refused by the
+        comparison that reads it."""
+        out = trace_expectation(key, self._settings(key.experiment, key.run))
+        identity = self.build_identity(key)
+        if identity is not None:
+            out["runner_source_id"] = identity["source_id"]
+        return out
 
     def unsupported_cells(self) -> list[tuple[RunKey, str]]:
         """Runs of the configured devices and dtypes that the validity matrix excludes,
@@ -343,8 +340,9 @@ class Plan:
 
     def localise_params(self, c: Comparison) -> dict:
         """What a localisation job needs (``parity.localise.replay``): config ``localise``, each
-        run's settings, the replays' keys, the fixture, threads and batch size, and why it cannot
-        replay here (a run on an imported device), or None."""
+        run's settings, the replays' keys and the identity of each one's binary
+        (:meth:`build_identity`, which its build record must hold), the fixture, threads and
+        batch size, and why it cannot replay here (a run on an imported device), or None."""
         keys = self.replay_keys(c)
         imported = sorted({k.device for k in keys.values()} & set(self.imported_devices))
         no_f64 = [
@@ -370,6 +368,8 @@ class Plan:
             **self.localise,
             "settings": {r: self.run_settings(c.experiment, r) for r in sorted(runs)},
             "replays": {role: asdict(k) for role, k in keys.items()},
+            # what each replay's binary must be (build_identity; None for PyTorch)
+            "builds": {role: self.build_identity(k) for role, k in keys.items()},
             "fixture": self.fixture(c.experiment),
             "threads": int(self.config.get("threads", 1)),
             "batch_size": int(data["batch_size"]),

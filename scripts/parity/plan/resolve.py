@@ -24,7 +24,7 @@ from typing import Any
 
 from parity.core.config import MAIN, RECORD_DEFAULTS, ConfigError, merge
 from parity.core.models import check_model, model_params
-from parity.plan import frameworks, own, versions
+from parity.plan import frameworks, limits, own, versions
 from parity.plan.frameworks import candle
 from parity.plan.loop import resolve_loop
 
@@ -45,7 +45,13 @@ def resolve_experiment(
     where = f"experiments.{name}"
     exp = copy.deepcopy(dict(exp))
     if exp["model"]["family"] == "own":
-        exp["model"] = own.resolve_model(f"{where}.model", name, exp, workdir or os.getcwd())
+        exp["model"] = own.resolve_model(
+            f"{where}.model",
+            name,
+            exp,
+            workdir or os.getcwd(),
+            limits.settings(config)["user_code_idle_seconds"],
+        )
     exp.setdefault("runs", {"torch": {}, "candle": {}})
     if "comparisons" not in exp:  # PyTorch against the Rust run: candle, else burn
         rust = next((r for r in ("candle", "burn") if r in exp["runs"]), "candle")

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from parity.core import userpath
 from parity.core.memo import Memo, probe_key
 from parity.core.yamlfile import _EXPONENT_NUMBER, YamlError, number_hint
 from parity.plan.limits import DEFAULTS as LIMIT_DEFAULTS
@@ -66,14 +67,20 @@ def _validate(path: Path, doc: Any, coerced: Mapping[tuple, str]) -> None:
 def _coerce(doc: Any) -> tuple[Any, dict[tuple, str]]:
     """A copy of ``doc`` with every text that YAML 1.1 leaves as text but that is a number in
     exponent form (``1e-6``) made that number (an integer when integral), except under
-    ``description`` and ``note``, and the strings ``"inf"``, ``"-inf"``, ``"nan"`` of input
-    values made floats. Returns the copy and the key path → original text of each."""
+    ``description`` and ``note``, whose every run of whitespace (YAML's folded line breaks,
+    a tab) is made one space (the schema then refuses any other control character), and
+    the strings ``"inf"``, ``"-inf"``, ``"nan"`` of input values made floats. Returns the
+    copy and the key path → original text of each number."""
     coerced: dict[tuple, str] = {}
 
     def walk(node: Any, at: tuple) -> Any:
         if isinstance(node, Mapping):
             return {
-                k: (v if k in _TEXT_KEYS and isinstance(v, str) else walk(v, (*at, k)))
+                k: (
+                    " ".join(v.split())
+                    if k in _TEXT_KEYS and isinstance(v, str)
+                    else walk(v, (*at, k))
+                )
                 for k, v in node.items()
             }
         if isinstance(node, list):
@@ -214,7 +221,9 @@ def discover(
     """The probes of ``folder`` (every ``*.yaml``, or only ``select``), by name, sorted,
     each read within ``limits`` (:func:`load`, with ``memo``).
 
-    Raises :class:`ProbeError` for a missing folder or selected probe, or a malformed file.
+    Raises :class:`ProbeError` for a missing folder or selected probe, a ``*.yaml`` that is
+    not a readable file (a broken or looping symbolic link, a folder, a FIFO), or a
+    malformed file.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -225,4 +234,10 @@ def discover(
         if missing:
             raise ProbeError(folder, "", f"selected probe {missing[0]!r} has no file here")
         names = [n for n in names if n in select]
+    for n in names:
+        # a broken or looping link, a folder, a FIFO (which would block the reader) named
+        # *.yaml: named as what it is, before anything opens it
+        why = userpath.reason(folder / f"{n}.yaml", "file")[1]
+        if why is not None:
+            raise ProbeError(folder / f"{n}.yaml", "", f"not a readable probe file: {why}")
     return {n: load(folder / f"{n}.yaml", limits, memo) for n in names}

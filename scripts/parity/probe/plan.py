@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parity.core import paths
+from parity.core import paths, userpath
 from parity.core.devices import DEVICES
 from parity.core.memo import Memo
+from parity.plan import frameworks, versions
 from parity.plan import limits as size_limits
-from parity.plan import versions
 from parity.plan.frameworks import PROBE_DTYPES, probe_unsupported_reason
 from parity.probe.format import Probe
 from parity.probe.loader import discover
@@ -33,6 +33,32 @@ REFERENCE64_DTYPE = "f64"
 #: ``probes.fp64_rule``): the multiplier of ``closeness.fp64_rule_multiplier`` and the floor
 #: in ulps of the run dtype.
 FP64_RULE_DEFAULTS = {"multiplier": "auto", "floor_ulps": 1.0}
+
+
+def build_key(framework: str, version: str, device: str) -> str:
+    """How :attr:`ProbePlan.source_ids` names a Rust runner build: ``candle 0.11.0 cpu``."""
+    return f"{framework} {version} {device}"
+
+
+def runner_source_ids(
+    config: Mapping[str, Any], configured: Mapping[str, Sequence[str]], devices: Sequence[str]
+) -> dict[str, str]:
+    """The source id (``parity.plan.builds.runner_build``) of every Rust runner build the
+    probes may use: each configured release on each device, by :func:`build_key`. A build
+    whose files cannot be read (a release without its lock file, refused by the config
+    check) has none."""
+    from parity.plan import builds
+
+    out = {}
+    for fw, releases in configured.items():
+        for version in releases:
+            for device in devices:
+                try:
+                    build = builds.runner_build(config, fw, version, device)
+                except OSError:
+                    continue
+                out[build_key(fw, version, device)] = build["source_id"]
+    return out
 
 
 @dataclass(frozen=True, order=True)
@@ -97,8 +123,10 @@ class ProbePlan:
     ``fp64_rule`` the settings of the float64-referenced rule (``multiplier``: ``"auto"`` or
     a number; ``floor_ulps``), missing keys from :data:`FP64_RULE_DEFAULTS`; ``releases``
     each Rust framework's further releases (``versions.configured`` less the primary one),
-    probed as cells of their own; ``primaries`` each Rust framework's primary release.
-    Raises ``ValueError`` for an unknown dtype.
+    probed as cells of their own; ``primaries`` each Rust framework's primary release;
+    ``source_ids`` the source id this checkout and config build for each Rust runner
+    (:meth:`source_id`, keyed by :func:`build_key`), which a result's recorded one must
+    be. Raises ``ValueError`` for an unknown dtype.
     """
 
     def __init__(
@@ -109,6 +137,7 @@ class ProbePlan:
         fp64_rule: Mapping[str, Any] | None = None,
         releases: Mapping[str, Sequence[str]] | None = None,
         primaries: Mapping[str, str] | None = None,
+        source_ids: Mapping[str, str] | None = None,
     ):
         unknown = [d for d in dtypes if d not in PROBE_DTYPES]
         if unknown:
@@ -119,6 +148,7 @@ class ProbePlan:
         self.fp64_rule: dict[str, Any] = {**FP64_RULE_DEFAULTS, **(fp64_rule or {})}
         self.releases: dict[str, list[str]] = {k: list(v) for k, v in (releases or {}).items()}
         self.primaries: dict[str, str] = dict(primaries or {})
+        self.source_ids: dict[str, str] = dict(source_ids or {})
 
     @classmethod
     def from_config(
@@ -137,14 +167,22 @@ class ProbePlan:
         like its scripts). With ``workdir`` (the jobs' working directory), each probe's
         :attr:`Probe.path` is relative to it (``probes/x.yaml`` when it is ``basedir``): a
         job's input then does not name the folder the project lies in, so a copy of the
-        project with its results stays up to date. Raises ``format.ProbeError`` for a missing
-        folder or selected probe, or a malformed probe file. ``memo``: the working folder's
+        project with its results stays up to date. Raises ``ConfigError`` at
+        ``probes.folder`` (``fuzz.known_bugs``) for a folder that does not resolve to a
+        readable folder, ``format.ProbeError`` for a missing selected probe or a malformed
+        probe file. ``memo``: the working folder's
         record of probe files read before (``loader.load``).
         """
         settings = config.get("probes") or {}
+        enabled = settings.get("enabled", True)
         folder = Path(settings.get("folder", "probes"))
         folder = folder if folder.is_absolute() else Path(basedir) / folder
-        enabled = settings.get("enabled", True)
+        if enabled:  # checked as the file system resolves it; named as the config does
+            userpath.check("probes.folder", settings.get("folder", "probes"), "folder", basedir)
+        known = (config.get("fuzz") or {}).get("known_bugs")
+        if known is not None:
+            # read by the fuzz target only, but a config names it: held to it here, once
+            userpath.check("fuzz.known_bugs", known, "folder", basedir)
         limits = size_limits.settings(config)
         probes = discover(folder, settings.get("select"), limits, memo) if enabled else {}
         if workdir is not None:
@@ -155,15 +193,28 @@ class ProbePlan:
         configured = versions.configured(config)
         releases = {fw: vs[1:] for fw, vs in configured.items() if vs[1:]}
         primaries = {fw: vs[0] for fw, vs in configured.items()}
+        source_ids = runner_source_ids(config, configured, config["devices"]) if probes else {}
         return cls(
-            probes, config["devices"], dtypes, settings.get("fp64_rule"), releases, primaries
+            probes,
+            config["devices"],
+            dtypes,
+            settings.get("fp64_rule"),
+            releases,
+            primaries,
+            source_ids,
         )
 
     def for_devices(self, devices: Sequence[str]) -> ProbePlan:
         """The same probes, dtypes and rule on ``devices`` only (a per-device target; the
         reference runs on the CPU stay cells)."""
         return ProbePlan(
-            self.probes, devices, self.dtypes, self.fp64_rule, self.releases, self.primaries
+            self.probes,
+            devices,
+            self.dtypes,
+            self.fp64_rule,
+            self.releases,
+            self.primaries,
+            self.source_ids,
         )
 
     def to_params(self) -> dict:
@@ -175,6 +226,7 @@ class ProbePlan:
             "fp64_rule": self.fp64_rule,
             "releases": self.releases,
             "primaries": self.primaries,
+            "source_ids": self.source_ids,
         }
 
     @classmethod
@@ -188,6 +240,7 @@ class ProbePlan:
             params.get("fp64_rule"),
             params.get("releases"),
             params.get("primaries"),
+            params.get("source_ids"),
         )
 
     def probe(self, name: str) -> Probe:
@@ -236,6 +289,14 @@ class ProbePlan:
         for k in self.jobs():
             out.setdefault((k.runner, k.dtype, k.device), []).append(k)
         return out
+
+    def source_id(self, key: ProbeKey) -> str | None:
+        """The source id this checkout and config build for the Rust runner that makes
+        ``key``'s result (its release, its device without a host), which the result's
+        recorded ``runner.source_id`` must be; None for PyTorch."""
+        if key.framework not in frameworks.RUST_FRAMEWORKS:
+            return None
+        return self.source_ids.get(build_key(key.framework, self.version_of(key), key.base_device))
 
     def version_of(self, key: ProbeKey) -> str:
         """The release of a Rust framework that makes ``key``'s result: its ``version``, or

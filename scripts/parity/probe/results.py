@@ -190,14 +190,17 @@ def _check_metadata(path, meta: Mapping) -> None:
 
 
 def read_results(
-    path: str | os.PathLike, probe: Probe, key: ProbeKey
+    path: str | os.PathLike, probe: Probe, key: ProbeKey, source_id: str | None = None
 ) -> tuple[dict, dict[tuple[str, str], Outcome]]:
-    """Open a result file and check it against the probe and the run it must come from.
+    """Open a result file and check it against the probe and the run it must come from;
+    with ``source_id`` (a Rust runner's, as this checkout and config build it:
+    ``ProbePlan.source_id``), its recorded ``runner.source_id`` must be that one.
 
     Returns (metadata, outcomes by (case, quantity)). Raises :class:`ProbeResultError`
     naming the file and the field: unreadable file, a page or the metadata that does not
     match its checksum (corrupt), missing or malformed metadata, a
-    metadata value that differs from ``probe``/``key`` (a stale result), a column of the
+    metadata value that differs from ``probe``/``key`` (a stale result), a runner source id
+    other than ``source_id`` (another build made it), a column of the
     wrong type, or rows that differ from the probe's quantities.
     """
     path = Path(path)
@@ -226,6 +229,13 @@ def read_results(
     for k, v in expect.items():
         if meta[k] != v:
             raise ProbeResultError(path, f"metadata {k!r} is {meta[k]!r}, expected {v!r}")
+    if source_id is not None and meta["runner"].get("source_id") != source_id:
+        raise ProbeResultError(
+            path,
+            f"recorded runner source id {meta['runner'].get('source_id')!r}, expected "
+            f"{source_id!r} (the build of this checkout and config for {key.label}): another "
+            "build made it; delete the result and rerun the workflow",
+        )
     got = pf.schema_arrow
     for f in ARROW_SCHEMA:
         if f.name not in got.names:

@@ -13,18 +13,17 @@ died part-way had written.
 
 from __future__ import annotations
 
-import io
 import logging
 import signal
-import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from parity.core.watchdog import run_captured
 from parity.probe import api_limits
 from parity.probe.format import Probe
 from parity.probe.plan import ProbeKey
 from parity.probe.results import OK, Outcome, write_results
-from parity.trace.frames import Frame, FrameError, read_frames
+from parity.trace.frames import Frame, FrameError, read_buffer
 from parity.trace.provenance import probe_metadata
 from parity.train.rust import RunnerError, check_binary, invocation, log_tail
 
@@ -114,7 +113,7 @@ def _read_partial(data: bytes) -> list[Frame]:
     """The frames of ``data`` up to the first malformed or truncated one."""
     out: list[Frame] = []
     try:
-        for f in read_frames(io.BytesIO(data)):
+        for f in read_buffer(data):
             out.append(f)
     except FrameError:
         pass
@@ -159,10 +158,18 @@ def run_batch(
     threads: int,
     log: logging.Logger,
     log_path: str | None,
+    build: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, list[Outcome], dict]]:
     """Run ``probes`` in ``dtype`` on ``device`` with ONE invocation of the Rust runner of
     ``framework`` (``binary``) and yield (probe name, outcomes, metadata) per probe, in
     batch order (``probe_batch.Compute``), as :func:`run_runner` does.
+
+    First the binary's build record is checked (``parity.train.rust.check_binary``), held
+    to ``build`` when given (the rule's param: the binary's name and source id as this
+    checkout and config build it): another build's binary copied in with its record
+    raises :class:`RunnerError` before any probe runs. Each probe's metadata records the
+    record's source id (``runner.source_id``), which the probe table holds to this
+    checkout's (``results.read_results``).
 
     A case that meets a documented API limit of the framework
     (``parity.probe.api_limits``) is not sent: each of its quantities is ``unsupported``
@@ -170,6 +177,7 @@ def run_batch(
     is that of the batch's runner; with nothing to send, the runner runs an empty batch
     for its header).
     """
+    record = check_binary(binary, build)
     limited = {p.name: api_limits.case_limits(p, framework) for p in probes}
     sent = [
         r for p in probes if (r := api_limits.without_cases(p, list(limited[p.name]))) is not None
@@ -185,13 +193,21 @@ def run_batch(
     for name, outcomes, metadata in runs:
         while pending[0].name != name:
             p = pending.pop(0)
-            yield p.name, api_limits.merge(p, [], limited[p.name]), metadata
+            yield p.name, api_limits.merge(p, [], limited[p.name]), _built(metadata, record)
         p = pending.pop(0)
-        yield name, api_limits.merge(p, outcomes, limited[name]), metadata
+        yield name, api_limits.merge(p, outcomes, limited[name]), _built(metadata, record)
     if pending and not metadata:
         metadata = header_metadata(framework, binary, threads, log_path)
     for p in pending:
-        yield p.name, api_limits.merge(p, [], limited[p.name]), metadata
+        yield p.name, api_limits.merge(p, [], limited[p.name]), _built(metadata, record)
+
+
+def _built(metadata: dict, record: Mapping) -> dict:
+    """``metadata`` (``probe_metadata``) with the source id of the binary's build record
+    as ``runner.source_id``: which build made the results."""
+    if isinstance(metadata.get("runner"), dict):
+        metadata["runner"]["source_id"] = record.get("source_id")
+    return metadata
 
 
 def header_metadata(framework: str, binary: str, threads: int, log_path: str | None) -> dict:
@@ -201,10 +217,13 @@ def header_metadata(framework: str, binary: str, threads: int, log_path: str | N
     name = Path(binary).name
     with invocation({"probes": []}, threads, log_path) as (spec_path, env, stderr):
         cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
-    if proc.returncode != 0:
-        raise RunnerError(f"{name} probe exited with status {proc.returncode} on an empty batch")
-    frames = list(read_frames(io.BytesIO(proc.stdout)))
+        what = f"the {framework} op probes (an empty batch)"
+        status, stdout, stopped = run_captured(cmd, what, env, stderr)
+    if stopped:
+        raise RunnerError(stopped)
+    if status != 0:
+        raise RunnerError(f"{name} probe exited with status {status} on an empty batch")
+    frames = list(read_buffer(stdout))
     return batch_outcomes(frames, [], framework, name)[0]
 
 
@@ -229,7 +248,8 @@ def run_runner(
     (:func:`crashed_probe`), and the probes after it run in a new invocation.
 
     Raises :class:`RunnerError` when the binary exits non-zero otherwise (a spec it
-    refuses, a missing device, a crash before its header) or its stream is malformed
+    refuses, a missing device, a crash before its header), is stopped for making no
+    progress (:mod:`parity.core.watchdog`), or its stream is malformed
     (:func:`batch_outcomes`); the probes whose results all arrived are yielded first
     (:func:`complete_probes`), so that the batch's cache keeps them.
     """
@@ -238,19 +258,20 @@ def run_runner(
     spec = batch_spec(probes, dtype, device)
     with invocation(spec, threads, log_path) as (spec_path, env, stderr):
         cmd = [binary, "probe", "--spec", spec_path, "--out", "-"]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
-    if proc.returncode != 0:
-        partial = _read_partial(proc.stdout)
+        what = f"the {framework} op probes ({dtype}, {device})"
+        status, stdout, stopped = run_captured(cmd, what, env, stderr)
+    if status != 0:
+        partial = _read_partial(stdout)
         metadata, outcomes = complete_probes(partial, probes, framework, name)
         done = [p for p in probes if p.name in outcomes]
         yield from _report(done, outcomes, metadata, log)
-        if -proc.returncode in CRASH_SIGNALS and metadata:
+        if not stopped and -status in CRASH_SIGNALS and metadata:
             # A fault of the process itself (a segfault or an abort in the framework) while
             # running the probe after the finished ones: a crash is that probe's outcome,
             # and the rest run in a new process. A runner stopped from outside (SIGINT,
             # SIGTERM, SIGKILL) is no outcome of its probe: the job fails.
             culprit = probes[len(done)]
-            sig = signal.Signals(-proc.returncode).name
+            sig = signal.Signals(-status).name
             why = f"{name} crashed ({sig}) while running this probe"
             log.error("%s: %s", culprit.name, why)
             outcomes = {culprit.name: crashed_probe(partial, culprit, why)}
@@ -261,14 +282,15 @@ def run_runner(
                     rest, framework, dtype, device, binary, threads, log, log_path
                 )
             return
-        tail = log_tail(log_path) if log_path else ""
         kept = f" ({len(done)} probe(s) before it kept)" if done else ""
+        if stopped:
+            raise RunnerError(f"{stopped}{kept}")
+        tail = log_tail(log_path) if log_path else ""
         raise RunnerError(
-            f"{name} probe exited with status {proc.returncode}{kept}; last lines of its "
-            f"log:\n{tail}"
+            f"{name} probe exited with status {status}{kept}; last lines of its log:\n{tail}"
         )
     try:
-        frames = list(read_frames(io.BytesIO(proc.stdout)))
+        frames = list(read_buffer(stdout))
     except FrameError as e:
         raise RunnerError(f"malformed frame stream from {name} probe: {e}") from e
     metadata, outcomes = batch_outcomes(frames, probes, framework, name)

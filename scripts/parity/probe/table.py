@@ -66,7 +66,9 @@ def gather(plan: ProbePlan) -> tuple[dict, dict[ProbeKey, Exception], dict[str, 
             continue
         try:
             made_from[key.result] = integrity.file_record(key.result)
-            _, results[key] = read_results(key.result, plan.probe(key.probe), key)
+            # held to the build this checkout and config make for it (plan.source_id)
+            probe = plan.probe(key.probe)
+            _, results[key] = read_results(key.result, probe, key, plan.source_id(key))
         except ProbeResultError as e:
             made_from.pop(key.result, None)
             errors[key] = e
@@ -146,7 +148,8 @@ def gather_remote(
                 )
                 continue
             try:
-                _, hp.results[key] = read_results(path, plan.probe(key.probe), key)
+                probe = plan.probe(key.probe)
+                _, hp.results[key] = read_results(path, probe, key, plan.source_id(key))
             except ProbeResultError as e:
                 hp.errors[key] = e
                 continue

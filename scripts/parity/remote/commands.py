@@ -40,6 +40,62 @@ class RemoteError(RuntimeError):
         super().__init__(f"remote {host}: {message}")
 
 
+#: The programs a remote host's job runs here, and what each is for: every step goes over
+#: ``ssh`` (rsync's ``-e`` and git's ``core.sshCommand`` name it too), ``git`` pushes the
+#: commit and reads this checkout's state, ``rsync`` brings the results back. Checked
+#: before any remote work (:func:`local_tool_problem`).
+LOCAL_TOOLS = {
+    "ssh": "it runs every command there and carries git's push and rsync's transfer",
+    "git": "it reads this checkout's commit and pushes it to the remote checkout",
+    "rsync": "it brings the host's results back here",
+}
+
+
+def local_tool_problem(host: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why remote host ``host``'s job cannot run from this machine: one line naming each
+    program of :data:`LOCAL_TOOLS` that is not on this machine's ``PATH`` (``environ``'s,
+    default this process's), what it is for, and the host; None when every one is there.
+    Nothing is run."""
+    import shutil
+
+    env = os.environ if environ is None else environ
+    path = env.get("PATH", os.defpath)
+    missing = [
+        f"{tool} is not on this machine's PATH ({what})"
+        for tool, what in LOCAL_TOOLS.items()
+        if shutil.which(tool, path=path) is None
+    ]
+    if not missing:
+        return None
+    return (
+        f"remote {host}: {'; '.join(missing)}: install it here or put it on PATH; "
+        "nothing was run there"
+    )
+
+
+#: What the first contact with a host checks there (the programs its non-interactive
+#: shell must find: ``git`` for the checkout and git's push, which runs
+#: ``git-receive-pack`` there; rsync's program, ``rsync`` or the config's ``rsync_path``,
+#: for the transfer). Prefix of the line the remote prints for one that is missing.
+MISSING_THERE = "parity-missing-tool:"
+
+
+def remote_tools_check(host: Mapping[str, Any]) -> str:
+    """A command line for the remote shell that prints ``parity-missing-tool: <program>``
+    for each program the host's job runs there without its ``env`` (``git``, and
+    ``rsync_path`` or ``rsync``) that its shell cannot find, and exits 3 if any is
+    missing (0 otherwise). Cheap: ``command -v`` only."""
+    tools = ["git", host.get("rsync_path") or "rsync"]
+    checks = " ".join(shlex.quote(t) for t in tools)
+    return (
+        f"missing=0; for t in {checks}; do "
+        'case "$t" in */*) test -f "$t" && test -x "$t";; '
+        '*) command -v "$t" >/dev/null 2>&1;; esac || '
+        f"{{ printf '%s %s\\n' {shlex.quote(MISSING_THERE)} \"$t\"; missing=1; }}; done; "
+        'test "$missing" = 0 || exit 3'
+    )
+
+
 def ssh_options(host: Mapping[str, Any]) -> list[str]:
     """ssh's options for a host (no destination): batch mode (never a password prompt),
     a connect timeout, and the config's ``ssh_config``, ``port`` and ``identity``."""

@@ -40,6 +40,7 @@ from parity.core import integrity, paths
 from parity.core.fileio import atomic_path, sha256_file
 from parity.core.hosts import device_label, here_device, host_runs, remote_file
 from parity.plan.keys import RunKey
+from parity.render.markdown import md_text
 from parity.trace.reader import TraceReader
 
 COLUMNS = [
@@ -200,13 +201,16 @@ def _fmt(v) -> str:
 
 
 def markdown(table: list[dict], manifest: Mapping) -> str:
-    """The table as Markdown, headed by where the remote's results came from."""
+    """The table as Markdown, headed by where the remote's results came from. What the
+    remote reported (its host name, system, CPU, checkout path) and every cell is text,
+    escaped with ``markdown.md_text``: a description holding a newline, ``|``, a backtick or
+    ``<script>`` reads as itself and leaves the table whole."""
     remote = manifest.get("remote", {})
+    said = (md_text(remote.get(k) or "?") for k in ("hostname", "system", "cpu"))
     lines = [
         (
-            f"Remote host `{manifest['host']}` ({remote.get('hostname', '?')}, "
-            f"{remote.get('system', '?')}, {remote.get('cpu', '?')}), checkout "
-            f"`{manifest['path']}` at commit `{manifest['commit'][:12]}`."
+            f"Remote host {md_text(manifest['host'])} ({', '.join(said)}), checkout "
+            f"{md_text(manifest['path'])} at commit {md_text(str(manifest['commit'])[:12])}."
         ),
         "",
         (
@@ -219,7 +223,7 @@ def markdown(table: list[dict], manifest: Mapping) -> str:
         lines.append(
             "| "
             + " | ".join(
-                _fmt(r[c])
+                md_text(_fmt(r[c]), cell=True)
                 for c in (
                     "kind",
                     "name",

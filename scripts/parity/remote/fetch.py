@@ -6,6 +6,10 @@ rsync commands it runs are ``commands``'s, the cross-host comparison is ``crossh
 
 One job per host (``rules/remote.smk``, :func:`remote_fetch`):
 
+0. every program the job runs here (ssh, git, rsync: ``commands.LOCAL_TOOLS``) is on
+   ``PATH``, or the job is refused naming it and the host before any remote work (the
+   rules refuse it already while the DAG is built); the first contact checks that the
+   remote's shell finds git and rsync's program there before it makes anything;
 1. the remote checkout is put at this checkout's commit: ``git push`` of the commit over
    the same SSH connection to ``refs/parity/sync`` of the remote repository (made with
    ``git init`` when the folder has none), then ``git checkout --detach``; a remote working
@@ -20,8 +24,11 @@ One job per host (``rules/remote.smk``, :func:`remote_fetch`):
    transfer leaves no half-copied file under a trace's name, and a rerun resumes it;
 4. every file brought back is read whole by its reader (sealed metadata, and every page
    against its checksum; a file that fails is named and removed, so that a rerun fetches
-   it again), and the manifest (``results/remote/{host}/manifest.json``, the job's only output) is
-   written last, atomically: what came back, its sha256, the remote's commit, host, CPU.
+   it again) and its sealed host and CPU held to what the remote reported of itself
+   (:func:`describe_host`, :func:`provenance_problem`: a file made on another machine is
+   refused naming both), and the manifest (``results/remote/{host}/manifest.json``, the
+   job's only output) is written last, atomically: what came back, its sha256, the
+   remote's commit, host, CPU.
 
 Transport and credentials are OpenSSH's and rsync's (``parity.remote.commands``): every
 value reaches a program as one word, one argument of an argument list here and quoted
@@ -45,22 +52,26 @@ from pathlib import Path
 from typing import Any
 
 from parity.core import paths
-from parity.core.fileio import sha256_file, write_text_atomic
+from parity.core.fileio import write_text_atomic
 from parity.core.hosts import REMOTE_STATUS, device_label, host_runs, host_status, remote_file
 from parity.plan.keys import RunKey
 from parity.remote.commands import (
+    MISSING_THERE,
     RemoteError,
     Runner,
     env_prefix,
     in_checkout,
     last_lines,
+    local_tool_problem,
     quote_path,
+    remote_tools_check,
     rsync_argv,
     rsync_env,
     shell_line,
     ssh_options,
     transferred,
 )
+from parity.remote.verify import describe_host, verify
 
 #: Where a host's files come back (relative to the working directory): the remote's
 #: ``results/`` layout below it (``traces/…``, ``probes/…``).
@@ -128,16 +139,33 @@ def fetch_params(
 
 
 def sync_checkout(r: Runner, commit: str) -> str:
-    """Put the remote checkout at ``commit``; returns its absolute path there. Refuses a
-    remote working tree with uncommitted changes to tracked files."""
+    """Put the remote checkout at ``commit``; returns its absolute path there. The first
+    contact checks that the remote's shell finds the programs the job runs there
+    (``commands.remote_tools_check``: git, rsync or ``rsync_path``) before it makes
+    anything; refuses a host that lacks one (naming it and the host), and a remote working
+    tree with uncommitted changes to tracked files."""
     path = r.settings["path"]
     line = (
+        f"{remote_tools_check(r.settings)} && "
         f"mkdir -p {quote_path(path)} && cd {quote_path(path)} && "
         "{ test -e .git || git init -q; } && pwd -P"
     )
     proc = r.ssh(line, "connect", check=False)
     if proc.returncode == 255:
         raise RemoteError(r.host, "connect", f"unreachable: {last_lines(proc.stdout)}")
+    lacking = [
+        x[len(MISSING_THERE) :].strip()
+        for x in proc.stdout.splitlines()
+        if x.startswith(MISSING_THERE)
+    ]
+    if proc.returncode != 0 and lacking:
+        raise RemoteError(
+            r.host,
+            "connect",
+            f"its shell over ssh finds no {', '.join(lacking)} there (a non-interactive "
+            "ssh session's PATH): install it there, or name rsync's program with "
+            "rsync_path; nothing was run there",
+        )
     if proc.returncode != 0:
         raise RemoteError(
             r.host, "connect", f"cannot make a checkout at {path}: {last_lines(proc.stdout)}"
@@ -193,18 +221,6 @@ def sync_checkout(r: Runner, commit: str) -> str:
     return abs_path
 
 
-def describe_host(r: Runner, abs_path: str) -> dict:
-    """The remote's host name, system and CPU, as it reports them."""
-    line = in_checkout(
-        abs_path,
-        "hostname; uname -srm; "
-        "(sysctl -n machdep.cpu.brand_string 2>/dev/null || "
-        "sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)",
-    )
-    out = [*r.ssh(line, "describe", capture=True).stdout.strip().splitlines(), "", "", ""]
-    return {"hostname": out[0], "system": out[1], "cpu": out[2]}
-
-
 def run_remote(r: Runner, abs_path: str, job: FetchJob) -> subprocess.CompletedProcess:
     """Write the config there, bootstrap, run the device targets (not raising: what it
     finished is brought back either way)."""
@@ -250,56 +266,6 @@ def fetch(r: Runner, abs_path: str, job: FetchJob, dest: str) -> tuple[int, str]
     return proc.returncode, proc.stdout
 
 
-def verify(job: FetchJob) -> tuple[dict[str, str], list[str]]:
-    """Read every file that came back whole with its reader before it is recorded as good:
-    a trace's sealed metadata, what it must carry and every page against its checksum
-    (``TraceReader.verify``), a probe result's seal and every page. A file that fails is
-    named and removed here (rsync, which compares sizes and times, would otherwise keep it
-    and never fetch it again), so a rerun fetches it again. Returns (local path → sha256
-    of the good files, labels of the missing or bad cells)."""
-    import pyarrow as pa
-
-    from parity.core import integrity
-    from parity.probe.results import METADATA_KEY as PROBE_KEY
-    from parity.trace.reader import TraceReader
-    from parity.trace.schema import TraceError
-
-    def bad(local: str, label: str, e: Exception) -> str:
-        Path(local).unlink(missing_ok=True)
-        return f"{label} ({e}; removed here, a rerun fetches it again)"
-
-    good, missing = {}, []
-    for path, expect in job.traces.items():
-        local = remote_file(job.host, path)
-        label = job.labels.get(path, path)
-        if not Path(local).is_file():
-            missing.append(label)
-            continue
-        sha = sha256_file(local)  # of the bytes that are then read and checked
-        try:
-            TraceReader(local, expect=expect).verify()
-        except TraceError as e:
-            missing.append(bad(local, label, e))
-            continue
-        good[local] = sha
-    for path in job.probes:
-        local = remote_file(job.host, path)
-        if not Path(local).is_file():
-            missing.append(f"probe {path}")
-            continue
-        sha = sha256_file(local)
-        try:
-            pf = integrity.open_parquet(local)
-            if integrity.unseal(local, pf.metadata.metadata, PROBE_KEY) is None:
-                raise ValueError(f"{local}: no probe metadata")
-            pf.read()  # every page against its checksum
-        except (OSError, ValueError, pa.ArrowException, integrity.IntegrityError) as e:
-            missing.append(bad(local, f"probe {path}", e))
-            continue
-        good[local] = sha
-    return good, missing
-
-
 def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: str) -> dict:
     """A host's job (see the module docstring). Writes the manifest on success; on failure
     writes ``status.json`` naming the stage and the missing cells and raises
@@ -308,6 +274,13 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
     status_path = REMOTE_STATUS.format(host=job.host)
     r = Runner(job.host, job.settings, log, basedir)
     Path(REMOTE_DIR.format(host=job.host)).mkdir(parents=True, exist_ok=True)
+    lacking = local_tool_problem(job.host)
+    if lacking:
+        # before any remote work: the job would otherwise run everything there first
+        e = RemoteError(job.host, "local-tools", lacking.removeprefix(f"remote {job.host}: "))
+        _record_failure(job, e, status_path, manifest)
+        log.error("%s", e)
+        raise e
     local_changes = r.run(
         ["git", "-C", basedir, "status", "--porcelain", "--untracked-files=no"],
         "local-status",
@@ -325,7 +298,7 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
         proc = run_remote(r, abs_path, job)
         failed_remote = proc.returncode != 0
         code, out = fetch(r, abs_path, job, REMOTE_DIR.format(host=job.host))
-        good, missing = verify(job)
+        good, missing = verify(job, described)
         if code not in (0, 23, 24):  # 23/24: some files missing on the remote
             raise RemoteError(
                 job.host,
@@ -336,7 +309,11 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
                 missing,
             )
         if missing:
-            why = "its snakemake run failed" if failed_remote else "they did not come back whole"
+            why = (
+                "its snakemake run failed"
+                if failed_remote
+                else "they did not come back whole, or were made on another machine"
+            )
             raise RemoteError(
                 job.host,
                 "snakemake" if failed_remote else "rsync",
@@ -353,22 +330,7 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
                 job.host,
             )
     except RemoteError as e:
-        # what an earlier run recorded as good is not, or no longer known to be
-        Path(manifest).unlink(missing_ok=True)
-        if not e.missing:
-            e.missing = [
-                job.labels.get(p, p)
-                for p in job.traces
-                if not Path(remote_file(job.host, p)).is_file()
-            ]
-        Path(status_path).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(
-            status_path,
-            json.dumps(
-                {"host": job.host, "stage": e.stage, "error": str(e), "missing": e.missing},
-                indent=1,
-            ),
-        )
+        _record_failure(job, e, status_path, manifest)
         log.error("%s", e)
         raise
     record = {
@@ -389,6 +351,25 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
         "remote %s: %d files here, %s copied this time", job.host, len(good), record["transferred"]
     )
     return record
+
+
+def _record_failure(job: FetchJob, e: RemoteError, status_path: str, manifest: str) -> None:
+    """A failed attempt: the manifest removed (what an earlier run recorded as good is not,
+    or no longer known to be), ``status.json`` written with the stage, the error and the
+    missing cells (every trace not here when ``e`` names none)."""
+    Path(manifest).unlink(missing_ok=True)
+    if not e.missing:
+        e.missing = [
+            job.labels.get(p, p) for p in job.traces if not Path(remote_file(job.host, p)).is_file()
+        ]
+    Path(status_path).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(
+        status_path,
+        json.dumps(
+            {"host": job.host, "stage": e.stage, "error": str(e), "missing": e.missing},
+            indent=1,
+        ),
+    )
 
 
 # ----- after a failed run -------------------------------------------------------------------

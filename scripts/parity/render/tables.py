@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from parity.core.fileio import write_text_atomic
+from parity.render.markdown import LINE_BREAKS, md_text
 
 PERSTEP_COLUMNS = ("step", "loss_a", "loss_b", "dloss", "max_dparam", "where")
 #: The per-step table's further columns for runs with a training loop (docs/loop.md):
@@ -117,10 +118,22 @@ def _fixed(v) -> str:
     return "" if v is None else f"{v:.8f}"
 
 
+def _pipe_cell(c: str) -> str:
+    """A cell of Markdown (already escaped where it holds text): an unescaped ``|``
+    escaped, a line break a space, so that the row stays one row."""
+    out, backslashes = [], 0
+    for ch in c:
+        if ch == "|" and backslashes % 2 == 0:
+            out.append("\\")
+        out.append(" " if ch in LINE_BREAKS else ch)
+        backslashes = backslashes + 1 if ch == "\\" else 0
+    return "".join(out)
+
+
 def _markdown(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    esc = [h.replace("|", "\\|") for h in header]
+    esc = [_pipe_cell(h) for h in header]
     lines = ["| " + " | ".join(esc) + " |", "|" + "|".join("---:" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_pipe_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -225,18 +238,22 @@ def probes_markdown(
         mine = [r for r in rows if r["probe"] == probe]
         body = [
             [
-                r["case"],
+                md_text(r["case"], cell=True),
                 f"`{r['quantity']}`",
-                f"{r['framework']} {r.get('version') or ''}".strip(),
-                r["device"],
-                r["dtype"],
+                md_text(f"{r['framework']} {r.get('version') or ''}".strip(), cell=True),
+                md_text(r["device"], cell=True),
+                md_text(r["dtype"], cell=True),
                 shape_text(r.get("shape")),
                 values_text(r["values"], PROBE_MD_VALUES),
-                (f"{r['reference']} {values_text(r['reference_values'], PROBE_MD_VALUES)}").strip(),
+                md_text(
+                    f"{r['reference']} {values_text(r['reference_values'], PROBE_MD_VALUES)}",
+                    cell=True,
+                ).strip(),
                 _sci(r["max_diff"]),
                 _sci(r["tolerance"]),
-                wording.get(r["verdict"], r["verdict"]),
-                r["note"].replace("\n", " "),
+                md_text(wording.get(r["verdict"], r["verdict"]), cell=True),
+                # a framework's message: on a remote host's row, the remote's text
+                md_text(r["note"], cell=True),
             ]
             for r in mine
         ]
@@ -247,10 +264,20 @@ def probes_markdown(
     return "\n".join(parts)
 
 
-def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], formats=None) -> str:
-    """A plain Markdown table of ``columns``; ``formats`` maps a column to a formatter."""
+def _table_cell(text: str, raw: bool) -> str:
+    return text if raw else md_text(text, cell=True)
+
+
+def markdown_table(
+    rows: Sequence[Mapping], columns: Sequence[str], formats=None, raw: Sequence[str] = ()
+) -> str:
+    """A plain Markdown table of ``columns``; ``formats`` maps a column to a formatter.
+    Every cell is text, escaped with :func:`md_text` (so a value holding a newline, ``|``,
+    a backtick or ``<script>`` stays one cell that reads as itself), except the cells of
+    the columns in ``raw``, which the caller wrote as Markdown (escaping any text in them
+    with :func:`md_text` itself)."""
     formats = formats or {}
-    body = [[formats.get(c, _cell)(r.get(c)) for c in columns] for r in rows]
+    body = [[_table_cell(formats.get(c, _cell)(r.get(c)), c in raw) for c in columns] for r in rows]
     return _markdown(list(columns), body)
 
 
@@ -339,6 +366,8 @@ def diagnosis_markdown(rows: Sequence[Mapping], result: Mapping, comp) -> str:
     )
 
 
+_ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
@@ -351,10 +380,30 @@ li { margin: 0.2em 0; }
 
 
 def _inline(text: str) -> str:
-    """Markdown inline code and bold to HTML, everything else escaped."""
-    out = html.escape(text.replace("\\|", "|"))
-    out = re.sub(r"`([^`]*)`", r"<code>\1</code>", out)
-    return re.sub(r"\*\*([^*]*)\*\*", r"<b>\1</b>", out)
+    """Markdown inline code and bold to HTML, a backslash-escaped punctuation character
+    (:func:`md_text`) as that character, everything else escaped."""
+    out, i, bold = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in _ASCII_PUNCT:
+            out.append(html.escape(text[i + 1]))
+            i += 2
+            continue
+        if c == "`":
+            end = text.find("`", i + 1)
+            if end != -1:
+                code = text[i + 1 : end].replace("\\|", "|")
+                out.append(f"<code>{html.escape(code)}</code>")
+                i = end + 1
+                continue
+        if text.startswith("**", i) and (bold or text.find("**", i + 2) != -1):
+            out.append("</b>" if bold else "<b>")
+            bold = not bold
+            i += 2
+            continue
+        out.append(html.escape(c))
+        i += 1
+    return "".join(out)
 
 
 def markdown_to_html(md: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from parity.compare import verdicts
 from parity.core import integrity, paths
+from parity.render.markdown import md_text
 
 #: Pages over the whole run the index links to: (title, path, what it answers). Made by
 #: the default target beside the index (its rule waits for them).
@@ -80,8 +81,9 @@ def _meets(verdict: str) -> bool:
 
 def _verdict(row: Mapping[str, str]) -> str:
     """The verdict; one ``check`` does not accept in bold, with the expected one."""
-    v, want = row.get("verdict") or "", row.get("expected_verdict") or ""
-    return v if _meets(v) else f"**{v}** (expected {want or '-'})"
+    v = md_text(row.get("verdict") or "", cell=True)
+    want = md_text(row.get("expected_verdict") or "-", cell=True)
+    return v if _meets(row.get("verdict") or "") else f"**{v}** (expected {want})"
 
 
 def index_markdown(
@@ -97,7 +99,7 @@ def index_markdown(
     ``base``, the index's folder."""
     counts = Counter(r["verdict"] for r in rows)
     off = [r for r in rows if not _meets(r["verdict"])]
-    named = ", ".join(f"{r['experiment']} {r['comparison']} {r['device']}" for r in off)
+    named = ", ".join(md_text(f"{r['experiment']} {r['comparison']} {r['device']}") for r in off)
     intro = (
         "Written by the workflow's `index` job from the summary; `check` holds it to its "
         f"record (`{os.path.relpath(paths.INDEX_SOURCES, base)}`), so a copy edited by hand "
@@ -145,8 +147,15 @@ def index_markdown(
         for r in exp_rows:
             tabs, figs = _cells(files.get((exp, r["comparison"], r["device"]), []), base)
             culprit = r.get("culprit") or "-"
-            cells = [r["comparison"], r["device"], _verdict(r), f"`{culprit}`", tabs, figs]
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            cells = [
+                md_text(r["comparison"], cell=True),
+                md_text(r["device"], cell=True),
+                _verdict(r),
+                "`" + culprit.replace("|", "\\|") + "`",
+                tabs,
+                figs,
+            ]
+            out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
 

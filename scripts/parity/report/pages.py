@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from parity.core.fileio import write_text_atomic
 from parity.render import tables
+from parity.render.markdown import md_text
 from parity.trace.reader import TraceReader
 from parity.train import optimizer_defaults
 
@@ -37,12 +39,16 @@ PROVENANCE_COLUMNS = (
 )
 
 
-def provenance(traces: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
+def provenance(
+    traces: Sequence[str], out_csv: str, out_md: str, limits: Mapping[str, Any] | None = None
+) -> list[dict]:
     """Where and how every trace was made, read from the traces themselves (so traces
-    imported from another host show that host)."""
+    imported from another host show that host), each within the config's ``limits``
+    (``parity.plan.limits.settings``; default its defaults), the ones the plan held the
+    runs to."""
     rows = []
     for path in traces:
-        m = TraceReader(path).meta
+        m = TraceReader(path, limits=limits).meta
         runner = m["runner"]
         rows.append(
             {
@@ -87,7 +93,8 @@ def provenance(traces: Sequence[str], out_csv: str, out_md: str) -> list[dict]:
         out_md,
         "# Provenance of every trace\n\n"
         f"- fixtures (sha256): {len({r['fixture_sha256'] for r in rows})} distinct\n"
-        f"- hosts: {', '.join(sorted({r['host'] for r in rows}))}\n\n"
+        # a trace's host is the text its maker recorded (a remote host's, for its traces)
+        f"- hosts: {md_text(', '.join(sorted({r['host'] for r in rows})))}\n\n"
         + tables.markdown_table(short, md_cols),
     )
     return rows

@@ -24,6 +24,7 @@ from parity.core.fileio import exclusive_lock
 from parity.plan import frameworks, versions
 from parity.plan.keys import Comparison
 from parity.remote import crosshost
+from parity.render.markdown import md_text
 from parity.report.summary import (
     partial_paths,
     remove_files,
@@ -261,7 +262,7 @@ def partial_summary(
         f"summarised; {len(errors)} comparison(s) have no current result (verdict `error`, "
         "with the log to read; a remote host's, with the host and the stage that failed). "
         "`summary.csv` is not current"
-        + (f" ({'; '.join(why[:3])})" if why else "")
+        + (f" ({md_text('; '.join(why[:3]))})" if why else "")
         + " and was removed: the next successful run writes it again.\n\n"
     )
     written = write_tables(rows, out_csv, out_md, len(results), intro)

@@ -28,6 +28,7 @@ from parity.core.config import canonical_hash
 from parity.core.fileio import exclusive_lock
 from parity.remote import crosshost
 from parity.render import tables
+from parity.render.markdown import md_text
 
 #: How long the summary job waits for another run's ``onerror`` to finish with the tables.
 LOCK_WAIT = 600.0
@@ -228,11 +229,13 @@ def write_tables(
     bad = [r for r in rows if not verdicts.meets_expectation(r["verdict"])]
     head = ("# Summary (partial)\n\n" if intro else "# Summary\n\n") + intro
     for r in bad:
-        head += f"- **{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}**"
+        # the status of a remote host's error row holds the remote's own text (its error)
+        named = md_text(f"{r['experiment']} {r['comparison']} {r['device']}: {r['verdict']}")
+        head += f"- **{named}**"
         if r["verdict"] == verdicts.UNEXPECTED_PASS:
             head += " (a negative control passed: the harness no longer sees this fault)"
         if r["verdict"] in (verdicts.FRAMEWORK_ERROR, verdicts.ERROR):
-            head += f" ({r['status']})"
+            head += f" ({md_text(r['status'])})"
         if _rounding_only(r):
             head += (
                 " (yet the float64 diagnosis finds rounding, not another formula: the "
@@ -248,8 +251,11 @@ def write_tables(
     # shows them only as a large worst_dparam.
     stuck = [r for r in rows if r.get("never_updated")]
     tail = "".join(
-        f"\n- never updated in {r['experiment']} {r['comparison']} {r['device']}: "
-        f"{r['never_updated']}"
+        "\n- "
+        + md_text(
+            f"never updated in {r['experiment']} {r['comparison']} {r['device']}: "
+            f"{r['never_updated']}"
+        )
         for r in stuck
     )
     made = (

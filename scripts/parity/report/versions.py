@@ -39,6 +39,7 @@ from typing import Any
 from parity.compare import verdicts
 from parity.plan import versions
 from parity.render import tables
+from parity.render.markdown import md_text
 
 REPRODUCED = "reproduced"
 FIXED = "fixed"
@@ -349,6 +350,7 @@ def markdown(params: Mapping[str, Any], rows: Sequence[Mapping]) -> str:
             "known",
             *(versions.display(fw, v) for v in vs),
         ]
+        # a cell's detail holds a framework's message or a remote host's error: text
         body = [
             [
                 r["kind"],
@@ -357,15 +359,21 @@ def markdown(params: Mapping[str, Any], rows: Sequence[Mapping]) -> str:
                 r["dtype"],
                 r["known"],
                 *(
-                    (f"**{r[column(fw, v)]}**" if r[column(fw, v)] else "")
-                    + (f" — {r[column(fw, v) + ' detail']}" if r[column(fw, v) + " detail"] else "")
+                    (f"**{md_text(r[column(fw, v)], cell=True)}**" if r[column(fw, v)] else "")
+                    + (
+                        f" — {md_text(r[column(fw, v) + ' detail'], cell=True)}"
+                        if r[column(fw, v) + " detail"]
+                        else ""
+                    )
                     for v in vs
                 ),
             ]
             for r in mine
         ]
         parts.append(
-            tables.markdown_table([dict(zip(header, b, strict=True)) for b in body], header)
+            tables.markdown_table(
+                [dict(zip(header, b, strict=True)) for b in body], header, raw=header[5:]
+            )
         )
     return "\n".join(parts)
 

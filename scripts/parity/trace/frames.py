@@ -14,6 +14,7 @@ decoder to ``safetensors.numpy.load`` on the same buffers.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import struct
@@ -131,20 +132,74 @@ def decode(buf: bytes | bytearray) -> Frame:
     return Frame(meta, _tensors(header, memoryview(buf)[8 + header_len :]))
 
 
+#: Bytes of a stream that starts with text shown in :func:`printed_text`'s hint.
+PREVIEW_BYTES = 64
+
+
+def printed_text(start: bytes | bytearray) -> str | None:
+    """When ``start`` (the first bytes of a frame stream) is text rather than a frame length
+    (a frame's first 8 bytes are a little-endian count: mostly zero bytes), the hint to add
+    to the stream's error: the printable text it starts with and who wrote it. None when it
+    does not look like text. Asked only of a stream whose first frame is refused."""
+    head = bytes(start[:8])
+    run = next((i for i, b in enumerate(head) if not (32 <= b < 127 or b in (9, 10, 13))), 8)
+    # text: printable throughout, or a printed line ("ok\n") before the real frame
+    if not (run >= min(len(head), 7) >= 2 or (run >= 3 and head[run - 1] == 10)):
+        return None
+    shown = bytes(start[:PREVIEW_BYTES]).decode("ascii", "replace")
+    shown = "".join(c if c.isprintable() or c in "\t\n" else "?" for c in shown)
+    more = "…" if len(start) > PREVIEW_BYTES else ""
+    return (
+        f"the stream starts with text {shown!r}{more}, not a frame: the port (or a library it "
+        "calls) writes to the runner's standard output; use eprintln! (standard error goes "
+        "to the job's log)"
+    )
+
+
+def _with_text_hint(message: str, start: bytes | bytearray) -> str:
+    hint = printed_text(start)
+    return f"{message}; {hint}" if hint else message
+
+
 def read_frames(stream: BinaryIO, max_frame: int = MAX_FRAME) -> Iterator[Frame]:
     """Yield frames until the stream ends. A partial frame, or one longer than
     ``max_frame`` bytes (the caller knows how large a step can be), raises
-    :class:`FrameError` before anything of it is read."""
+    :class:`FrameError` before anything of it is read. When the first frame is refused and
+    the stream starts with text (something printed to the runner's standard output), the
+    error shows that text and says so (:func:`printed_text`)."""
+    first = True
     while True:
         head = _read_exact(stream, 8)
         if not head:
             return
         if len(head) < 8:
-            raise FrameError("stream ends inside a frame length")
+            raise FrameError(_with_text_hint("stream ends inside a frame length", head))
         (n,) = struct.unpack("<Q", head)
         if n > max_frame:
-            raise FrameError(f"frame length {n} is implausible (at most {max_frame} expected)")
+            message = f"frame length {n} is implausible (at most {max_frame} expected)"
+            if first and printed_text(head):
+                head += _read_exact(stream, PREVIEW_BYTES)
+            raise FrameError(_with_text_hint(message, head) if first else message)
         body = _read_exact(stream, n)
         if len(body) < n:
-            raise FrameError(f"stream ends inside a frame ({len(body)} of {n} bytes)")
-        yield decode(body)
+            message = f"stream ends inside a frame ({len(body)} of {n} bytes)"
+            raise FrameError(
+                _with_text_hint(message, head + body[:PREVIEW_BYTES]) if first else message
+            )
+        if not first:
+            yield decode(body)
+            continue
+        try:
+            frame = decode(body)
+        except FrameError as e:
+            raise FrameError(_with_text_hint(str(e), head + body[:PREVIEW_BYTES])) from None
+        first = False
+        yield frame
+
+
+def read_buffer(data: bytes | bytearray) -> Iterator[Frame]:
+    """:func:`read_frames` of a runner's whole output, already in memory (``data``): a frame
+    may be as long as ``data`` itself, past :data:`MAX_FRAME` (a replay's or a probe's
+    tensors are bounded by the config's ``limits``, which it may raise that far; the bytes
+    are here already, so a frame of them costs no more memory)."""
+    return read_frames(io.BytesIO(data), max_frame=max(MAX_FRAME, len(data)))

@@ -26,6 +26,7 @@ from parity.trace.schema import (
     TraceLayout,
     check_metadata,
     loss_from_bits,
+    reader_limits,
     scalars_from_bits,
     steps_recorded,
 )
@@ -35,8 +36,16 @@ class TraceReader:
     """Opens a trace and checks it against the schema and, optionally, expectations.
 
     ``expect`` may give metadata values the trace must carry (``experiment``, ``run``,
-    ``dtype``, ``device``, ``fixture_sha256``, ``steps``, ``record_every``) and ``params``
-    (state_dict key → shape) the trace must hold exactly.
+    ``dtype``, ``device``, ``fixture_sha256``, ``steps``, ``record_every``), ``params``
+    (state_dict key → shape) the trace must hold exactly and ``runner_source_id``, the source
+    id its runner's build record must hold (``runner.source_id``; ``parity.plan.builds``).
+
+    ``limits`` are the config's limits (``parity.plan.limits.settings(config)``; default
+    its defaults): the footer's ``steps`` and each parameter's elements are bounded by its
+    ``max_steps`` and ``max_tensor_elements``, raised to what ``expect`` asks for
+    (``schema.reader_limits``), before anything is built from the footer. A reader in the
+    workflow passes one or the other, so it accepts every trace the plan let the config
+    ask for, however far the config raised the limits.
 
     Opening reads the footer only (metadata, index, row-group sizes); the values are read,
     and their page checksums verified, by :meth:`iter_steps` (:meth:`verify` reads them
@@ -48,7 +57,12 @@ class TraceReader:
     match the steps' tensors.
     """
 
-    def __init__(self, path: str | os.PathLike, expect: Mapping | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        expect: Mapping | None = None,
+        limits: Mapping | None = None,
+    ):
         self.path = Path(path)
         if not self.path.exists():
             raise TraceError(path, "file does not exist")
@@ -69,7 +83,7 @@ class TraceReader:
             raise TraceError(path, f"metadata is not valid JSON ({e})") from e
         if not isinstance(self.meta, dict):
             raise TraceError(path, "metadata is not a JSON object")
-        check_metadata(path, self.meta)
+        check_metadata(path, self.meta, reader_limits(limits, expect))
         if expect:  # before anything is built from the metadata
             self._check_expectations(expect)
         self.layout = TraceLayout.of(self.meta["dtype"], self.meta["params"], self.meta["extras"])
@@ -189,10 +203,29 @@ class TraceReader:
                 unknown = sorted(set(have) - set(want))
                 if unknown:
                     raise TraceError(self.path, f"parameter {unknown[0]!r} is not expected")
+            elif key == "runner_source_id":
+                self._check_source_id(value)
             elif self.meta.get(key) != value:
                 raise TraceError(
                     self.path, f"metadata {key!r} is {self.meta.get(key)!r}, expected {value!r}"
                 )
+
+    def _check_source_id(self, want: str) -> None:
+        """Refuse a trace whose runner's source id (``runner.source_id``, the build record
+        of the binary that made it) is not ``want``, the source id this checkout and config
+        build for its run (``parity.plan.builds``)."""
+        runner = self.meta.get("runner")
+        got = runner.get("source_id") if isinstance(runner, Mapping) else None
+        if got != want:
+            raise TraceError(
+                self.path,
+                f"recorded runner source id {got!r}, expected {want!r} (the build of this "
+                f"checkout and config for run {self.meta.get('run')}, "
+                f"{self.meta.get('framework')} {self.meta.get('framework_version')} on "
+                f"{self.meta.get('device')}): another "
+                "build made it (another release, backend, own port or checkout); delete the "
+                "trace and rerun the workflow",
+            )
 
     def verify(self) -> None:
         """Read every value of the trace, each page against its CRC-32 and each row group

@@ -229,10 +229,11 @@ class StepRecord:
     scalars: dict[str, Any] | None = None
 
 
-def check_metadata(path, meta: Mapping) -> None:
+def check_metadata(path, meta: Mapping, limits: Mapping[str, Any] | None = None) -> None:
     """Refuse trace metadata without a :data:`REQUIRED_METADATA` field, with a field of the
-    wrong type, of another schema version or with an unknown status: raises
-    :class:`TraceError` naming ``path`` and the field."""
+    wrong type, of another schema version, with an unknown status or with sizes beyond
+    ``limits`` (:func:`check_sizes`): raises :class:`TraceError` naming ``path`` and the
+    field."""
     for key, kind in REQUIRED_METADATA.items():
         if key not in meta:
             raise TraceError(path, f"metadata field {key!r} is missing")
@@ -245,33 +246,64 @@ def check_metadata(path, meta: Mapping) -> None:
         )
     if meta["status"] not in STATUSES:
         raise TraceError(path, f"metadata field 'status' is {meta['status']!r}")
-    check_sizes(path, meta)
+    check_sizes(path, meta, limits)
     if meta["status"] == "failed":
         step, error = meta.get("failed_step"), meta.get("error")
         if not isinstance(step, int) or isinstance(step, bool) or not isinstance(error, str):
             raise TraceError(path, "a failed trace needs failed_step (int) and error (text)")
 
 
-#: The largest trace a reader builds anything for (its footer's claims are bounded before
-#: use, so a crafted footer is refused in microseconds instead of exhausting memory): the
-#: config's own limits' defaults (``parity.plan.limits.DEFAULTS``) and a tensor count no
-#: model of this workflow approaches.
-MAX_STEPS = LIMIT_DEFAULTS["max_steps"]
-MAX_TENSOR_ELEMENTS = LIMIT_DEFAULTS["max_tensor_elements"]
+#: More parameters (or three times as many extras) than any model of this workflow has: a
+#: footer listing more is refused before anything is built from it.
 MAX_TENSORS = 100_000
+#: The limits a reader holds a trace's footer to (config ``limits``, ``parity.plan.limits``).
+READER_LIMITS = ("max_steps", "max_tensor_elements")
 
 
-def check_sizes(path, meta: Mapping) -> None:
+def reader_limits(
+    limits: Mapping[str, Any] | None = None, expect: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """The bounds a reader holds a trace's footer to, so that a crafted footer is refused in
+    microseconds instead of exhausting memory: ``max_steps`` (the ``steps`` it may claim)
+    and ``max_tensor_elements`` (the elements of any one parameter), each the config's
+    ``limits`` (``parity.plan.limits.settings(config)``; without it the defaults,
+    ``parity.plan.limits.DEFAULTS``), raised to what ``expect`` (a trace
+    expectation, ``parity.plan.keys.trace_expectation``) asks for: its ``steps`` and its
+    largest parameter. The plan refuses a config whose steps or shapes exceed its limits
+    before any job runs, so a trace read against its expectation is bounded by the values
+    the plan checked, whatever the config raised the limits to; a trace read without one
+    (a report page, a tool) is bounded by the ``limits`` its caller passes."""
+    given = limits or {}
+    out = {k: int(given.get(k, LIMIT_DEFAULTS[k])) for k in READER_LIMITS}
+    expect = expect or {}
+    steps = expect.get("steps")
+    if type(steps) is int:
+        out["max_steps"] = max(out["max_steps"], steps)
+    shapes = expect.get("params")
+    if isinstance(shapes, Mapping) and shapes:
+        largest = max(math.prod(int(d) for d in s) for s in shapes.values())
+        out["max_tensor_elements"] = max(out["max_tensor_elements"], largest)
+    return out
+
+
+def check_sizes(path, meta: Mapping, limits: Mapping[str, Any] | None = None) -> None:
     """Refuse trace metadata whose sizes cannot be a run of this workflow, before anything
     is built from them: a dtype other than f32/f64, ``steps`` beyond ``limits.max_steps``,
     ``record_every`` below 1, more than :data:`MAX_TENSORS` parameters or extras, a
     parameter that is not ``[name, shape]`` with a shape of non-negative integers, or one
-    beyond ``limits.max_tensor_elements``, an extra that names no parameter. Raises
-    :class:`TraceError` naming ``path`` and the field."""
+    beyond ``limits.max_tensor_elements``, an extra that names no parameter. ``limits``:
+    the bounds (:func:`reader_limits`; default the config defaults). Raises
+    :class:`TraceError` naming ``path``, the field and the limit to raise."""
+    bound = reader_limits(limits)
+    most_steps, most_elements = bound["max_steps"], bound["max_tensor_elements"]
     if meta["dtype"] not in FLOAT_TYPES:
         raise TraceError(path, f"metadata field 'dtype' is {meta['dtype']!r}, not f32 or f64")
-    if not 0 <= meta["steps"] <= MAX_STEPS:
-        raise TraceError(path, f"metadata field 'steps' is {meta['steps']}, beyond 0..{MAX_STEPS}")
+    if not 0 <= meta["steps"] <= most_steps:
+        raise TraceError(
+            path,
+            f"metadata field 'steps' is {meta['steps']}, beyond 0..{most_steps} "
+            "(limits.max_steps of the config reading it)",
+        )
     if meta["record_every"] < 1:
         raise TraceError(path, f"metadata field 'record_every' is {meta['record_every']}, not >= 1")
     params, extras = meta["params"], meta["extras"]
@@ -289,8 +321,12 @@ def check_sizes(path, meta: Mapping) -> None:
         )
         if not ok:
             raise TraceError(path, f"metadata field 'params'[{i}] is not [name, shape]")
-        if math.prod(p[1]) > MAX_TENSOR_ELEMENTS:
-            raise TraceError(path, f"parameter {p[0]!r} claims {math.prod(p[1])} elements")
+        if math.prod(p[1]) > most_elements:
+            raise TraceError(
+                path,
+                f"parameter {p[0]!r} claims {math.prod(p[1])} elements, more than "
+                f"limits.max_tensor_elements ({most_elements}) of the config reading it",
+            )
         names.add(p[0])
     for e in extras:
         kind, _, name = e.partition(":") if isinstance(e, str) else ("", "", "")

@@ -20,6 +20,7 @@ from typing import Any
 
 from parity.core import integrity
 from parity.own import crate as own_crate
+from parity.plan import own as plan_own
 from parity.plan import versions
 from parity.train.build import copy_binary, locked_output, run_logged, target_folders
 
@@ -37,24 +38,11 @@ def check_port(crate: str | Path, rust_dir: str | Path, framework: str) -> None:
     try:
         with open(manifest, "rb") as f:
             doc = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise OwnBuildError(f"{manifest}: not a readable Cargo.toml ({e})") from None
-    ours = (Path(rust_dir) / "parity-common").resolve()
-    want = f'parity-common = {{ path = "{ours}", features = ["{framework}"] }}'
-    dep = doc.get("dependencies", {}).get("parity-common")
-    if not isinstance(dep, dict) or "path" not in dep:
-        raise OwnBuildError(
-            f"{manifest}: the port must depend on this workflow's parity-common, for its "
-            f"{framework} trait; add to [dependencies]: {want}"
-        )
-    theirs = (Path(crate) / dep["path"]).resolve()
-    if theirs != ours:
-        raise OwnBuildError(
-            f"{manifest}: parity-common is {theirs}, another checkout's (its trait would not "
-            f"be the one this workflow's runner calls); point it at {ours}: {want}"
-        )
-    if framework not in dep.get("features", []):
-        raise OwnBuildError(f'{manifest}: parity-common needs features = ["{framework}"]')
+    why = plan_own.port_manifest_problem(doc, crate, framework, rust_dir)
+    if why is not None:
+        raise OwnBuildError(f"{manifest}: {why}")
 
 
 def build_own(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -62,11 +62,12 @@ def torch_defaults() -> list[dict]:
     return rows
 
 
-def candle_defaults(binary: str) -> list[dict]:
+def candle_defaults(binary: str, build: Mapping[str, str] | None = None) -> list[dict]:
     """What ``candle-parity defaults`` prints: candle-nn's ``ParamsAdamW::default()`` and
     SGD's required learning rate. Raises ``subprocess.CalledProcessError`` on failure,
-    ``integrity.BinaryError`` for a binary that is not its build's."""
-    integrity.check_binary(binary)
+    ``integrity.BinaryError`` for a binary that is not its build's or, with ``build`` (the
+    binary's name and source id as this checkout and config build it), not that build's."""
+    integrity.check_binary(binary, build)
     out = json.loads(subprocess.run([binary, "defaults"], check=True, capture_output=True).stdout)
     version = out["candle_version"]
     a = out["AdamW"]
@@ -84,14 +85,15 @@ def candle_defaults(binary: str) -> list[dict]:
     ]
 
 
-def burn_defaults(binary: str) -> list[dict]:
+def burn_defaults(binary: str, build: Mapping[str, str] | None = None) -> list[dict]:
     """What ``burn-parity defaults`` prints: burn-optim's ``AdamConfig::new()``,
     ``AdamWConfig::new()`` and ``SgdConfig::new()`` serialised by burn itself; the Adams' fields
     are float32 (``float_type``) and are written in their shortest float32 spelling (0.9, not the
     widened 0.8999999761581421). No burn config holds a learning rate (it is an
     argument of ``ModuleOptimizer::step``); a disabled option (``None`` in burn) reads
-    ``none``. Raises ``subprocess.CalledProcessError`` on failure."""
-    integrity.check_binary(binary)
+    ``none``. Raises ``subprocess.CalledProcessError`` on failure, ``integrity.BinaryError``
+    for a binary that is not its build's or, with ``build``, not that build's."""
+    integrity.check_binary(binary, build)
     out = json.loads(subprocess.run([binary, "defaults"], check=True, capture_output=True).stdout)
     version = out["burn_version"]
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import subprocess
 from collections.abc import Mapping
 from typing import Any
 
 from parity.core.fileio import write_text_atomic
 from parity.core.models import model_params
+from parity.core.watchdog import run_captured
 from parity.plan.keys import RunKey
 from parity.plan.own import expected_output
 from parity.plan.runspec import runner_spec
@@ -111,6 +111,25 @@ def judge(inspection: Mapping[str, Any], model: Mapping[str, Any], batch: int) -
     return problems
 
 
+def not_json(stdout: bytes) -> str:
+    """What to add to "inspect wrote no JSON": the start of what it wrote on its protocol
+    channel (``stdout``; printable bytes only, others as ``?``) and, when that is text other
+    than JSON, that the port writes to standard output. (The runner points the port's
+    standard output at standard error, ``parity_common::frames::protocol_output``, so this
+    is what something that writes to the channel nonetheless is told.)"""
+    text = stdout.lstrip()
+    if not text:
+        return "; it wrote nothing to standard output"
+    shown = "".join(chr(b) if 32 <= b < 127 else "?" for b in text[:80])
+    more = "…" if len(text) > 80 else ""
+    if text[:1] in (b"{", b"["):
+        return f"; its output starts with {shown!r}{more}"
+    return (
+        f"; its output starts with {shown!r}{more}: the port writes to standard output; use "
+        "eprintln! (standard error goes to the job's log)"
+    )
+
+
 def own_check(
     key: RunKey,
     settings: Mapping[str, Any],
@@ -119,28 +138,32 @@ def own_check(
     out: str,
     log: logging.Logger,
     log_path: str | None,
+    build: Mapping[str, str] | None = None,
 ) -> dict:
     """Inspect the port of run ``key`` (its framework's own-model runner ``binary``) and
     write the inspection with the verdict to ``out`` (JSON). Raises :class:`PortMismatch`
-    listing every difference (nothing is written), :class:`RunnerError` when the binary
-    fails."""
+    listing every difference (nothing is written), :class:`RunnerError` when the binary's
+    build record is not ``build``'s (the rule's param: the binary's name and source id as
+    this checkout and config build it; another port's binary copied in), when it
+    fails, writes no JSON, or makes no progress for ``limits.user_code_idle_seconds``
+    (:mod:`parity.core.watchdog`: stopped, the message naming the experiment, the binary
+    and its pid)."""
     fixtures.load(fixture)
-    check_binary(binary)
+    check_binary(binary, build)
     spec = runner_spec(key, settings, fixture)
+    what = f"{key.experiment}: the {key.framework} port's inspect (own_check)"
     with invocation(spec, 1, log_path) as (spec_path, env, stderr):
-        proc = subprocess.run(
-            [binary, "inspect", "--spec", spec_path],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-        )
-    if proc.returncode != 0:
+        cmd = [binary, "inspect", "--spec", spec_path]
+        status, stdout, stopped = run_captured(cmd, what, env, stderr)
+    if stopped:
+        raise RunnerError(stopped)
+    if status != 0:
         tail = log_tail(log_path) if log_path else ""
-        raise RunnerError(f"{binary} inspect exited with status {proc.returncode}:\n{tail}")
+        raise RunnerError(f"{binary} inspect exited with status {status}:\n{tail}")
     try:
-        inspection = json.loads(proc.stdout)
+        inspection = json.loads(stdout)
     except ValueError as e:
-        raise RunnerError(f"{binary} inspect wrote no JSON ({e})") from None
+        raise RunnerError(f"{binary} inspect wrote no JSON ({e}){not_json(stdout)}") from None
     problems = judge(inspection, settings["model"], settings["data"]["batch_size"])
     if problems:
         raise PortMismatch(

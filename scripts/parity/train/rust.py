@@ -10,7 +10,6 @@ as a list.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import os
@@ -25,11 +24,12 @@ import numpy as np
 from parity.core import integrity
 from parity.core.models import model_params
 from parity.core.warm import MALLOC_TUNABLES
+from parity.core.watchdog import Watch, run_captured
 from parity.plan.keys import RunKey
 from parity.plan.limits import non_finite
 from parity.plan.runspec import runner_spec
 from parity.trace import fixtures
-from parity.trace.frames import Frame, FrameError, read_frames
+from parity.trace.frames import Frame, FrameError, read_buffer, read_frames
 from parity.trace.provenance import trace_metadata
 from parity.trace.schema import TraceLayout, extra_column
 from parity.trace.writer import TraceWriter
@@ -39,11 +39,13 @@ class RunnerError(RuntimeError):
     """The binary failed; the message carries its exit status and the tail of its stderr."""
 
 
-def check_binary(binary: str) -> dict:
-    """The build record of ``binary`` when it is the build's (``integrity.check_binary``);
-    raises :class:`RunnerError` naming it and what to do otherwise."""
+def check_binary(binary: str, build: Mapping[str, str] | None = None) -> dict:
+    """The build record of ``binary`` when it is the build's and, with ``build`` (``binary``
+    and ``source_id``: what this checkout and config build, ``parity.plan.builds``), that
+    build's (``integrity.check_binary``); raises :class:`RunnerError` naming it, both
+    builds and what to do otherwise."""
     try:
-        return integrity.check_binary(binary)
+        return integrity.check_binary(binary, build)
     except integrity.BinaryError as e:
         raise RunnerError(str(e)) from None
 
@@ -117,19 +119,24 @@ def train(
     threads: int,
     log: logging.Logger,
     log_path: str | None,
+    build: Mapping[str, str] | None = None,
 ) -> None:
     """Run ``key``, with resolved ``settings`` (``resolve.resolve_run``), by its framework's
     binary from the fixture ``fixture`` and write its trace to ``out``.
 
-    ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool). Raises
-    :class:`RunnerError` when the binary exits non-zero or its stream is malformed, and
+    ``threads`` sets ``RAYON_NUM_THREADS`` (the Rust runners' CPU thread pool); ``build``
+    (the rule's param, ``Plan.build_identity``) is the binary's name and source id as this
+    checkout and config build it, which its build record must hold (:func:`check_binary`:
+    another build's binary copied in with its record is refused before it runs). Raises
+    :class:`RunnerError` for such a binary, when the binary exits non-zero or its stream
+    is malformed, and
     ``fixtures.FixtureError`` for a fixture that does not match its checksum; the trace is
     then not written. A framework error during a step, which the binary reports in its
     ``end`` frame (status ``failed``, the step, the error), is written as a trace with
     status ``failed``: the steps before it are kept and the comparison reports it.
     """
     s = settings
-    identity = check_binary(binary)
+    identity = check_binary(binary, build)
     # The binary reads it itself: refuse a corrupt or mismatched one here first, as the
     # PyTorch runner does, naming the tensor.
     fixtures.check(fixture, fixtures.load(fixture), s)
@@ -152,11 +159,16 @@ def train(
             env=env,
         )
         widen_pipe(proc.stdout.fileno())
+        watch = Watch(proc, f"{key.experiment}: the {key.label} run's training", binary, stderr)
         try:
-            _consume(key, settings, fixture, proc, layout, out, log, binary, identity)
+            with watch:
+                stdout = watch.reader(proc.stdout)
+                _consume(key, settings, fixture, proc, stdout, layout, out, log, binary, identity)
         except RunnerError as e:
             proc.kill()
             proc.wait()
+            if watch.stopped:
+                raise RunnerError(watch.stopped) from None
             tail = log_tail(log_path) if log_path else ""
             raise RunnerError(f"{e}; last lines of its log:\n{tail}") from None
         except BaseException:
@@ -165,10 +177,10 @@ def train(
             raise
 
 
-def _consume(key, settings, fixture, proc, layout, out, log, binary, identity) -> None:
+def _consume(key, settings, fixture, proc, stdout, layout, out, log, binary, identity) -> None:
     # A step frame holds at most one row of the layout (and its loss) plus its header, so
     # a corrupted length cannot make this read gigabytes.
-    frames = read_frames(proc.stdout, max_frame=2 * layout.row_bytes() + (1 << 20))
+    frames = read_frames(stdout, max_frame=2 * layout.row_bytes() + (1 << 20))
     writer = None
     try:
         header = next(frames, None)
@@ -232,25 +244,32 @@ def pop_scalars(tensors: dict) -> dict | None:
 
 
 def run_frames(
-    binary: str, subcommand: list[str], spec: dict, threads: int, log_path: str | None
+    binary: str,
+    subcommand: list[str],
+    spec: dict,
+    threads: int,
+    log_path: str | None,
+    what: str | None = None,
+    build: Mapping[str, str] | None = None,
 ) -> list[Frame]:
     """Run ``binary`` with ``subcommand`` (``["probe"]``, ``["replay", "--step", "3", …]``)
     and ``--spec`` (``spec`` in a temporary file), its frames written to standard output and
-    its standard error to the job's log; returns the decoded frames. Raises
-    :class:`RunnerError` when it exits non-zero (with the last lines of its log) or its
-    stream is malformed."""
+    its standard error to the job's log, under the user-code watchdog
+    (:class:`parity.core.watchdog.Watch`; ``what`` names the work in its messages); returns
+    the decoded frames. Raises :class:`RunnerError` when it exits non-zero (with the last
+    lines of its log), is stopped for making no progress, or its stream is malformed."""
     name = f"{Path(binary).name} {subcommand[0]}"
-    check_binary(binary)
+    check_binary(binary, build)  # ``build``: what its build record must hold, if given
     with invocation(spec, threads, log_path) as (spec_path, env, stderr):
         cmd = [binary, *subcommand, "--spec", spec_path, "--out", "-"]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, check=False)
-    if proc.returncode != 0:
+        status, stdout, stopped = run_captured(cmd, what or name, env, stderr)
+    if stopped:
+        raise RunnerError(stopped)
+    if status != 0:
         tail = log_tail(log_path) if log_path else ""
-        raise RunnerError(
-            f"{name} exited with status {proc.returncode}; last lines of its log:\n{tail}"
-        )
+        raise RunnerError(f"{name} exited with status {status}; last lines of its log:\n{tail}")
     try:
-        return list(read_frames(io.BytesIO(proc.stdout)))
+        return list(read_buffer(stdout))
     except FrameError as e:
         raise RunnerError(f"malformed frame stream from {name}: {e}") from e
 
@@ -264,6 +283,7 @@ def replay(
     step: int,
     threads: int,
     log_path: str | None,
+    build: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Same-state replay of step ``step`` of run ``key`` by its framework's binary
     (``replay`` subcommand; ``rust/parity-common/src/replay.rs``), from the state file
@@ -271,12 +291,14 @@ def replay(
 
     Returns (tensors, header): the ``replay`` frame's flat arrays in the run dtype, and the
     header's metadata with the frame's ``missing`` list (``name: reason; …``) added.
-    Raises :class:`RunnerError` as :func:`run_frames` does, or for a stream other than a
-    header, one replay frame and an end frame.
+    Raises :class:`RunnerError` as :func:`run_frames` does (``build``: what the binary's
+    build record must hold), or for a stream other than a header, one replay frame and an
+    end frame.
     """
     spec = runner_spec(key, settings, fixture)
     args = ["replay", "--state", state_path, "--step", str(step)]
-    frames = run_frames(binary, args, spec, threads, log_path)
+    what = f"{key.experiment}: the {key.label} run's replay of step {step}"
+    frames = run_frames(binary, args, spec, threads, log_path, what, build)
     kinds = [f.kind for f in frames]
     if kinds != ["header", "replay", "end"]:
         raise RunnerError(f"{binary} replay wrote frames {kinds}, not header, replay, end")

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from parity.core import usercode
 from parity.core.devices import TORCH_DEVICE
 from parity.core.models import model_params
 from parity.plan.frameworks import pytorch
@@ -347,6 +348,7 @@ def train(
         w.write_step(0, None, {n: _host(p[n]) for n in recorded})  # no extras at step 0
         started = time.perf_counter()
         for t in range(1, steps + 1):
+            usercode.progress(f"step {t} of {steps}")  # an own model's job watches it
             if loop:
                 # the pending copy is written before zero_grad, after the first forward pass
                 done, pending = pending, None
@@ -444,6 +446,7 @@ def replay(
         }
         opt.load_state_dict(sd)
     taps: dict[str, torch.Tensor] = {}
+    usercode.progress(f"the replay of step {step}")
     loss = loss_fn(s["loss"], net.forward(x, fault, taps), y)
     opt.zero_grad()
     loss.backward()
