@@ -335,7 +335,7 @@ where
     F: FnMut(&Net<M>, u32) -> Result<(f64, GradientsParams)>,
 {
     opt.write_step(out, spec, 0, &net, None)?;
-    let progress_every = (spec.steps / 10).max(1);
+    let mut progress = parity_common::progress::Progress::new(spec.steps);
     for t in 1..=spec.steps {
         let (loss, mut grads) = match guarded(|| pass(&net, t)) {
             Ok(v) => v,
@@ -370,10 +370,8 @@ where
                     scalars: scalars.as_ref(),
                 }),
             )?;
-            if t.is_multiple_of(progress_every) || t == spec.steps {
-                eprintln!("step {t}/{} loss {loss:.8}", spec.steps);
-            }
         }
+        progress.step(t, loss);
     }
     Ok(Ok(()))
 }

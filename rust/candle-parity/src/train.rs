@@ -90,7 +90,7 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
     out.write_meta(header)?;
 
     opt.write_step(&mut out, spec, 0, &net.params, None)?;
-    let progress_every = (spec.steps / 10).max(1);
+    let mut progress = parity_common::progress::Progress::new(spec.steps);
     // Wall time of the training steps, recording included (benchmarks read it).
     let started = std::time::Instant::now();
     for t in 1..=spec.steps {
@@ -129,10 +129,8 @@ pub fn run<M: CandleModel, W: Write>(spec: &RunSpec, sink: W) -> Result<()> {
                     scalars: scalars.as_ref(),
                 }),
             )?;
-            if t.is_multiple_of(progress_every) || t == spec.steps {
-                eprintln!("step {t}/{} loss {loss_value:.8}", spec.steps);
-            }
         }
+        progress.step(t, loss_value);
     }
     out.flush()?; // every recorded step in the pipe: the time includes handing them over
     out.write_meta(meta([

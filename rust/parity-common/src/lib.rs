@@ -28,6 +28,8 @@
 //! * [`cli`]: the command line every runner shares (`train`, `probe`, `replay`, `inspect`,
 //!   `defaults`, `version`, `source-id`) and the [`cli::Runner`] trait behind it.
 //! * [`guard`]: a framework's panics caught as errors, and errors as one line.
+//! * [`progress`]: the progress lines a training run writes to standard error, at least
+//!   every ten seconds while its steps complete (the workflow's watchdog reads them).
 //! * [`schedule`]: learning-rate schedules as PyTorch computes them, for a port's loop.
 //! * [`replay`]: the state a same-state replay of one step starts from, and the names of
 //!   the intermediates it records (docs/localisation.md).
@@ -47,6 +49,7 @@ mod model;
 pub mod optim;
 mod port;
 pub mod probe_spec;
+pub mod progress;
 pub mod replay;
 pub mod schedule;
 mod sink;

@@ -7,7 +7,8 @@ message naming it and the setting to raise.
 
 Progress is output: bytes on the child's standard output (the frame stream or ``inspect``'s
 JSON, read through :meth:`Watch.reader`), or bytes added to its standard error's file (the
-job's log: a runner writes a line per training step there, and a port's prints go there
+job's log: a runner writes a progress line there at least every ten seconds while its steps
+complete (parity-common's `progress`), and a port's prints go there
 too). The watchdog's own lines are not progress. A forward pass that loops forever writes
 nothing and is stopped; a step that takes longer than the setting needs the setting raised.
 
