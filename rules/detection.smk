@@ -76,7 +76,7 @@ rule sensitivity:
         "../envs/torch.yaml"
     threads: config.get("threads", 1)
     params:
-        settings=PLAN.sensitivity,
+        settings=PLAN.sensitivity_params(),
         code=code("sensitivity.py"),
     script:
         "../scripts/sensitivity.py"

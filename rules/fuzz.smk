@@ -29,6 +29,7 @@ rule fuzz:
     threads: config.get("threads", 1)
     params:
         fuzz=fuzz_settings(),
+        builds=fuzz_builds(),
         code=code("fuzz.py"),
         seal=fuzz_seal(),
     script:

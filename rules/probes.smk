@@ -34,6 +34,8 @@ if PROBES.probes:
             gpu=lambda wc: int(wc.device == "cuda"),
         params:
             probes=probe_batch_params("torch"),
+            # the installed torch release: an upgrade reruns the batch
+            torch_version=versions.torch_version(),
             code=code("probe_torch.py"),
         script:
             "../scripts/probe_torch.py"

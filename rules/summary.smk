@@ -72,6 +72,9 @@ rule optimizer_defaults_torch:
         "results/benchmarks/defaults/torch.tsv"
     conda:
         "../envs/torch.yaml"
+    params:
+        # the installed torch release: an upgrade reruns the job
+        torch_version=versions.torch_version(),
     script:
         "../scripts/optimizer_defaults_torch.py"
 

@@ -20,6 +20,8 @@ fuzz(
     log,
     sm.log[0],
     seal=sm.params.seal,
+    # what each runner's build record must hold: its release's build of this checkout
+    builds=sm.params.builds,
     # the known-bug probes read within the config's limits, as the probe plan reads them
     limits=limits.settings(sm.config),
 )

@@ -58,6 +58,9 @@ def base_meta(**over) -> dict:
         "runner": {},
     }
     meta.update(over)
+    if "framework_version" not in over and meta["framework"] == "torch":
+        # A PyTorch run's expected trace names the installed torch release.
+        meta["framework_version"] = versions.torch_version() or "test"
     if "framework_version" not in over and meta["framework"] in ("candle", "burn"):
         # A Rust run's expected trace names the release its binary was built from.
         meta["framework_version"] = versions.pinned(meta["framework"])

@@ -5,6 +5,7 @@ checks the message and that nothing was created. README "Bad input" lists these 
 """
 
 import copy
+import json
 import math
 import os
 
@@ -345,6 +346,16 @@ CASES = [
         "faults.instances.weight_decay.note: 'a\\u2028b' does not match",
     ),
     (
+        "a fault's note with a bidirectional override",
+        lambda c: c["faults"]["instances"]["weight_decay"].update(note="SGD \u202eevil"),
+        "(it holds the control character U+202E)",
+    ),
+    (
+        "a framework-table label written as a literal block (its line break kept)",
+        lambda c: c.update(framework_summary=[{"experiment": "a1_adam", "label": "A1,\nA2\n"}]),
+        "as a folded block scalar, `>`, which joins its lines)",
+    ),
+    (
         "a tensor name with a tab in a parameter group",
         lambda c: exp(c).update(param_groups=[{"params": ["fc1.\tweight"], "lr": 0.1}, {}]),
         "experiments.a3_sgd.param_groups[0].params[0]: 'fc1.\\tweight' does not match",
@@ -372,6 +383,32 @@ def test_bad_config_is_refused_before_any_job(tmp_path, what, mutate, message):
     assert "invalid config (nothing was run)" in proc.stdout
     assert message in proc.stdout, proc.stdout[-3000:]
     assert not (tmp_path / "results").exists()
+
+
+def test_a_note_written_as_a_folded_block_is_one_line_of_text(tmp_path):
+    """``note: >`` joins its lines and keeps a final line break, which is not part of the
+    text: the plan takes it (without the line break); the fold walks the schema, so a
+    final line break of a value that is not free text (a path) is left for the schema."""
+    from parity.core.configcheck import fold_text
+
+    text = "framework_summary:\n  - experiment: a1_adam\n    label: >\n      Adam,\n      three\n"
+    cfg = tmp_path / "folded.yaml"
+    cfg.write_text(text)
+    proc = run_workflow(tmp_path, None, "-n", "--cores", "1", "--configfile", str(cfg), check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    schema = json.loads((REPO / "schemas/config.schema.json").read_text())
+    config = {
+        "framework_summary": [{"experiment": "a1_adam", "label": "Adam, three layers\n"}],
+        "faults": {"instances": {"wd": {"note": "a\nb\n", "description": "d\n"}}},
+        "probes": {"folder": "probes\n"},
+    }
+    assert fold_text(config, schema) == [
+        "framework_summary[0].label",
+        "faults.instances.wd.description",
+    ]
+    assert config["framework_summary"][0]["label"] == "Adam, three layers"
+    assert config["faults"]["instances"]["wd"] == {"note": "a\nb\n", "description": "d"}
+    assert config["probes"]["folder"] == "probes\n"
 
 
 def test_there_are_at_least_25_cases():
@@ -794,3 +831,53 @@ def test_a_probe_entry_that_is_not_a_file_is_refused_without_opening_it(
     assert f"{folder / 'odd.yaml'}: not a readable probe file: {message}" in proc.stdout, (
         proc.stdout[-3000:]
     )
+
+
+#: A remote host's identity or ssh_config that is not there: (key, value, refusal's tail).
+REMOTE_PATHS = [
+    ("identity", "/nonexistent/id_key", "/nonexistent/id_key: does not exist"),
+    ("ssh_config", "/nonexistent/ssh_config", "/nonexistent/ssh_config: does not exist"),
+    ("identity", "~/nonexistent-parity-key", "/nonexistent-parity-key: does not exist"),
+    ("identity", "/dev/null", "/dev/null: is not a regular file"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), REMOTE_PATHS, ids=repr)
+def test_a_remote_hosts_missing_identity_or_ssh_config_is_refused_at_plan_time(
+    tmp_path, key, value, message
+):
+    """ssh would only say the host is unreachable; a dry run already names the key and the
+    path (~ expanded as ssh does), and /dev/null stays an ssh_config."""
+    config = load_config()
+    config["remote"] = {
+        "far": {
+            "ssh": "localhost",
+            "path": "~/p",
+            "devices": ["cpu"],
+            "ssh_config": "/dev/null",
+            key: value,
+        }
+    }
+    proc = run_workflow(tmp_path, config, "-n", "--cores", "1", "remote", check=False)
+    assert proc.returncode != 0
+    line = next((ln for ln in proc.stdout.splitlines() if f"remote.far.{key}: " in ln), None)
+    assert line is not None, proc.stdout[-3000:]
+    assert message in line, line
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_remote_hosts_ssh_config_may_be_dev_null_at_plan_time(tmp_path):
+    key = tmp_path / "id_key"
+    key.write_text("not a real key\n")
+    config = load_config()
+    config["remote"] = {
+        "far": {
+            "ssh": "localhost",
+            "path": "~/p",
+            "devices": ["cpu"],
+            "ssh_config": "/dev/null",
+            "identity": str(key),
+        }
+    }
+    proc = run_workflow(tmp_path / "w", config, "-n", "--cores", "1", "remote", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]

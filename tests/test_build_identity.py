@@ -16,7 +16,9 @@ writes them; the source ids are what the workflow's build rules compute.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import os
 import re
 import shutil
 
@@ -389,3 +391,220 @@ def test_the_training_job_refuses_another_releases_binary_copied_in_with_its_rec
     )
     assert want in log, log[-3000:]
     assert not marker.exists() and not (workdir / trace).exists()
+
+
+# ----- the sensitivity search, the fuzz campaign and the replay: held as the others ---------
+
+
+def sensitivity_plan(run, against):
+    """HAND with a sensitivity search of ``run`` against ``against``."""
+    config = {
+        **HAND,
+        "faults": {
+            "sensitivity": {
+                "experiment": "hand",
+                "run": run,
+                "against": against,
+                "log10_range": [-3, -1],
+            }
+        },
+    }
+    return Plan(config)
+
+
+def test_the_sensitivity_job_gets_its_build_and_the_clean_traces_full_expectation():
+    plan = sensitivity_plan("candle_v0_11_1", "burn_v0_22_1_flex")
+    s = plan.sensitivity_params()
+    assert s["build"] == builds.runner_identity(HAND, "candle", "0.11.1", "cpu")
+    clean = RunKey("hand", "burn_v0_22_1_flex", "f32", "cpu")
+    assert s["reference_expectation"] == plan.trace_expectation(clean)
+    flex = builds.runner_identity(HAND, "burn", "0.22.1+flex", "cpu")["source_id"]
+    assert s["reference_expectation"]["runner_source_id"] == flex
+    # a PyTorch side has no build, and its clean trace no source id
+    s = sensitivity_plan("torch", "torch").sensitivity_params()
+    assert s["build"] is None and "runner_source_id" not in s["reference_expectation"]
+    assert Plan(HAND).sensitivity_params() is None
+
+
+#: The source id of a build of other sources (an older checkout's) under the right name.
+STALE = "0123456789abcdef"
+
+
+def test_the_sensitivity_search_refuses_another_builds_binary_before_it_runs(tmp_path, case):
+    """Its perturbed runs' binary is held to the build the job is given: one of other
+    sources under the right name (which its record alone accepts) is refused before it
+    runs, naming both source ids."""
+    from parity.detection.sensitivity import sensitivity
+
+    _, fixture, sha = case
+    plan = sensitivity_plan("candle", "torch")
+    marker = tmp_path / "started"
+    ours, our_id = build_as_workflow(tmp_path, "candle", "0.11.0", marker)
+    integrity.write_binary_record(ours, STALE)
+    assert integrity.check_binary(ours)["source_id"] == STALE
+    s = plan.sensitivity_params()
+    assert s["build"] == our_id
+    ref = trace(tmp_path / "torch.parquet", plan, "torch", sha)
+    out = [str(tmp_path / f"s.{e}") for e in ("csv", "md", "png", "svg")]
+    with pytest.raises(rust_runner.RunnerError, match=STALE) as e:
+        sensitivity(s, ref, fixture, str(ours), out[0], out[1], out[2:], 1, LOG)
+    assert our_id["source_id"] in str(e.value) and "\n" not in str(e.value)
+    assert not marker.exists() and not any(map(os.path.exists, out))
+
+
+def test_the_sensitivity_search_refuses_a_clean_trace_another_build_made(tmp_path, case):
+    from parity.detection.sensitivity import sensitivity
+
+    _, fixture, sha = case
+    plan = sensitivity_plan("torch", "candle")
+    foreign = builds.runner_identity(HAND, "candle", "0.11.1", "cpu")["source_id"]
+    ref = trace(tmp_path / "candle.parquet", plan, "candle", sha, source_id=foreign)
+    out = [str(tmp_path / f"s.{e}") for e in ("csv", "md", "png", "svg")]
+    with pytest.raises(TraceError, match=f"recorded runner source id {foreign!r}, expected"):
+        sensitivity(plan.sensitivity_params(), ref, fixture, None, out[0], out[1], out[2:], 1, LOG)
+    assert not any(map(os.path.exists, out))
+
+
+def fuzz_outputs(tmp_path):
+    out = {
+        "csv": tmp_path / "fuzz/findings.csv",
+        "md": tmp_path / "fuzz/findings.md",
+        "summary": tmp_path / "fuzz/summary.json",
+        "probes": tmp_path / "fuzz/probes",
+        "repro": tmp_path / "fuzz/repro",
+        "record": tmp_path / "fuzz/fuzz.sources.json",
+    }
+    return {k: str(v) for k, v in out.items()}
+
+
+def test_the_fuzz_campaign_holds_each_releases_binary_to_its_build_before_it_starts(tmp_path):
+    """A binary of other sources under 0.11.0's name (which its record alone accepts), or
+    0.11.1's copied over it with its record: the campaign of both releases is refused
+    before any case runs, naming both builds, and writes nothing; its runners hand each
+    batch the build of its own release."""
+    from parity.fuzz import check, job
+
+    marker = tmp_path / "started"
+    old, old_id = build_as_workflow(tmp_path, "candle", "0.11.0", marker)
+    new, new_id = build_as_workflow(tmp_path, "candle", "0.11.1", marker)
+    settings = {
+        "seed": 0,
+        "ops": ["matmul"],
+        "cases_per_op": 1,
+        "frameworks": ["candle"],
+        "releases": {"candle": ["0.11.0", "0.11.1"]},
+        "dtypes": ["f32"],
+        "shrinks_per_class": 1,
+    }
+    outputs = fuzz_outputs(tmp_path)
+    integrity.write_binary_record(old, STALE)
+    with pytest.raises(rust_runner.RunnerError, match=STALE) as e:
+        job.fuzz(settings, [str(old), str(new)], [], outputs, 1, LOG, builds=[old_id, new_id])
+    assert old_id["source_id"] in str(e.value)
+    assert not marker.exists() and not (tmp_path / "fuzz").exists()
+    copy_with_record(new, old)
+    with pytest.raises(rust_runner.RunnerError, match=THEIRS) as e:
+        job.fuzz(settings, [str(old), str(new)], [], outputs, 1, LOG, builds=[old_id, new_id])
+    assert old_id["source_id"] in str(e.value) and new_id["source_id"] in str(e.value)
+    assert not marker.exists() and not (tmp_path / "fuzz").exists()
+    with pytest.raises(ValueError):  # a build per binary
+        job.fuzz(settings, [str(old), str(new)], [], outputs, 1, LOG, builds=[old_id])
+    # each batch of the campaign is held to its own release's build
+    target = check.Target("candle", "0.11.0")
+    integrity.write_binary_record(old, STALE)
+    runners = check.Runners({target: str(old)}, builds={target: old_id})
+    with pytest.raises(rust_runner.RunnerError, match=STALE):
+        runners.rust([], target, "f32")
+    assert not marker.exists()
+
+
+def test_the_replay_holds_the_reference_trace_to_its_build(tmp_path, case, monkeypatch):
+    """The localisation's check of the retrained state against the reference trace holds
+    the trace to its full expectation: a trace another build made is refused by name, not
+    passed over with a note."""
+    from parity.localise import replay
+
+    plan, _, sha = case
+    monkeypatch.chdir(tmp_path)
+    key = RunKey("hand", "candle", "f32", "cpu")
+    settings = plan.run_settings("hand", "candle")
+    build = plan.build_identity(key)
+    names = list(SHAPES)
+    state = {n: np.full(SHAPES[n], 0.5 + 0.125 * 2, np.float32) for n in names}
+    (tmp_path / key.trace).parent.mkdir(parents=True)
+    trace(tmp_path / key.trace, plan, "candle", sha, source_id=build["source_id"])
+    note = replay._check_against_trace(key, settings, state, names, 3, build)
+    assert note == "state after step 2 equals the reference trace bit for bit"
+    foreign = builds.runner_identity(HAND, "candle", "0.11.1", "cpu")["source_id"]
+    trace(tmp_path / key.trace, plan, "candle", sha, source_id=foreign)
+    with pytest.raises(replay.ReplayError) as e:
+        replay._check_against_trace(key, settings, state, names, 3, build)
+    message = str(e.value)
+    assert f"recorded runner source id {foreign!r}, expected {build['source_id']!r}" in message
+    assert "\n" not in message
+    # a missing trace still leaves the state unchecked, with a note
+    (tmp_path / key.trace).unlink()
+    note = replay._check_against_trace(key, settings, state, names, 3, build)
+    assert note.startswith("state not checked against the reference trace")
+
+
+# ----- PyTorch: the installed release is part of a torch run ---------------------------------
+
+
+def test_a_torch_upgrade_changes_the_torch_runs_hash_and_refuses_its_old_traces(
+    tmp_path, case, monkeypatch
+):
+    """The installed torch release (its metadata's, without the local part) is a torch
+    run's setting ``torch_version``: another one changes the run's hash (the training job's
+    params, so Snakemake reruns it) and its expectation refuses a trace the other torch
+    made, by name; the Rust runs stay as they were."""
+    from parity.trace.reader import TraceReader
+
+    plan, _, sha = case
+    installed = importlib.metadata.version("torch").split("+", 1)[0]
+    assert versions.torch_version() == installed
+    key = RunKey("hand", "torch", "f32", "cpu")
+    assert plan.run_settings("hand", "torch")["torch_version"] == installed
+    assert plan.trace_expectation(key)["torch_version"] == installed
+    assert "torch_version" not in plan.run_settings("hand", "candle")
+    old = trace(tmp_path / "torch.parquet", plan, "torch", sha)
+    TraceReader(old, expect=plan.trace_expectation(key))  # made by this torch: accepted
+    monkeypatch.setattr(versions, "torch_version", lambda: "99.0.0")
+    upgraded = Plan(HAND)
+    assert upgraded.run_settings("hand", "torch")["torch_version"] == "99.0.0"
+    assert upgraded.config_hash("hand", "torch") != plan.config_hash("hand", "torch")
+    for run in ("candle", "burn", "candle_v0_11_1"):
+        assert upgraded.config_hash("hand", run) == plan.config_hash("hand", run), run
+    with pytest.raises(TraceError) as e:
+        TraceReader(old, expect=upgraded.trace_expectation(key))
+    message = str(e.value)
+    assert message.startswith(f"{old}: made by torch {installed}, this environment has torch ")
+    assert "99.0.0: delete the trace and rerun" in message and "\n" not in message
+
+
+def test_a_torch_job_refuses_to_train_with_another_torch_than_it_was_planned_with(tmp_path):
+    """A job whose torch is not the plan's (a conda environment of another release than
+    the one Snakemake runs in) refuses before it trains: its trace would be refused."""
+    from parity.train import torch as torch_runner
+
+    out = tmp_path / "trace.parquet"
+    with pytest.raises(RuntimeError) as e:
+        torch_runner.train(
+            RunKey("hand", "torch", "f32", "cpu"),
+            {"torch_version": "99.0.0"},
+            "x",
+            str(out),
+            1,
+            LOG,
+        )
+    assert str(e.value).startswith(f"this job's torch is {versions.torch_version()}")
+    assert "planned with torch 99.0.0" in str(e.value) and not out.exists()
+
+
+def test_the_torch_version_leaves_out_the_local_part(monkeypatch):
+    versions.torch_version.cache_clear()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.5.1+cu121")
+    try:
+        assert versions.torch_version() == "2.5.1"
+    finally:
+        versions.torch_version.cache_clear()

@@ -355,3 +355,17 @@ def test_search_scans_decades_then_bisects_the_first_detected_one():
     # A detector that is not monotone is reported as such.
     bumpy = sensitivity.search(lambda d: (1.0 if d == 1e-3 else d, 1, 1), 1e-2, [-3, -1], 0)
     assert not bumpy.monotone
+
+
+def test_the_sensitivity_search_of_an_own_model_is_refused_at_its_key():
+    """The search retrains its runs inside its own job, where no model factory or port is
+    loaded: an own model's experiment is refused when the plan is made, not by a traceback
+    after the clean runs trained."""
+    from parity.core.config import ConfigError
+    from parity.plan.faults import resolve_sensitivity
+
+    experiments = {"mine": {"model": {"family": "own"}, "runs": {"torch": {}, "torch_ref": {}}}}
+    sens = {"experiment": "mine", "run": "torch", "against": "torch_ref", "log10_range": [-3, -1]}
+    with pytest.raises(ConfigError) as e:
+        resolve_sensitivity(sens, {"tolerance": 1e-6}, experiments)
+    assert str(e.value).startswith("config: faults.sensitivity.experiment: 'mine' is an own model")

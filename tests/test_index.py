@@ -39,13 +39,13 @@ def test_a_verdict_check_refuses_is_bold_and_named_at_the_top():
     assert "differ from their expectation: a3_adam main cpu." in text
     lines = text.splitlines()
     assert lines[lines.index("## a3_sgd") + 4] == (
-        "| main | cpu | pass | `(skipped)` | "
+        "| main | cpu | pass | (skipped) | "
         "[perstep](tables/a3_sgd/perstep-cpu.md) ([csv](tables/a3_sgd/perstep-cpu.csv)), "
         "[localise](tables/a3_sgd/localise-main-cpu.md) | "
         "[perstep](figures/a3_sgd/perstep-cpu.png) |"
     )
     assert lines[lines.index("## a3_adam") + 4] == (
-        "| main | cpu | **fail** (expected pass) | `fc1.weight.grad` | - | - |"
+        "| main | cpu | **fail** (expected pass) | fc1.weight.grad | - | - |"
     )
     assert "Probes" not in text  # without probes, no probe line
     assert "[Summary](tables/summary.md) ([CSV](tables/summary.csv))" in text

@@ -146,6 +146,70 @@ def test_a_program_missing_here_is_refused_before_any_remote_work(fake, tmp_path
     assert not Path(remote.REMOTE_MANIFEST.format(host=HOST)).exists()
 
 
+@needs_tools
+def test_uncommitted_runner_sources_are_refused_before_any_remote_work(fake, tmp_path):
+    """The remote builds the pushed commit: a runner source that is new (untracked) here
+    would make every trace it sends back another build's, so the job refuses first."""
+    commit = fake.make_checkout({TRACE.removeprefix("results/"): trace_bytes(tmp_path)})
+    new = fake.here / "rust" / "candle-parity" / "src" / "extra.rs"
+    new.parent.mkdir(parents=True)
+    new.write_text("// new\n")
+    with pytest.raises(commands.RemoteError) as e:
+        run_job(fake, job_params(commit))
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"remote {HOST}: uncommitted changes to files the runners")
+    assert "rust/candle-parity/src/extra.rs" in message
+    assert f"commit {commit[:12]}" in message and "commit them first" in message
+    assert e.value.stage == "local-changes"
+    assert fake.calls() == []
+    assert status()["stage"] == "local-changes" and status()["missing"] == [LABEL]
+
+
+def test_only_files_the_runners_are_built_from_refuse(tmp_path):
+    """Modified, staged, deleted or untracked runner sources (builds.RUST_PATTERNS) refuse,
+    the first three named; any other uncommitted file does not (the job only warns)."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    files = [
+        "rust/Cargo.toml",
+        "rust/a/Cargo.toml",
+        "rust/a/build.rs",
+        "rust/a/src/lib.rs",
+        "rust/a/src/m/deep.rs",
+        "README.md",
+        "rust/a/notes.txt",
+    ]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("x\n")
+    git("add", "-A")
+    git("commit", "-qm", "c")
+    assert commands.source_change_problem(HOST, tmp_path, "f" * 40) is None
+    (tmp_path / "README.md").write_text("y\n")
+    (tmp_path / "rust/a/notes.txt").write_text("y\n")
+    (tmp_path / "rust/a/untracked.txt").write_text("y\n")
+    assert commands.source_change_problem(HOST, tmp_path, "f" * 40) is None
+    for f in files[:5]:
+        (tmp_path / f).write_text("changed\n")
+        got = commands.source_change_problem(HOST, tmp_path, "f" * 40)
+        assert got is not None and f in got, f
+        git("checkout", "-q", "--", f)  # the temp repo's own state only
+    (tmp_path / "rust/a/src/lib.rs").unlink()
+    assert "rust/a/src/lib.rs" in commands.source_change_problem(HOST, tmp_path, "f" * 40)
+    git("checkout", "-q", "--", "rust/a/src/lib.rs")
+    for i in range(5):
+        (tmp_path / f"rust/a/src/new{i}.rs").write_text("x\n")
+    got = commands.source_change_problem(HOST, tmp_path, "f" * 40)
+    assert "and 2 more" in got and got.count("rust/a/src/new") == 3
+
+
 def test_every_program_the_job_runs_here_is_checked():
     """The check names what the job's commands start here: ssh (and through it rsync's
     -e and git's core.sshCommand), git, rsync."""

@@ -135,3 +135,12 @@ def test_a_ports_parity_common_entry_is_checked_by_type_before_its_value(tmp_pat
         assert port_manifest_problem(doc, tmp_path, "candle") == (
             'parity-common needs features = ["candle"]'
         )
+
+
+def test_a_path_starting_with_a_tilde_is_not_expanded_and_the_message_says_so(tmp_path):
+    full, why = userpath.reason("~/model.py", "file", tmp_path)
+    assert full == str(tmp_path / "~/model.py")
+    assert why == (
+        "does not exist; a leading ~ is not expanded here: write "
+        + os.path.expanduser("~/model.py")
+    )

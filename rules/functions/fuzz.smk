@@ -50,6 +50,18 @@ def fuzz_binaries():
     ]
 
 
+def fuzz_builds():
+    """Param ``builds`` of the fuzz job: what each runner of :func:`fuzz_binaries` (in its
+    order) holds its build record to (runner_identity): the binary's name and source id as
+    this checkout and config build that release for the CPU."""
+    settings = fuzz_settings()
+    return [
+        runner_identity(fw, release, "cpu")
+        for fw in settings["frameworks"]
+        for release in settings["releases"][fw]
+    ]
+
+
 def fuzz_known_folder():
     """The folder whose probes' ``known_bug`` entries the findings are matched with
     (``fuzz.known_bugs``, relative to the workflow's folder; default ``probes``)."""

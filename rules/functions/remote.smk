@@ -17,20 +17,33 @@ def remote_host(host):
 def require_remote_tools(host):
     """Refuse, while the DAG is built, a remote host whose job would run from a machine
     without a program it needs here (ssh, git, rsync: parity.remote.commands.LOCAL_TOOLS),
-    naming the program and the host, before any job (any remote work) starts; not for a dry
-    run."""
+    naming the program and the host, or whose commit lacks uncommitted changes to files the
+    runners are built from (parity.remote.commands.source_change_problem), before any job
+    (any remote work) starts; not for a dry run."""
     from parity.remote.commands import local_tool_problem
 
     if workflow.is_main_process and not workflow.dryrun:
         problem = local_tool_problem(host)
         if problem:
             raise WorkflowError(problem)
+        from parity.remote.commands import source_change_problem
+
+        problem = source_change_problem(host, PARITY_DIR, checkout_commit())
+        if problem:
+            raise WorkflowError(problem)
 
 
 def remote_fetch_inputs(wildcards):
-    """A host's job reads no file; this only refuses a host whose programs are missing
-    here (require_remote_tools) while the DAG is built."""
-    remote_host(wildcards.host)
+    """A host's job reads no file; this only refuses, while the DAG is built, a host whose
+    identity or ssh_config file is not there (dry runs too), whose programs are missing
+    here, or whose runner sources have uncommitted changes (require_remote_tools)."""
+    from parity.core.config import ConfigError
+    from parity.remote.commands import settings_paths
+
+    try:
+        settings_paths(wildcards.host, remote_host(wildcards.host))
+    except ConfigError as e:
+        raise WorkflowError(str(e)) from None
     require_remote_tools(wildcards.host)
     return []
 

@@ -9,7 +9,9 @@ validator Snakemake itself uses) to phrase it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from typing import Any
 
 import jsonschema
 
@@ -43,7 +45,10 @@ def schema_errors(config: Mapping, schema_path: str) -> list[str]:
             readable = best.validator_value.replace(TRUE_END, "$")
             message = f"{best.instance!r} does not match {readable!r}"
             if isinstance(best.instance, str) and "\n" in best.instance:
-                message += " (it holds a line break)"
+                message += (
+                    " (it holds a line break: write it on one line, or as a folded block"
+                    " scalar, `>`, which joins its lines)"
+                )
             elif isinstance(best.instance, str) and control_character(best.instance):
                 message += f" (it holds the control character {control_character(best.instance)})"
         if best.validator == "uniqueItems":
@@ -52,12 +57,74 @@ def schema_errors(config: Mapping, schema_path: str) -> list[str]:
     return messages
 
 
+#: The schema's free-text type (``$defs/text``): one line, no control characters.
+TEXT = "#/$defs/text"
+_BREAK = re.compile(r"[\n\r]")
+
+
+def fold_text(config: Any, schema: Mapping) -> list[str]:
+    """Drop, in place, the final line breaks YAML's block scalars give a free-text value of
+    ``config`` (where ``schema`` says ``$defs/text``: a label, a description, a note, a
+    reason): ``note: >`` folds its lines into one and keeps a final line break, which is
+    not part of the text. A line break inside the text (``|`` keeps them) is left for the
+    schema to refuse at its key, as is any other control character. Walks ``properties``,
+    ``additionalProperties``, ``patternProperties``, ``items`` and ``$ref`` into ``$defs``.
+    Returns the key paths changed."""
+    defs = schema.get("$defs", {})
+    folded: list[str] = []
+
+    def resolve(sub):
+        while isinstance(sub, Mapping) and "$ref" in sub and sub["$ref"] != TEXT:
+            sub = defs.get(sub["$ref"].rsplit("/", 1)[-1], {})
+        return sub if isinstance(sub, Mapping) else {}
+
+    def walk(node, sub, path):
+        if isinstance(sub, Mapping) and sub.get("$ref") == TEXT:
+            return
+        sub = resolve(sub)
+        if isinstance(node, Mapping):
+            props = sub.get("properties", {})
+            patterns = sub.get("patternProperties", {})
+            for key in list(node):
+                child = props.get(key)
+                if child is None:
+                    child = next(
+                        (v for pat, v in patterns.items() if re.search(pat, str(key))), None
+                    )
+                if child is None and isinstance(sub.get("additionalProperties"), Mapping):
+                    child = sub["additionalProperties"]
+                if child is None:
+                    continue
+                fold(node, key, child, (*path, key))
+        elif isinstance(node, list) and isinstance(sub.get("items"), Mapping):
+            for i in range(len(node)):
+                fold(node, i, sub["items"], (*path, i))
+
+    def fold(parent, key, sub, path):
+        value = parent[key]
+        text = isinstance(sub, Mapping) and sub.get("$ref") == TEXT
+        if text and isinstance(value, str) and value.endswith("\n"):
+            if not _BREAK.search(value.rstrip("\n")):
+                parent[key] = value.rstrip("\n")
+                folded.append(key_path(path))
+            return
+        walk(value, sub, path)
+
+    walk(config, schema, ())
+    return folded
+
+
+#: The bidirectional embeddings, overrides and isolates, which make text read other than it
+#: is (a label shown reversed in a table): refused in free text like the controls.
+BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def control_character(text: str) -> str | None:
     """The first control character of ``text`` as ``U+001B``: a C0 or C1 control, DEL, or
-    the line and paragraph separators U+2028 and U+2029 (which the schemas refuse in free
-    text); None when it has none."""
+    the line and paragraph separators U+2028 and U+2029, a bidirectional override (which the
+    schemas refuse in free text: :data:`BIDI`); None when it has none."""
     for ch in text:
-        if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch in "\u2028\u2029":
+        if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch in "\u2028\u2029" or ch in BIDI:
             return f"U+{ord(ch):04X}"
     return None
 

@@ -76,7 +76,10 @@ def reason(
     try:
         st = os.stat(full)
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path
-        return full, (_broken(full, e) if isinstance(e, OSError) else f"not a path ({e})")
+        why = _broken(full, e) if isinstance(e, OSError) else f"not a path ({e})"
+        if os.fspath(path).startswith("~"):
+            why += f"; a leading ~ is not expanded here: write {os.path.expanduser(path)}"
+        return full, why
     if kind == "file" and not stat.S_ISREG(st.st_mode):
         what = (
             "a folder"

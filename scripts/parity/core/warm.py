@@ -328,8 +328,11 @@ def _unsafe_threads() -> list[str]:
     for tid in os.listdir("/proc/self/task"):
         if tid == me:
             continue
-        with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as f:
-            name = f.read().strip()
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as f:
+                name = f.read().strip()
+        except FileNotFoundError:  # the thread ended since the folder was listed
+            continue
         if name not in FORK_SAFE_THREADS:
             found.append(name)
     return found

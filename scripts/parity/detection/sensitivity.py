@@ -136,13 +136,22 @@ def sensitivity(
     run with lr·(1 + δ) (``faults.perturbed_settings``), as run ``<run>_sensitivity``, by
     its framework's runner, compared with the clean run's trace ``reference`` over every
     step. δ = 0 is run first: the level of the clean pair. Writes the table (with its
-    twins) and the figure. ``s`` is the resolved setting (``faults.resolve_sensitivity``).
+    twins) and the figure. ``s`` is the resolved setting (``faults.resolve_sensitivity``);
+    as the job's param (``Plan.sensitivity_params``) it also holds ``build``, what the
+    perturbed runs' binary's build record must hold (``rust.check_binary``: another build's
+    binary copied in with its record is refused before it runs), and
+    ``reference_expectation``, what the clean trace must carry, its runner source id
+    included (without them: the trace's expectation without a source id, no build).
 
     Raises what the runners and ``compare`` raise.
     """
     e = s["experiment"]
     ref_key = RunKey(e, s["against"], "f32", "cpu")
-    ref = TraceReader(reference, expect=trace_expectation(ref_key, s["against_settings"]))
+    # the job's params (Plan.sensitivity_params): the clean trace's full expectation, with
+    # the runner source id of a Rust run, and the identity the perturbed runs' binary must have
+    expect = s.get("reference_expectation") or trace_expectation(ref_key, s["against_settings"])
+    build = s.get("build")
+    ref = TraceReader(reference, expect=expect)
     sha = sha256_file(fixture)
     key = RunKey(e, f"{s['run']}_sensitivity", "f32", "cpu")
     with tempfile.TemporaryDirectory(prefix="sensitivity-") as tmp:
@@ -157,8 +166,13 @@ def sensitivity(
             else:
                 from parity.train import rust as rust_runner
 
-                rust_runner.train(key, settings, fixture, binary, out, threads, log, log_path)
-            cand = TraceReader(out, expect=trace_expectation(key, settings))
+                rust_runner.train(
+                    key, settings, fixture, binary, out, threads, log, log_path, build
+                )
+            want = trace_expectation(key, settings)
+            if build:
+                want["runner_source_id"] = build["source_id"]
+            cand = TraceReader(out, expect=want)
             compare.check_comparable([ref, cand], sha)
             rows = compare.perstep(ref, cand).rows
             worst, at = compare.worst(rows, "max_dparam")

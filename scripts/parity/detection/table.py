@@ -21,6 +21,7 @@ from parity.compare import verdicts
 from parity.core import integrity
 from parity.plan.keys import Comparison
 from parity.render import figures, tables
+from parity.render.markdown import md_text
 
 #: Columns of ``results/tables/detection.csv``: one row per fault instance and device.
 DETECTION_COLUMNS = (
@@ -332,7 +333,9 @@ def detection_markdown(
     if undetected:
         detection += (
             "\n## Undetected\n\n"
-            + "\n".join(f"- **{r['fault']}** ({r['experiment']}): {r['note']}" for r in undetected)
+            + "\n".join(
+                f"- **{r['fault']}** ({r['experiment']}): {md_text(r['note'])}" for r in undetected
+            )
             + "\n"
         )
     alarm_cols = tuple(c for c in FALSE_ALARM_COLUMNS if c != "tolerance")

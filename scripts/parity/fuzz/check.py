@@ -102,13 +102,16 @@ def kind_of(op: str, quantity: str, verdict: str) -> str:
 @dataclass
 class Runners:
     """How to run each framework: Rust runner binaries by :class:`Target` (a bare
-    framework name stands for its target without a release), threads, a logger and the
-    runners' log file (or None)."""
+    framework name stands for its target without a release), threads, a logger, the
+    runners' log file (or None) and, by target as ``binaries``, the identity each binary's
+    build record must hold (``builds``: its name and source id, ``parity.plan.builds``;
+    a target without one is held to its record's own name only)."""
 
     binaries: Mapping[Target | str, str]
     threads: int = 1
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("fuzz"))
     log_path: str | None = None
+    builds: Mapping[Target | str, Mapping[str, str] | None] = field(default_factory=dict)
 
     def torch(self, probes: Sequence[Probe], dtype: str) -> dict[str, list[Outcome]]:
         """PyTorch outcomes of every probe in ``dtype`` on the CPU, by probe name."""
@@ -128,8 +131,17 @@ class Runners:
         quiet = logging.getLogger("fuzz.quiet")
         quiet.setLevel(logging.WARNING)
         binary = self.binaries.get(target) or self.binaries[target.framework]
+        build = self.builds.get(target) or self.builds.get(target.framework)
         rows = rust_probe.run_batch(
-            probes, target.framework, dtype, "cpu", binary, self.threads, quiet, self.log_path
+            probes,
+            target.framework,
+            dtype,
+            "cpu",
+            binary,
+            self.threads,
+            quiet,
+            self.log_path,
+            build,
         )
         return {name: outcomes for name, outcomes, _ in rows}
 

@@ -148,6 +148,7 @@ def fuzz(
     log_path: str | None = None,
     seal: Mapping | None = None,
     limits: Mapping | None = None,
+    builds: Sequence[Mapping[str, str] | None] | None = None,
 ) -> dict:
     """Run one campaign and write what it found.
 
@@ -167,10 +168,22 @@ def fuzz(
     ``parity.plan.limits.settings``; default its defaults). Raises what the runners raise
     (``probe.rust.RunnerError``), and ``ValueError`` when ``binaries`` do not match the
     targets; nothing is written then.
+
+    ``builds`` (the rule's param, one per binary in its order) are the identities each
+    binary's build record must hold (``binary``, ``source_id``: its release's build of this
+    checkout and config, ``parity.plan.builds``): every binary is held to its own before
+    the campaign starts, so another release's binary copied in with its record raises
+    ``RunnerError`` naming both builds, and no finding is credited to the wrong release.
     """
     runs = targets(settings)
     binary_of = dict(zip(runs, binaries, strict=True))
-    runners = check.Runners(binary_of, threads, log, log_path)
+    build_of = dict(zip(runs, builds, strict=True)) if builds is not None else {}
+    if runs:
+        from parity.train.rust import check_binary
+
+        for run in runs:  # each held to its own release's build, before any case runs
+            check_binary(binary_of[run], build_of.get(run))
+    runners = check.Runners(binary_of, threads, log, log_path, build_of)
     made_from = {str(p): integrity.file_record(p) for p in (*binaries, *known)} if seal else {}
     t0 = time.monotonic()
     result = campaign.campaign(

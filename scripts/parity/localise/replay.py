@@ -43,7 +43,7 @@ from parity.localise import walk as localise
 from parity.plan.keys import Comparison, RunKey, trace_expectation
 from parity.plan.versions import run_binary
 from parity.trace.reader import TraceReader
-from parity.trace.schema import extra_column
+from parity.trace.schema import TraceError, extra_column
 
 
 class ReplayError(RuntimeError):
@@ -166,17 +166,29 @@ def reference_state(
     _train(key, s, fixture, out, threads, log, log_path, limit, build)
     kinds = ("exp_avg", "exp_avg_sq") if adam else ()
     columns = names + [extra_column(kind, n) for n in names for kind in kinds]
-    # read against what it must carry, which also bounds its footer by the sizes the plan
-    # checked against the config's limits (schema.reader_limits)
-    rec = TraceReader(out, expect=trace_expectation(key, s)).read_step(k - 1, columns)
+    # read against what it must carry (the runner source id of ``build`` included), which
+    # also bounds its footer by the sizes the plan checked against the config's limits
+    # (schema.reader_limits)
+    rec = TraceReader(out, expect=_expectation(key, s, build)).read_step(k - 1, columns)
     state = {}
     for n in names:
         state[n] = rec.tensors[n].reshape(shapes[n])
         for kind in kinds:
             state[f"{kind}:{n}"] = rec.tensors[extra_column(kind, n)].reshape(shapes[n])
     _check_finite(state, k)
-    notes.append(_check_against_trace(key, settings, state, names, k))
+    notes.append(_check_against_trace(key, settings, state, names, k, build))
     return state, notes
+
+
+def _expectation(key: RunKey, settings: Mapping, build: Mapping | None) -> dict:
+    """What a trace of ``key`` with ``settings`` must carry (``keys.trace_expectation``) and,
+    with ``build`` (a Rust run's binary identity, ``Plan.build_identity``), the source id
+    of the build that must have made it (``runner_source_id``), as ``Plan.trace_expectation``
+    gives it."""
+    out = trace_expectation(key, settings)
+    if build:
+        out["runner_source_id"] = build["source_id"]
+    return out
 
 
 def _check_finite(state: Mapping[str, np.ndarray], k: int) -> None:
@@ -189,10 +201,23 @@ def _check_finite(state: Mapping[str, np.ndarray], k: int) -> None:
         )
 
 
-def _check_against_trace(key: RunKey, settings: Mapping, state, names, k: int) -> str:
-    """Whether the retrained state equals the reference trace at step k − 1, bit for bit."""
+def _check_against_trace(
+    key: RunKey, settings: Mapping, state, names, k: int, build: Mapping | None = None
+) -> str:
+    """Whether the retrained state equals the reference trace at step k − 1, bit for bit.
+    The trace is held to its full expectation (:func:`_expectation`: with ``build``, the
+    source id of the build that must have made it): a trace another build made (its binary
+    copied in with its record) raises :class:`ReplayError` naming it, as the comparison
+    refuses it; a trace that cannot be read leaves the state unchecked, with a note."""
     try:
-        trace = TraceReader(key.trace, expect=trace_expectation(key, settings))
+        trace = TraceReader(key.trace, expect=_expectation(key, settings, build))
+    except OSError as e:
+        return f"state not checked against the reference trace ({e})"
+    except TraceError as e:
+        if not os.path.exists(key.trace):
+            return f"state not checked against the reference trace ({e})"
+        raise ReplayError(f"the reference trace cannot be replayed from: {e}") from e
+    try:
         rec = trace.read_step(k - 1, names)
     except (OSError, KeyError, ValueError) as e:
         return f"state not checked against the reference trace ({e})"

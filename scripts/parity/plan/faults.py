@@ -95,11 +95,18 @@ def resolve_sensitivity(sens: Mapping, config: Mapping, experiments: Mapping) ->
     clean run, over which decades of δ, with how many bisections (see
     ``sensitivity.sensitivity``), with the perturbed run's settings (``settings``) and
     the clean run's (``against_settings``). None when its experiment is not configured or is
-    disabled. Raises :class:`ConfigError` for runs the experiment lacks or an empty range."""
+    disabled. Raises :class:`ConfigError` for an own model's experiment, runs the
+    experiment lacks or an empty range."""
     where = "faults.sensitivity"
     e = sens["experiment"]
     if e not in experiments:
         return None
+    if experiments[e]["model"]["family"] == "own":
+        raise ConfigError(
+            f"{where}.experiment",
+            f"{e!r} is an own model: the sensitivity search retrains the workflow's built-in "
+            "models only (name an experiment of the mlp, cnn1d or transformer family)",
+        )
     runs = experiments[e]["runs"]
     against = sens.get("against", "torch")
     for key, run in (("run", sens["run"]), ("against", against)):

@@ -59,10 +59,15 @@ def trace_expectation(key: RunKey, settings: Mapping[str, Any]) -> dict:
     ``reader.TraceReader``): its identity, steps, recording interval, ``config_hash`` (the
     canonical hash of ``settings``), recorded parameters with their shapes and, for a run
     of a Rust framework, the release its binary reports (``framework_version``), so a
-    binary built from another release is refused."""
+    binary built from another release is refused; for a PyTorch run, first, the torch
+    release it must have been made by (``torch_version``: the run's setting, the installed
+    one, ``versions.torch_version``), so a trace of another torch is refused by name."""
     shapes = dict(model_params(settings["model"]))
     recorded = settings["record"].get("tensors") or list(shapes)
-    out = {
+    out = {}
+    if settings.get("torch_version"):
+        out["torch_version"] = settings["torch_version"]
+    out |= {
         "experiment": key.experiment,
         "run": key.run,
         "framework": key.framework,

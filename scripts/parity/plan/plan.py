@@ -196,6 +196,25 @@ class Plan:
             out["runner_source_id"] = identity["source_id"]
         return out
 
+    def sensitivity_params(self) -> dict | None:
+        """What the sensitivity job receives (config ``faults.sensitivity``, None when it is
+        not set): the resolved setting (``faults.resolve_sensitivity``) with ``build``, the
+        identity of the binary its perturbed runs start on the CPU (``builds.run_identity``;
+        None for PyTorch), and ``reference_expectation``, the full expectation of the clean
+        run's float32 CPU trace it reads (:meth:`trace_expectation`, with the runner source
+        id of a Rust run), so another build's binary or trace is refused there as in the
+        training job and the comparison. Raises ``OSError`` when a file the build reads
+        cannot be read."""
+        s = self.sensitivity
+        if s is None:
+            return None
+        e = s["experiment"]
+        return {
+            **s,
+            "build": builds.run_identity(self.config, s["settings"], e, "cpu"),
+            "reference_expectation": self.trace_expectation(RunKey(e, s["against"], "f32", "cpu")),
+        }
+
     def unsupported_cells(self) -> list[tuple[RunKey, str]]:
         """Runs of the configured devices and dtypes that the validity matrix excludes,
         with the reason; the summary lists them with verdict ``unsupported``."""

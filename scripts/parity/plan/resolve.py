@@ -140,6 +140,11 @@ def resolve_run(where: str, exp: Mapping, run: str, override: Mapping, config: M
         # The release the run's binary is built from; further releases copy the run
         # (versions.add_release_runs).
         settings["version"] = versions.primary(config, framework)
+    elif framework == "torch":
+        # The installed PyTorch release: part of the run's hash and its job's params, so a
+        # torch upgrade reruns the run and a trace of another torch is refused by name
+        # (keys.trace_expectation).
+        settings["torch_version"] = versions.torch_version()
     if "fault" in override:
         settings["fault"] = check_fault(f"{where}.fault", exp, settings, override["fault"])
     for t in settings["record"].get("tensors") or ():

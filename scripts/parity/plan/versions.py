@@ -37,6 +37,8 @@ Pure Python: it runs while the DAG is built.
 from __future__ import annotations
 
 import copy
+import functools
+import importlib.metadata
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -121,6 +123,23 @@ def label(framework: str, version: str, config: Mapping[str, Any]) -> str:
     """The name a release's probe results and binaries go by: the framework's name for the
     primary release, ``candle_v0_11_1`` for a further one."""
     return framework if version == primary(config, framework) else framework + suffix(version)
+
+
+@functools.cache
+def torch_version() -> str:
+    """The installed PyTorch's release without the local part (``2.5.1`` for ``2.5.1+cu121``:
+    a CPU and a CUDA build agree), read once from its metadata, without importing torch; ""
+    without torch. A PyTorch run's settings hold it (``torch_version``): upgrading torch
+    changes the run's hash and params, and Snakemake reruns it."""
+    try:
+        return public_version(importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def public_version(version: str) -> str:
+    """A version without its local part (``2.5.1+cpu`` → ``2.5.1``)."""
+    return version.split("+", 1)[0]
 
 
 def runner_binary(framework: str, version: str, device: str) -> str:

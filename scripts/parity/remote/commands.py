@@ -73,11 +73,84 @@ def local_tool_problem(host: str, environ: Mapping[str, str] | None = None) -> s
     )
 
 
+def source_change_problem(host: str, basedir: str | os.PathLike, commit: str) -> str | None:
+    """Why remote host ``host`` cannot run checkout ``basedir``: one line naming the first
+    few files that feed a runner's source id (``parity.plan.builds.RUST_PATTERNS`` under
+    ``rust/``) and differ from commit ``commit`` (modified, staged, deleted or untracked),
+    since the remote builds the commit and every trace it makes would be refused here as
+    another build's; None when there are none (or git cannot say). Runs ``git status``."""
+    import fnmatch
+    import subprocess
+
+    from parity.plan.builds import RUST_PATTERNS
+
+    try:
+        proc = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(basedir),
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+                "--",
+                "rust",
+            ],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        return None
+    if proc.returncode != 0:
+        return None
+    changed = []
+    for line in proc.stdout.splitlines():
+        name = line[3:].split(" -> ")[-1].strip('"')
+        rel = name.removeprefix("rust/")
+        if any(
+            fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.replace("**/", ""))
+            for pat in RUST_PATTERNS
+        ):
+            changed.append(name)
+    if not changed:
+        return None
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return (
+        f"remote {host}: uncommitted changes to files the runners are built from ({shown}): "
+        f"the remote builds commit {commit[:12]} without them and every trace it made would be "
+        "refused as another build's; commit them first; nothing was run there"
+    )
+
+
 #: What the first contact with a host checks there (the programs its non-interactive
 #: shell must find: ``git`` for the checkout and git's push, which runs
 #: ``git-receive-pack`` there; rsync's program, ``rsync`` or the config's ``rsync_path``,
 #: for the transfer). Prefix of the line the remote prints for one that is missing.
 MISSING_THERE = "parity-missing-tool:"
+
+
+def settings_paths(name: str, host: Mapping[str, Any]) -> None:
+    """Refuse remote host ``name``'s ``identity`` (a readable file) and ``ssh_config`` (a
+    readable file, or a character device such as ``/dev/null``) when they are not there,
+    a leading ``~`` expanded as ssh does. Raises ``ConfigError`` at
+    ``remote.<name>.identity`` / ``remote.<name>.ssh_config`` naming the path. Nothing is
+    run."""
+    import stat as _stat
+
+    from parity.core import userpath
+
+    for key in ("identity", "ssh_config"):
+        given = host.get(key)
+        if not given:
+            continue
+        full = os.path.expanduser(str(given))
+        if key == "ssh_config":
+            try:
+                if _stat.S_ISCHR(os.stat(full).st_mode):
+                    continue
+            except OSError:
+                pass
+        userpath.check(f"remote.{name}.{key}", full, "file")
 
 
 def remote_tools_check(host: Mapping[str, Any]) -> str:

@@ -68,6 +68,7 @@ from parity.remote.commands import (
     rsync_argv,
     rsync_env,
     shell_line,
+    source_change_problem,
     ssh_options,
     transferred,
 )
@@ -278,6 +279,12 @@ def remote_fetch(params: Mapping, manifest: str, log: logging.Logger, basedir: s
     if lacking:
         # before any remote work: the job would otherwise run everything there first
         e = RemoteError(job.host, "local-tools", lacking.removeprefix(f"remote {job.host}: "))
+        _record_failure(job, e, status_path, manifest)
+        log.error("%s", e)
+        raise e
+    changed = source_change_problem(job.host, basedir, job.commit)
+    if changed:
+        e = RemoteError(job.host, "local-changes", changed.removeprefix(f"remote {job.host}: "))
         _record_failure(job, e, status_path, manifest)
         log.error("%s", e)
         raise e

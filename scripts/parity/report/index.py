@@ -151,7 +151,7 @@ def index_markdown(
                 md_text(r["comparison"], cell=True),
                 md_text(r["device"], cell=True),
                 _verdict(r),
-                "`" + culprit.replace("|", "\\|") + "`",
+                md_text(culprit, cell=True),
                 tabs,
                 figs,
             ]

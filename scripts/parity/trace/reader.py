@@ -38,7 +38,9 @@ class TraceReader:
     ``expect`` may give metadata values the trace must carry (``experiment``, ``run``,
     ``dtype``, ``device``, ``fixture_sha256``, ``steps``, ``record_every``), ``params``
     (state_dict key → shape) the trace must hold exactly and ``runner_source_id``, the source
-    id its runner's build record must hold (``runner.source_id``; ``parity.plan.builds``).
+    id its runner's build record must hold (``runner.source_id``; ``parity.plan.builds``),
+    and ``torch_version``, the torch release a PyTorch trace must have been made by (its
+    ``framework_version`` without the local part; ``versions.torch_version``).
 
     ``limits`` are the config's limits (``parity.plan.limits.settings(config)``; default
     its defaults): the footer's ``steps`` and each parameter's elements are bounded by its
@@ -205,10 +207,24 @@ class TraceReader:
                     raise TraceError(self.path, f"parameter {unknown[0]!r} is not expected")
             elif key == "runner_source_id":
                 self._check_source_id(value)
+            elif key == "torch_version":
+                self._check_torch(value)
             elif self.meta.get(key) != value:
                 raise TraceError(
                     self.path, f"metadata {key!r} is {self.meta.get(key)!r}, expected {value!r}"
                 )
+
+    def _check_torch(self, want: str) -> None:
+        """Refuse a PyTorch trace made by another torch release than ``want``, the one this
+        environment has (``versions.torch_version``; the recorded ``framework_version``
+        without its local part, ``2.5.1+cpu`` → ``2.5.1``)."""
+        got = self.meta.get("framework_version")
+        if not isinstance(got, str) or got.split("+", 1)[0] != want:
+            raise TraceError(
+                self.path,
+                f"made by torch {got}, this environment has torch {want}: delete the trace "
+                "and rerun the workflow",
+            )
 
     def _check_source_id(self, want: str) -> None:
         """Refuse a trace whose runner's source id (``runner.source_id``, the build record

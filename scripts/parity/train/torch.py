@@ -256,9 +256,17 @@ def train(
     ``writer`` makes the trace writer (:class:`TraceWriter`; ``bench/recording_floor.py``
     swaps in writers that do part of its work, to measure what each part costs).
 
-    Raises ``RuntimeError`` when the device is missing, ``ValueError`` for a fault this
-    runner does not implement; the trace is then not written.
+    Raises ``RuntimeError`` when the device is missing or this process's torch is not the
+    release the run was planned with (``settings["torch_version"]``, the torch of the
+    environment that built the plan: ``versions.torch_version``), ``ValueError`` for a fault
+    this runner does not implement; the trace is then not written.
     """
+    planned = settings.get("torch_version")
+    if planned and torch.__version__.split("+", 1)[0] != planned:
+        raise RuntimeError(
+            f"this job's torch is {torch.__version__}, the run was planned with torch "
+            f"{planned} (the environment Snakemake runs in): run both with one torch release"
+        )
     torch.set_num_threads(threads)
     s = settings
     fault = s.get("fault")
