@@ -18,7 +18,13 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(PARITY_DIR, "scripts"))
 
-from parity.core import configcheck, environment, integrity, paths, yamlfile  # noqa: E402
+from parity.core import (
+    configcheck,
+    environment,
+    integrity,
+    paths,
+    yamlfile,
+)  # noqa: E402
 from parity.plan import limits  # noqa: E402
 from parity.report import versions as report_versions  # noqa: E402
 from parity.plan import versions  # noqa: E402
@@ -75,7 +81,9 @@ def _validated(given):
 
 # Free text written as a folded YAML block (note: >) loses its final line break before the
 # schema, which refuses a line break in text, sees it (parity.core.configcheck.fold_text).
-configcheck.fold_text(config, json.loads(Path(CONFIG_SCHEMA).read_text(encoding="utf-8")))
+configcheck.fold_text(
+    config, json.loads(Path(CONFIG_SCHEMA).read_text(encoding="utf-8"))
+)
 try:
     # A config validated before (the same config and schema) is taken from the record.
     _key = json_key(dict(config))
